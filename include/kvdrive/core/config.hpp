@@ -1,0 +1,111 @@
+// Shape and configuration of a KvManager: the model's attention shape, the page geometry, the
+// KV dtype, the always-attended sink and local tokens, and the sparse budget. Everything is
+// validated when the config is built (Budget factories) or handed to KvManager (validate()),
+// never mid-decode.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "kvdrive/core/dtype.hpp"
+#include "kvdrive/core/error.hpp"
+
+namespace kvdrive {
+
+/// The attention shape of a model.
+struct ModelShape {
+  int layers = 0;
+  int q_heads = 0;   ///< query heads
+  int kv_heads = 0;  ///< KV heads; q_heads / kv_heads query heads share each (GQA)
+  int head_dim = 0;
+
+  int group() const { return kv_heads > 0 ? q_heads / kv_heads : 0; }
+
+  void validate() const {
+    KVD_EXPECT(layers > 0, "ModelShape: layers is {}, expected > 0", layers);
+    KVD_EXPECT(q_heads > 0, "ModelShape: q_heads is {}, expected > 0 (zero heads)", q_heads);
+    KVD_EXPECT(kv_heads > 0, "ModelShape: kv_heads is {}, expected > 0 (zero heads)", kv_heads);
+    KVD_EXPECT(q_heads % kv_heads == 0,
+               "ModelShape: q_heads {} is not a multiple of kv_heads {} (GQA groups must be equal)",
+               q_heads, kv_heads);
+    KVD_EXPECT(head_dim > 0 && head_dim <= 1024, "ModelShape: head_dim is {}, expected 1..1024",
+               head_dim);
+  }
+};
+
+/// How many pages the index may select per stream per step: a fraction of the candidate pages
+/// (rounded up) or a fixed count; clamped to the candidates either way.
+class Budget {
+ public:
+  /// f in (0, 1]: selects ceil(f x candidates) pages. Throws kvdrive::Error otherwise.
+  static Budget fraction(double f) {
+    KVD_EXPECT(f > 0.0 && f <= 1.0 && std::isfinite(f),
+               "Budget::fraction: {} is outside (0, 1]", f);
+    Budget b;
+    b.fraction_ = f;
+    return b;
+  }
+  /// A fixed number of pages (>= 1).
+  static Budget pages(std::int64_t n) {
+    KVD_EXPECT(n >= 1, "Budget::pages: {} pages, expected >= 1", n);
+    Budget b;
+    b.pages_ = n;
+    return b;
+  }
+
+  bool is_fraction() const { return pages_ == 0; }
+  double fraction_value() const { return fraction_; }
+  std::int64_t pages_value() const { return pages_; }
+
+  /// Pages to select among `candidates`. The tiny epsilon keeps f x n that is an integer in
+  /// exact arithmetic (0.1 x 30) from rounding up to the next one.
+  std::int64_t pages_for(std::int64_t candidates) const {
+    if (candidates <= 0) return 0;
+    const std::int64_t want =
+        is_fraction()
+            ? static_cast<std::int64_t>(std::ceil(fraction_ * static_cast<double>(candidates) - 1e-9))
+            : pages_;
+    return want < 1 ? 1 : (want > candidates ? candidates : want);
+  }
+
+ private:
+  double fraction_ = 0.0625;
+  std::int64_t pages_ = 0;
+};
+
+struct Config {
+  ModelShape shape;
+  int page_tokens = 8;   ///< tokens per page (8 x 128 x fp16: K 2 KiB + V 2 KiB = one 4 KiB block)
+  DType dtype = DType::f16;
+  int sink_tokens = 4;   ///< first tokens of every stream, always attended and resident
+  int local_tokens = 64; ///< last tokens of every stream, always attended and resident
+  Budget budget = Budget::fraction(0.0625);
+  float softmax_scale = 0.0f;  ///< 0 means 1/sqrt(head_dim)
+
+  int group() const { return shape.group(); }
+  float scale() const {
+    return softmax_scale > 0.0f ? softmax_scale
+                                : 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
+  }
+  std::size_t elem_bytes() const { return dtype_size(dtype); }
+  /// Bytes of one K block (or V block) of a page.
+  std::size_t block_bytes() const {
+    return static_cast<std::size_t>(page_tokens) * static_cast<std::size_t>(shape.head_dim) *
+           elem_bytes();
+  }
+  /// Bytes of one page: its K block followed by its V block.
+  std::size_t page_bytes() const { return 2 * block_bytes(); }
+
+  void validate() const {
+    shape.validate();
+    KVD_EXPECT(page_tokens >= 1 && page_tokens <= 4096, "Config: page_tokens is {}, expected 1..4096",
+               page_tokens);
+    KVD_EXPECT(sink_tokens >= 0, "Config: sink_tokens is {}, expected >= 0", sink_tokens);
+    KVD_EXPECT(local_tokens >= 0, "Config: local_tokens is {}, expected >= 0", local_tokens);
+    KVD_EXPECT(softmax_scale >= 0.0f && std::isfinite(softmax_scale),
+               "Config: softmax_scale is {}, expected >= 0 (0 = 1/sqrt(head_dim))", softmax_scale);
+  }
+};
+
+}  // namespace kvdrive

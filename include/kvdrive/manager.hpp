@@ -1,0 +1,705 @@
+// KvManager: the KV cache of many sequences across the tiers, with sparse decode attention.
+// An engine calls it once per layer per decode step in place of its attention:
+//
+//   auto id = kv.add_sequence(digest);             // optional prefix digest (Decision 10)
+//   kv.prefill(id, layer, K, V);                   // per layer: the prompt's keys and values
+//   kv.attend(layer, batch, q, k, v, out);         // per layer per step: append + attend
+//   kv.release(id);
+//
+// attend() fills one StepPlan per stream (sequence x KV head) and runs the five stages of
+// Decision 1 through the Pipeline policy. Everything before commit() only reads shared state or
+// writes plan-local buffers, so a failing step changes nothing (Decision 8). Not thread-safe:
+// one caller at a time.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "kvdrive/attention/convert.hpp"
+#include "kvdrive/attention/math.hpp"
+#include "kvdrive/attention/sparse_decode.hpp"
+#include "kvdrive/backend/cpu.hpp"
+#include "kvdrive/core/config.hpp"
+#include "kvdrive/core/digest.hpp"
+#include "kvdrive/core/error.hpp"
+#include "kvdrive/core/page_ranges.hpp"
+#include "kvdrive/core/stats.hpp"
+#include "kvdrive/core/view.hpp"
+#include "kvdrive/eviction/concept.hpp"
+#include "kvdrive/index/concept.hpp"
+#include "kvdrive/pipeline/concept.hpp"
+#include "kvdrive/pipeline/serial.hpp"
+#include "kvdrive/tier/host.hpp"
+#include "kvdrive/tier/tiers.hpp"
+
+namespace kvdrive {
+
+using SeqId = std::uint64_t;
+
+template <index::IndexPolicy Index, eviction::EvictionPolicy Eviction,
+          class TierList = Tiers<tier::HostTier>, pipeline::PipelinePolicy Pipeline = pipeline::Serial,
+          class Backend = backend::Cpu>
+class KvManager {
+ public:
+  using Slot = tier::Slot;
+
+  explicit KvManager(Config config, Index index = {}, Eviction eviction = {}, TierList tiers = {},
+                     Pipeline pipeline = {}, Backend backend = {})
+      : cfg_(std::move(config)),
+        index_(std::move(index)),
+        eviction_(std::move(eviction)),
+        tiers_(std::move(tiers)),
+        pipeline_(std::move(pipeline)),
+        backend_(std::move(backend)) {
+    cfg_.validate();
+    tiers_.open(tier::TierGeometry{cfg_.page_bytes()});
+  }
+
+  KvManager(const KvManager&) = delete;
+  KvManager& operator=(const KvManager&) = delete;
+
+  ~KvManager() {
+    std::vector<SeqId> ids;
+    for (auto& [id, s] : sequences_) ids.push_back(id);
+    for (SeqId id : ids) release(id);
+  }
+
+  // ---- sequences -----------------------------------------------------------------------------
+
+  /// Starts a sequence; `digest` identifies its prompt prefix for content-addressed tiers.
+  SeqId add_sequence(std::optional<PrefixDigest> digest = std::nullopt) {
+    const SeqId id = next_id_++;
+    Sequence& s = sequences_[id];
+    s.digest = digest;
+    s.streams.resize(static_cast<std::size_t>(cfg_.shape.layers) * cfg_.shape.kv_heads);
+    return id;
+  }
+
+  /// Frees every page of the sequence in every tier. The id may not be used again.
+  void release(SeqId id) {
+    Sequence& s = sequence(id);
+    for (std::size_t i = 0; i < s.streams.size(); ++i) {
+      Stream& st = s.streams[i];
+      const auto layer = static_cast<std::uint32_t>(i / cfg_.shape.kv_heads);
+      const auto head = static_cast<std::uint32_t>(i % cfg_.shape.kv_heads);
+      for (std::size_t p = 0; p < st.pages.size(); ++p) {
+        const PageEntry& e = st.pages[p];
+        if (e.slot >= 0) tiers_.fast().release(e.slot);
+        if (e.home > 0) {
+          const tier::PageKey key{id, layer, head, static_cast<std::uint32_t>(p)};
+          tiers_.visit(e.home, [&](auto& t) { t.erase(key); });
+        }
+      }
+    }
+    sequences_.erase(id);
+  }
+
+  std::optional<PrefixDigest> prefix_digest(SeqId id) const { return sequence(id).digest; }
+
+  /// Tokens stored for one layer of a sequence (prefill plus decoded).
+  std::int64_t length(SeqId id, int layer) const {
+    check_layer(layer);
+    return sequence(id).streams[static_cast<std::size_t>(layer) * cfg_.shape.kv_heads].tokens;
+  }
+
+  // ---- prefill -------------------------------------------------------------------------------
+
+  /// Appends prompt tokens of one layer: k and v are [tokens][kv_heads][head_dim] floats, stored
+  /// in the KV dtype. May be called in chunks, before the layer's first attend().
+  void prefill(SeqId id, int layer, View<const float, 3> k, View<const float, 3> v) {
+    check_layer(layer);
+    Sequence& seq = sequence(id);
+    check_kv_view(k, "prefill: k", -1);
+    check_kv_view(v, "prefill: v", -1);
+    KVD_EXPECT(k.extent(0) == v.extent(0), "prefill: k has {} tokens but v has {}", k.extent(0),
+               v.extent(0));
+    const std::int64_t n = k.extent(0);
+    const int kvh = cfg_.shape.kv_heads, pt = cfg_.page_tokens;
+    for (int h = 0; h < kvh; ++h)
+      KVD_EXPECT(stream(seq, layer, h).steps == 0,
+                 "prefill: sequence {} layer {} has already decoded; prefill comes first", id, layer);
+    if (n == 0) return;
+
+    // Fallible part: fill fresh slots, write sealed pages to their backing tier.
+    struct HeadWork {
+      std::vector<Slot> new_slots;              // slots of pages this call opens
+      std::vector<std::uint32_t> sealed;        // pages this call seals
+      std::vector<std::uint8_t> sealed_home;
+    };
+    std::vector<HeadWork> work(static_cast<std::size_t>(kvh));
+    std::vector<std::pair<std::uint8_t, tier::PageKey>> written;
+    try {
+      for (int h = 0; h < kvh; ++h) {
+        Stream& st = stream(seq, layer, h);
+        HeadWork& w = work[static_cast<std::size_t>(h)];
+        for (std::int64_t t = 0; t < n; ++t) {
+          const std::int64_t pos = st.tokens + t;
+          const std::int64_t page = pos / pt;
+          const int row = static_cast<int>(pos % pt);
+          Slot slot;
+          if (page < static_cast<std::int64_t>(st.pages.size())) {
+            slot = st.pages[static_cast<std::size_t>(page)].slot;
+          } else {
+            if (row == 0) w.new_slots.push_back(tiers_.fast().allocate());
+            slot = w.new_slots.back();
+          }
+          write_token(tiers_.fast().slot_data(slot), row, k.row(t, h), v.row(t, h));
+          if (row == pt - 1) w.sealed.push_back(static_cast<std::uint32_t>(page));
+        }
+        for (std::uint32_t page : w.sealed) {
+          const Slot slot = page < st.pages.size() ? st.pages[page].slot
+                                                   : w.new_slots[page - st.pages.size()];
+          const tier::PageKey key{id, static_cast<std::uint32_t>(layer), static_cast<std::uint32_t>(h), page};
+          const std::uint8_t home = store_sealed(key, tiers_.fast().slot_data(slot));
+          if (home > 0) written.emplace_back(home, key);
+          w.sealed_home.push_back(home);
+        }
+      }
+    } catch (...) {
+      for (HeadWork& w : work)
+        for (Slot s : w.new_slots) tiers_.fast().release(s);
+      for (auto& [home, key] : written) tiers_.visit(home, [&](auto& t) { t.erase(key); });
+      throw;
+    }
+
+    // Commit.
+    for (int h = 0; h < kvh; ++h) {
+      Stream& st = stream(seq, layer, h);
+      HeadWork& w = work[static_cast<std::size_t>(h)];
+      const bool had_sealed = st.tokens >= pt;
+      for (Slot s : w.new_slots) st.pages.push_back(PageEntry{s, 0});
+      for (std::size_t i = 0; i < w.sealed.size(); ++i) st.pages[w.sealed[i]].home = w.sealed_home[i];
+      st.tokens += n;
+      if (!w.sealed.empty()) {
+        std::vector<float> keys;
+        const index::PageKeys pk = page_keys(st, w.sealed.front(), static_cast<std::int64_t>(w.sealed.size()), keys);
+        if (had_sealed)
+          index_.append(st.index, pk);
+        else
+          index_.build(st.index, pk);
+      }
+      slide_local_window(st);
+    }
+  }
+
+  // ---- decode --------------------------------------------------------------------------------
+
+  /// One decode step of one layer for a batch of sequences. q and out are
+  /// [batch][q_heads][head_dim]; k and v, the new token's, are [batch][kv_heads][head_dim].
+  /// The new token is appended and attended. On error nothing changes (Decision 8).
+  void attend(int layer, std::span<const SeqId> batch, View<const float, 3> q,
+              View<const float, 3> k, View<const float, 3> v, View<float, 3> out) {
+    check_layer(layer);
+    KVD_EXPECT(!batch.empty(), "attend: empty batch");
+    const auto b = static_cast<std::int64_t>(batch.size());
+    check_q_view(q, "attend: q", b);
+    check_q_view(View<const float, 3>(out), "attend: out", b);
+    check_kv_view(k, "attend: k", b);
+    check_kv_view(v, "attend: v", b);
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      sequence(batch[i]);
+      for (std::size_t j = 0; j < i; ++j)
+        KVD_EXPECT(batch[i] != batch[j], "attend: sequence {} appears twice in the batch", batch[i]);
+    }
+
+    Step step(*this, layer, batch, q, k, v, out);
+    try {
+      pipeline_.run(step);
+    } catch (...) {
+      step.abort();
+      throw;
+    }
+    last_ = step.stats;
+    total_ += step.stats;
+  }
+
+  // ---- inspection ----------------------------------------------------------------------------
+
+  const Config& config() const { return cfg_; }
+  TierList& tiers() { return tiers_; }
+  const Index& index_policy() const { return index_; }
+  const Eviction& eviction_policy() const { return eviction_; }
+  /// Statistics of the last successful attend() and of all of them.
+  const Stats& last_stats() const { return last_; }
+  const Stats& total_stats() const { return total_; }
+  std::size_t sequences() const { return sequences_.size(); }
+
+  /// Bytes held by the index over all streams.
+  std::size_t index_bytes() const {
+    std::size_t total = 0;
+    for (const auto& [id, s] : sequences_)
+      for (const Stream& st : s.streams) total += index_.bytes(st.index);
+    return total;
+  }
+
+  /// Pages of one stream currently held in the fast tier's cache (eviction-managed).
+  std::size_t cached_pages(SeqId id, int layer, int head) const {
+    check_layer(layer);
+    return eviction_.size(stream(sequence(id), layer, head).cache);
+  }
+
+ private:
+  struct PageEntry {
+    Slot slot = -1;         ///< fast-tier slot holding the page, or -1
+    std::uint8_t home = 0;  ///< tier index where the page is stored; 0 = only the fast tier
+  };
+
+  struct Stream {
+    std::vector<PageEntry> pages;
+    std::int64_t tokens = 0;
+    std::int64_t released_below = 0;  ///< pages below this left the local window already
+    std::uint64_t steps = 0;          ///< decode steps done
+    typename Index::State index;
+    typename Eviction::State cache;
+  };
+
+  struct Sequence {
+    std::optional<PrefixDigest> digest;
+    std::vector<Stream> streams;  ///< [layer][kv_head]
+  };
+
+  /// Everything one stream's step needs, filled stage by stage.
+  struct StepPlan {
+    Stream* stream = nullptr;
+    tier::PageKey base;         ///< sequence, layer, head of this stream
+    std::size_t batch_index = 0;
+    int head = 0;
+    PageRanges ranges;          ///< with the new token counted
+    Slot new_tail = -1;         ///< slot opened for the new token's page, if it starts one
+    std::vector<float> q;       ///< [group][head_dim]
+    std::vector<std::uint32_t> selected;
+    std::vector<std::uint32_t> misses;
+    std::vector<Slot> staged;   ///< fast slot holding each miss
+    std::vector<attention::PageRef> refs;
+    std::vector<std::uint32_t> ref_pages;
+    std::vector<float> out, lse, page_lse;
+    std::vector<std::uint32_t> through_cache;  ///< selected pages that use the cache
+    std::vector<float> cache_scores;
+    std::uint64_t hits = 0, in_place = 0;
+    std::uint8_t seal_home = 0;
+    bool seals = false;
+  };
+
+  using Clock = std::chrono::steady_clock;
+  static double ms_since(Clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  }
+
+  /// The StepStages that the pipeline drives for one attend().
+  class Step {
+   public:
+    Stats stats;
+
+    Step(KvManager& m, int layer, std::span<const SeqId> batch, View<const float, 3> q,
+         View<const float, 3> k, View<const float, 3> v, View<float, 3> out)
+        : m_(m), layer_(layer), k_(k), v_(v), q_(q), out_(out) {
+      const int kvh = m.cfg_.shape.kv_heads;
+      m.plans_.resize(batch.size() * static_cast<std::size_t>(kvh));
+      for (std::size_t b = 0; b < batch.size(); ++b)
+        for (int h = 0; h < kvh; ++h) {
+          StepPlan& p = m.plans_[b * kvh + h];
+          p.stream = &m.stream(m.sequence(batch[b]), layer, h);
+          p.base = tier::PageKey{batch[b], static_cast<std::uint32_t>(layer), static_cast<std::uint32_t>(h), 0};
+          p.batch_index = b;
+          p.head = h;
+          reset(p);
+        }
+      stats.steps = 1;
+      stats.streams = m.plans_.size();
+    }
+
+    std::size_t streams() const { return m_.plans_.size(); }
+
+    void select(std::size_t i) {
+      const auto t0 = Clock::now();
+      StepPlan& p = m_.plans_[i];
+      Stream& st = *p.stream;
+      const Config& c = m_.cfg_;
+      const int d = c.shape.head_dim, g = c.group();
+      p.ranges = page_ranges(st.tokens + 1, c.page_tokens, c.sink_tokens, c.local_tokens);
+      // Write the new token into its page: past the stream's token count, so invisible until commit.
+      const int row = static_cast<int>(st.tokens % c.page_tokens);
+      if (row == 0) p.new_tail = m_.tiers_.fast().allocate();
+      const Slot tail = row == 0 ? p.new_tail : st.pages.back().slot;
+      m_.write_token(m_.tiers_.fast().slot_data(tail), row, k_.row(p.batch_index, p.head),
+                     v_.row(p.batch_index, p.head));
+      p.seals = row == c.page_tokens - 1;
+      p.q.resize(static_cast<std::size_t>(g) * d);
+      for (int j = 0; j < g; ++j)
+        std::copy_n(q_.row(p.batch_index, p.head * g + j), d, p.q.data() + static_cast<std::size_t>(j) * d);
+
+      index::IndexQuery query;
+      query.q = p.q.data();
+      query.group = g;
+      query.head_dim = d;
+      query.scale = c.scale();
+      query.first_candidate = p.ranges.sink_end;
+      query.end_candidate = p.ranges.local_begin;
+      query.budget_pages = c.budget.pages_for(p.ranges.candidates());
+      if (p.ranges.candidates() > 0) m_.index_.select(st.index, query, p.selected);
+      for (std::size_t s = 0; s < p.selected.size(); ++s) {
+        const std::uint32_t page = p.selected[s];
+        KVD_EXPECT(page >= query.first_candidate && page < query.end_candidate &&
+                       (s == 0 || page > p.selected[s - 1]),
+                   "index '{}' selected page {} outside candidates [{}, {}) or out of order",
+                   Index::name(), page, query.first_candidate, query.end_candidate);
+      }
+      p.ref_pages.clear();
+      time(stats.time.select_ms, t0);
+    }
+
+    void classify(std::size_t i) {
+      const auto t0 = Clock::now();
+      StepPlan& p = m_.plans_[i];
+      const Stream& st = *p.stream;
+      for (std::uint32_t page : p.selected) {
+        const PageEntry& e = st.pages[page];
+        if (TierList::addressable(e.home) && e.slot < 0) {
+          ++p.hits;
+          ++p.in_place;
+        } else if (e.slot >= 0) {
+          ++p.hits;
+        } else {
+          p.misses.push_back(page);
+        }
+        if (!TierList::addressable(e.home)) p.through_cache.push_back(page);
+      }
+      time(stats.time.classify_ms, t0);
+    }
+
+    void fetch(std::size_t i) {
+      const auto t0 = Clock::now();
+      StepPlan& p = m_.plans_[i];
+      if (!p.misses.empty()) {
+        std::vector<tier::ReadRequest> reads;
+        for (std::size_t tier_index = 1; tier_index < TierList::kCount; ++tier_index) {
+          reads.clear();
+          for (std::uint32_t page : p.misses) {
+            if (p.stream->pages[page].home != tier_index) continue;
+            p.staged.push_back(m_.tiers_.fast().allocate());
+            tier::PageKey key = p.base;
+            key.page = page;
+            reads.push_back({key, m_.tiers_.fast().slot_data(p.staged.back())});
+          }
+          if (reads.empty()) continue;
+          m_.tiers_.visit(tier_index, [&](auto& t) { t.wait(t.submit(reads)); });
+        }
+        // staged[] follows the tier loop's order; put it back in misses order.
+        if (TierList::kCount > 2) sort_staged_by_page(p);
+      }
+      time(stats.time.fetch_ms, t0);
+    }
+
+    void compute(std::size_t first, std::size_t last) {
+      const auto t0 = Clock::now();
+      m_.backend_.parallel_for(last - first, [&](std::size_t j) { compute_one(m_.plans_[first + j]); });
+      time(stats.time.compute_ms, t0);
+    }
+
+    void commit() {
+      const auto t0 = Clock::now();
+      // Fallible part first: sealed pages go to their backing tier.
+      for (StepPlan& p : m_.plans_) {
+        if (!p.seals) continue;
+        tier::PageKey key = p.base;
+        key.page = static_cast<std::uint32_t>(p.ranges.pages - 1);
+        const Slot tail = p.new_tail >= 0 ? p.new_tail : p.stream->pages.back().slot;
+        p.seal_home = m_.store_sealed(key, m_.tiers_.fast().slot_data(tail));
+        if (p.seal_home > 0) {
+          written_.emplace_back(p.seal_home, key);
+          stats.bytes_written[p.seal_home] += m_.cfg_.page_bytes();
+        }
+      }
+      // From here on nothing can fail but allocation.
+      const int g = m_.cfg_.group(), d = m_.cfg_.shape.head_dim;
+      for (StepPlan& p : m_.plans_) {
+        Stream& st = *p.stream;
+        if (p.new_tail >= 0) st.pages.push_back(PageEntry{std::exchange(p.new_tail, -1), 0});
+        ++st.tokens;
+        if (p.seals) {
+          const auto page = static_cast<std::uint32_t>(p.ranges.pages - 1);
+          st.pages[page].home = p.seal_home;
+          std::vector<float> keys;
+          m_.index_.append(st.index, m_.page_keys(st, page, 1, keys));
+        }
+        // Misses enter the cache in their staging slots; the policy then evicts.
+        for (std::size_t s = 0; s < p.misses.size(); ++s) st.pages[p.misses[s]].slot = p.staged[s];
+        p.staged.clear();
+        eviction::CacheUpdate u;
+        u.pages = p.through_cache;
+        u.scores = p.cache_scores;
+        u.step = st.steps + 1;
+        u.capacity = m_.eviction_.capacity(m_.cfg_.budget.pages_for(p.ranges.candidates()));
+        evicted_.clear();
+        m_.eviction_.update(st.cache, u, evicted_);
+        for (std::uint32_t page : evicted_) {
+          PageEntry& e = st.pages[page];
+          if (e.slot >= 0) m_.tiers_.fast().release(e.slot);
+          e.slot = -1;
+        }
+        m_.slide_local_window(st);
+        ++st.steps;
+        for (int j = 0; j < g; ++j)
+          std::copy_n(p.out.data() + static_cast<std::size_t>(j) * d, d,
+                      out_.row(p.batch_index, p.head * g + j));
+        stats.candidates += static_cast<std::uint64_t>(p.ranges.candidates());
+        stats.selected += p.selected.size();
+        stats.hits += p.hits;
+        stats.in_place += p.in_place;
+        stats.misses += p.misses.size();
+        stats.evictions += evicted_.size();
+        stats.attended_pages += p.refs.size();
+        for (const auto& r : p.refs) stats.attended_tokens += static_cast<std::uint64_t>(r.tokens);
+        for (std::uint32_t page : p.misses) stats.bytes_read[st.pages[page].home] += m_.cfg_.page_bytes();
+      }
+      written_.clear();
+      time(stats.time.commit_ms, t0);
+    }
+
+    /// Undo everything a failed step allocated or wrote; the sequences stay as they were.
+    void abort() {
+      for (StepPlan& p : m_.plans_) {
+        for (Slot s : p.staged) m_.tiers_.fast().release(s);
+        p.staged.clear();
+        if (p.new_tail >= 0) m_.tiers_.fast().release(std::exchange(p.new_tail, -1));
+      }
+      for (auto& [home, key] : written_) m_.tiers_.visit(home, [&](auto& t) { t.erase(key); });
+      written_.clear();
+    }
+
+   private:
+    static void time(double& acc, Clock::time_point t0) { acc += ms_since(t0); }
+
+    static void reset(StepPlan& p) {
+      p.new_tail = -1;
+      p.selected.clear();
+      p.misses.clear();
+      p.staged.clear();
+      p.refs.clear();
+      p.ref_pages.clear();
+      p.through_cache.clear();
+      p.cache_scores.clear();
+      p.hits = p.in_place = 0;
+      p.seal_home = 0;
+      p.seals = false;
+    }
+
+    static void sort_staged_by_page(StepPlan& p) {
+      // Re-derive the order the fetch loop used (by tier, then misses order) and map back.
+      std::vector<std::pair<std::uint32_t, Slot>> pairs;
+      std::size_t k = 0;
+      for (std::size_t tier_index = 1; tier_index < TierList::kCount; ++tier_index)
+        for (std::uint32_t page : p.misses)
+          if (p.stream->pages[page].home == tier_index) pairs.emplace_back(page, p.staged[k++]);
+      std::sort(pairs.begin(), pairs.end());
+      for (std::size_t s = 0; s < pairs.size(); ++s) p.staged[s] = pairs[s].second;
+    }
+
+    /// Pointer to a page's bytes for this step: the tail slot, a resident or staged slot, or the
+    /// page where it lives on an addressable tier.
+    const std::byte* page_bytes(const StepPlan& p, std::uint32_t page) const {
+      const Stream& st = *p.stream;
+      if (page == p.ranges.pages - 1 && p.new_tail >= 0) return m_.tiers_.fast().slot_data(p.new_tail);
+      const PageEntry& e = st.pages[page];
+      if (e.slot >= 0) return m_.tiers_.fast().slot_data(e.slot);
+      auto it = std::lower_bound(p.misses.begin(), p.misses.end(), page);
+      if (it != p.misses.end() && *it == page)
+        return m_.tiers_.fast().slot_data(p.staged[static_cast<std::size_t>(it - p.misses.begin())]);
+      tier::PageKey key = p.base;
+      key.page = page;
+      const std::byte* addr = nullptr;
+      m_.tiers_.visit(e.home, [&](auto& t) {
+        using T = std::remove_cvref_t<decltype(t)>;
+        if constexpr (tier::AddressableTier<T>) addr = t.address(key);
+      });
+      KVD_EXPECT(addr != nullptr, "page {} is not resident and its tier {} is not addressable", key, e.home);
+      return addr;
+    }
+
+    void add_ref(StepPlan& p, std::uint32_t page) const {
+      const Config& c = m_.cfg_;
+      const std::byte* bytes = page_bytes(p, page);
+      const std::int64_t tokens_after = p.stream->tokens + 1;
+      const int tokens = page == p.ranges.pages - 1
+                             ? static_cast<int>(tokens_after - static_cast<std::int64_t>(page) * c.page_tokens)
+                             : c.page_tokens;
+      p.refs.push_back({bytes, bytes + c.block_bytes(), tokens});
+      p.ref_pages.push_back(page);
+    }
+
+    void compute_one(StepPlan& p) const {
+      const Config& c = m_.cfg_;
+      const int g = c.group(), d = c.shape.head_dim;
+      for (std::int64_t page = 0; page < p.ranges.sink_end; ++page) add_ref(p, static_cast<std::uint32_t>(page));
+      for (std::uint32_t page : p.selected) add_ref(p, page);
+      for (std::int64_t page = p.ranges.local_begin; page < p.ranges.pages; ++page)
+        add_ref(p, static_cast<std::uint32_t>(page));
+
+      p.out.resize(static_cast<std::size_t>(g) * d);
+      p.lse.resize(static_cast<std::size_t>(g));
+      p.page_lse.resize(p.refs.size() * static_cast<std::size_t>(g));
+      attention::DecodeArgs args;
+      args.q = p.q.data();
+      args.group = g;
+      args.head_dim = d;
+      args.scale = c.scale();
+      args.pages = p.refs;
+      args.out = p.out.data();
+      args.lse = p.lse.data();
+      args.page_lse = p.page_lse.data();
+      dispatch_dtype(c.dtype, [&](auto tag) { attention::sparse_decode<typename decltype(tag)::type>(args); });
+
+      // Eviction scores: attention mass of each page that went through the cache.
+      const auto first_selected = static_cast<std::size_t>(p.ranges.sink_end);
+      for (std::uint32_t page : p.through_cache) {
+        const auto pos = static_cast<std::size_t>(
+            std::lower_bound(p.selected.begin(), p.selected.end(), page) - p.selected.begin());
+        const float* lse_p = p.page_lse.data() + (first_selected + pos) * g;
+        float mass = 0.0f;
+        for (int h = 0; h < g; ++h) mass += attention::page_mass(lse_p[h], p.lse[h]);
+        p.cache_scores.push_back(mass);
+      }
+    }
+
+    KvManager& m_;
+    int layer_;
+    View<const float, 3> k_, v_, q_;
+    View<float, 3> out_;
+    std::vector<std::pair<std::uint8_t, tier::PageKey>> written_;
+    std::vector<std::uint32_t> evicted_;
+  };
+
+  // ---- helpers -------------------------------------------------------------------------------
+
+  Sequence& sequence(SeqId id) {
+    return const_cast<Sequence&>(static_cast<const KvManager*>(this)->sequence(id));
+  }
+  const Sequence& sequence(SeqId id) const {
+    auto it = sequences_.find(id);
+    if (it != sequences_.end()) return it->second;
+    if (id < next_id_) fail("sequence {} was released and cannot be used again", id);
+    fail("unknown sequence {} (add_sequence returns the ids)", id);
+  }
+  Stream& stream(Sequence& s, int layer, int head) {
+    return s.streams[static_cast<std::size_t>(layer) * cfg_.shape.kv_heads + head];
+  }
+  const Stream& stream(const Sequence& s, int layer, int head) const {
+    KVD_EXPECT(head >= 0 && head < cfg_.shape.kv_heads, "KV head {} out of range [0, {})", head,
+               cfg_.shape.kv_heads);
+    return s.streams[static_cast<std::size_t>(layer) * cfg_.shape.kv_heads + head];
+  }
+
+  void check_layer(int layer) const {
+    KVD_EXPECT(layer >= 0 && layer < cfg_.shape.layers, "layer {} out of range [0, {})", layer,
+               cfg_.shape.layers);
+  }
+  void check_kv_view(const View<const float, 3>& v, const char* what, std::int64_t rows) const {
+    KVD_EXPECT(v.data != nullptr || v.extent(0) == 0, "{}: null data", what);
+    KVD_EXPECT(rows < 0 || v.extent(0) == rows, "{}: {} rows, expected {} (the batch size)", what,
+               v.extent(0), rows);
+    KVD_EXPECT(v.extent(1) == cfg_.shape.kv_heads, "{}: {} heads, expected kv_heads = {}", what,
+               v.extent(1), cfg_.shape.kv_heads);
+    KVD_EXPECT(v.extent(2) == cfg_.shape.head_dim, "{}: head_dim {} does not match the config's {}",
+               what, v.extent(2), cfg_.shape.head_dim);
+    KVD_EXPECT(v.strides[2] == 1, "{}: innermost stride is {}, expected 1", what, v.strides[2]);
+  }
+  void check_q_view(const View<const float, 3>& v, const char* what, std::int64_t rows) const {
+    KVD_EXPECT(v.data != nullptr, "{}: null data", what);
+    KVD_EXPECT(v.extent(0) == rows, "{}: {} rows, expected {} (the batch size)", what, v.extent(0), rows);
+    KVD_EXPECT(v.extent(1) == cfg_.shape.q_heads, "{}: {} heads, expected q_heads = {}", what,
+               v.extent(1), cfg_.shape.q_heads);
+    KVD_EXPECT(v.extent(2) == cfg_.shape.head_dim, "{}: head_dim {} does not match the config's {}",
+               what, v.extent(2), cfg_.shape.head_dim);
+    KVD_EXPECT(v.strides[2] == 1, "{}: innermost stride is {}, expected 1", what, v.strides[2]);
+  }
+
+  /// Stores row `row` of a page: K at row*d in the K block, V in the V block, in the KV dtype.
+  void write_token(std::byte* page, int row, const float* k, const float* v) const {
+    const int d = cfg_.shape.head_dim;
+    dispatch_dtype(cfg_.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T* kb = reinterpret_cast<T*>(page) + static_cast<std::size_t>(row) * d;
+      T* vb = reinterpret_cast<T*>(page + cfg_.block_bytes()) + static_cast<std::size_t>(row) * d;
+      for (int j = 0; j < d; ++j) {
+        kb[j] = from_float<T>(k[j]);
+        vb[j] = from_float<T>(v[j]);
+      }
+    });
+  }
+
+  /// Writes a sealed page to the first backing tier with room; returns its tier index, or 0
+  /// when there is no backing tier (the page then lives in the fast tier).
+  std::uint8_t store_sealed(const tier::PageKey& key, const std::byte* bytes) {
+    if constexpr (TierList::kCount == 1) {
+      return 0;
+    } else {
+      for (std::size_t i = 1; i < TierList::kCount; ++i) {
+        bool stored = false;
+        tiers_.visit(i, [&](auto& t) {
+          if (t.free_pages() == 0) return;
+          t.write(key, bytes);
+          stored = true;
+        });
+        if (stored) return static_cast<std::uint8_t>(i);
+      }
+      fail("every backing tier is full: cannot store page {}", key);
+    }
+  }
+
+  /// Keys of sealed pages [first, first + n) of a stream as float, for the index.
+  index::PageKeys page_keys(const Stream& st, std::uint32_t first, std::int64_t n,
+                            std::vector<float>& keys) const {
+    const int d = cfg_.shape.head_dim, pt = cfg_.page_tokens;
+    const std::size_t rows = static_cast<std::size_t>(pt) * d;
+    keys.resize(rows * static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) {
+      const PageEntry& e = st.pages[first + static_cast<std::size_t>(i)];
+      KVD_EXPECT(e.slot >= 0, "internal: sealing page {} that is not resident", first + i);
+      const std::byte* bytes = const_cast<KvManager*>(this)->tiers_.fast().slot_data(e.slot);
+      dispatch_dtype(cfg_.dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        attention::to_float_block(reinterpret_cast<const T*>(bytes), keys.data() + rows * i, rows);
+      });
+    }
+    index::PageKeys pk;
+    pk.data = keys.data();
+    pk.first_page = first;
+    pk.pages = n;
+    pk.page_tokens = pt;
+    pk.head_dim = d;
+    return pk;
+  }
+
+  /// Frees the fast slots of backed pages that left the local window for the next step and are
+  /// not cached. Sink pages and pages with no backing tier keep their slots.
+  void slide_local_window(Stream& st) {
+    const PageRanges next = page_ranges(st.tokens + 1, cfg_.page_tokens, cfg_.sink_tokens, cfg_.local_tokens);
+    for (std::int64_t page = std::max(st.released_below, next.sink_end); page < next.local_begin; ++page) {
+      PageEntry& e = st.pages[static_cast<std::size_t>(page)];
+      if (e.home == 0 || e.slot < 0 || eviction_.contains(st.cache, static_cast<std::uint32_t>(page))) continue;
+      tiers_.fast().release(e.slot);
+      e.slot = -1;
+    }
+    st.released_below = std::max(st.released_below, next.local_begin);
+  }
+
+  Config cfg_;
+  Index index_;
+  Eviction eviction_;
+  TierList tiers_;
+  Pipeline pipeline_;
+  Backend backend_;
+  std::unordered_map<SeqId, Sequence> sequences_;
+  SeqId next_id_ = 1;
+  std::vector<StepPlan> plans_;
+  Stats last_, total_;
+};
+
+}  // namespace kvdrive

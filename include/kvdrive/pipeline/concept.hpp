@@ -1,0 +1,45 @@
+// PipelinePolicy: how the five stages of one attend() step run (Decision 1). KvManager hands the
+// pipeline a StepStages object over n streams (sequence x KV head of one layer):
+//   select(i)   index -> candidate pages within budget          (per stream, commits nothing)
+//   classify(i) cache  -> hits and misses                       (per stream, commits nothing)
+//   fetch(i)    tiers  -> staging slots for the misses          (per stream, commits nothing)
+//   compute(a, b) attention for streams [a, b) over page pointers
+//   commit()    append K/V, seal, extend the index, update eviction: all or nothing
+// A pipeline may interleave select/classify/fetch of different streams, but must run compute for
+// a stream only after its fetch, and commit once after every compute. If any stage throws, the
+// pipeline stops, joins its threads, and lets the exception reach attend(), which rolls back.
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <string_view>
+
+namespace kvdrive::pipeline {
+
+template <class S>
+concept StepStages = requires(S& s, std::size_t i) {
+  { s.streams() } -> std::convertible_to<std::size_t>;
+  s.select(i);
+  s.classify(i);
+  s.fetch(i);
+  s.compute(i, i);
+  s.commit();
+};
+
+/// The smallest type satisfying StepStages; used to check pipelines against the concept.
+struct StagesArchetype {
+  std::size_t streams() { return 0; }
+  void select(std::size_t) {}
+  void classify(std::size_t) {}
+  void fetch(std::size_t) {}
+  void compute(std::size_t, std::size_t) {}
+  void commit() {}
+};
+
+template <class P>
+concept PipelinePolicy = std::copy_constructible<P> && requires(const P& p, StagesArchetype& s) {
+  { P::name() } -> std::convertible_to<std::string_view>;
+  p.run(s);
+};
+
+}  // namespace kvdrive::pipeline

@@ -1,0 +1,64 @@
+// StorageTier: a place pages live. It stores whole pages by PageKey and reads batches of them
+// into caller buffers asynchronously: submit() starts a batch and returns a ticket, wait()
+// finishes it and throws kvdrive::Error if any read failed (the caller's buffers are then
+// undefined, nothing else changed). Tiers whose pages sit in host memory are "addressable":
+// the manager attends their pages in place through address() and never copies them
+// (Decision 7). The first tier of a Tiers<...> list is also the fast tier: a slot pool for the
+// pages that must be resident (sink, local, tail, cached, staged).
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "kvdrive/tier/page_key.hpp"
+
+namespace kvdrive::tier {
+
+/// What the manager tells a tier when it opens it.
+struct TierGeometry {
+  std::size_t page_bytes = 0;
+};
+
+struct ReadRequest {
+  PageKey key;
+  std::byte* dst = nullptr;  ///< page_bytes writable bytes
+};
+
+/// Identifies a submitted batch of reads; 0 is never a valid ticket.
+using ReadTicket = std::uint64_t;
+
+template <class T>
+concept StorageTier =
+    requires(T& t, const T& ct, const PageKey& key, const std::byte* src,
+             std::span<const ReadRequest> reads, ReadTicket ticket, const TierGeometry& g) {
+      { T::kAddressable } -> std::convertible_to<bool>;
+      { ct.name() } -> std::convertible_to<std::string_view>;
+      { t.open(g) } -> std::same_as<void>;
+      { t.write(key, src) } -> std::same_as<void>;  // store or overwrite one page
+      { t.submit(reads) } -> std::same_as<ReadTicket>;
+      { t.wait(ticket) } -> std::same_as<void>;
+      { t.erase(key) } -> std::same_as<void>;
+      { ct.contains(key) } -> std::same_as<bool>;
+      { ct.free_pages() } -> std::convertible_to<std::size_t>;  // SIZE_MAX if unbounded
+    };
+
+/// A tier whose pages can be attended where they are.
+template <class T>
+concept AddressableTier = StorageTier<T> && T::kAddressable &&
+                          requires(const T& t, const PageKey& key) {
+                            { t.address(key) } -> std::same_as<const std::byte*>;
+                          };
+
+/// A tier that can serve as the fast tier: a pool of page-sized slots.
+using Slot = std::int32_t;
+template <class T>
+concept FastTier = StorageTier<T> && requires(T& t, Slot s) {
+  { t.allocate() } -> std::same_as<Slot>;  // throws kvdrive::Error when full
+  { t.release(s) } -> std::same_as<void>;
+  { t.slot_data(s) } -> std::same_as<std::byte*>;
+};
+
+}  // namespace kvdrive::tier

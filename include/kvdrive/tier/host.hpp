@@ -1,0 +1,97 @@
+// tier::HostTier: pages in host DRAM, in an aligned slot pool (PagePool) with an optional
+// capacity. It is addressable: the manager attends its pages in place (Decision 7). Used as the
+// fast tier of the CPU backend and as a DRAM store behind it. Reads complete at submit().
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <span>
+#include <string_view>
+#include <unordered_map>
+
+#include "kvdrive/core/error.hpp"
+#include "kvdrive/tier/concept.hpp"
+#include "kvdrive/tier/page_pool.hpp"
+
+namespace kvdrive::tier {
+
+class HostTier {
+ public:
+  struct Params {
+    std::size_t capacity_pages = 0;  ///< 0: unbounded
+    std::size_t alignment = 4096;    ///< slot alignment (direct I/O wants 4096)
+  };
+
+  static constexpr bool kAddressable = true;
+
+  HostTier() = default;
+  explicit HostTier(Params p) : params_(p) {}
+  HostTier(HostTier&& o) noexcept : params_(o.params_) {}  // movable before open() only
+
+  std::string_view name() const { return "host"; }
+
+  void open(const TierGeometry& g) {
+    page_bytes_ = g.page_bytes;
+    pool_.open(g.page_bytes, params_.alignment, params_.capacity_pages);
+  }
+
+  // ---- keyed store ---------------------------------------------------------------------------
+  void write(const PageKey& key, const std::byte* src) {
+    std::lock_guard lock(mutex_);
+    auto it = map_.find(key);
+    if (it == map_.end()) it = map_.emplace(key, pool_.allocate()).first;
+    std::memcpy(pool_.data(it->second), src, page_bytes_);
+  }
+
+  ReadTicket submit(std::span<const ReadRequest> reads) {
+    for (const ReadRequest& r : reads) std::memcpy(r.dst, address(r.key), page_bytes_);
+    return ++tickets_;
+  }
+  void wait(ReadTicket) {}
+
+  void erase(const PageKey& key) {
+    std::lock_guard lock(mutex_);
+    auto it = map_.find(key);
+    if (it == map_.end()) return;
+    pool_.release(it->second);
+    map_.erase(it);
+  }
+
+  bool contains(const PageKey& key) const {
+    std::lock_guard lock(mutex_);
+    return map_.count(key) != 0;
+  }
+
+  const std::byte* address(const PageKey& key) const {
+    std::lock_guard lock(mutex_);
+    auto it = map_.find(key);
+    KVD_EXPECT(it != map_.end(), "HostTier: no page {}", key);
+    return pool_.data(it->second);
+  }
+
+  std::size_t free_pages() const { return pool_.free_pages(); }
+  std::size_t used_pages() const { return pool_.used(); }
+  std::size_t stored_pages() const {
+    std::lock_guard lock(mutex_);
+    return map_.size();
+  }
+
+  // ---- fast-tier slots -----------------------------------------------------------------------
+  Slot allocate() { return pool_.allocate(); }
+  void release(Slot s) { pool_.release(s); }
+  std::byte* slot_data(Slot s) { return pool_.data(s); }
+
+ private:
+  Params params_;
+  std::size_t page_bytes_ = 0;
+  PagePool pool_;
+  mutable std::mutex mutex_;
+  std::unordered_map<PageKey, Slot, PageKeyHash> map_;
+  std::atomic<std::uint64_t> tickets_{0};
+};
+static_assert(AddressableTier<HostTier> && FastTier<HostTier>);
+
+}  // namespace kvdrive::tier

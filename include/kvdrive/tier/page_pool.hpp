@@ -1,0 +1,92 @@
+// PagePool: page-sized slots in aligned host memory, handed out from a free list. Memory grows
+// in blocks (pointers stay valid for the pool's life) up to an optional capacity. Thread-safe.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <vector>
+
+#include "kvdrive/core/error.hpp"
+
+namespace kvdrive::tier {
+
+class PagePool {
+ public:
+  using Slot = std::int32_t;
+
+  PagePool() = default;
+  /// page_bytes per slot, each slot starting at a multiple of `alignment` (a power of two);
+  /// capacity 0 means unbounded.
+  void open(std::size_t page_bytes, std::size_t alignment, std::size_t capacity) {
+    KVD_EXPECT(page_bytes > 0, "PagePool: page_bytes is 0");
+    KVD_EXPECT(alignment >= 16 && (alignment & (alignment - 1)) == 0,
+               "PagePool: alignment {} is not a power of two >= 16", alignment);
+    std::lock_guard lock(mutex_);
+    KVD_EXPECT(blocks_.empty(), "PagePool: already open");
+    alignment_ = alignment;
+    stride_ = (page_bytes + alignment - 1) / alignment * alignment;
+    capacity_ = capacity;
+    block_pages_ = std::max<std::size_t>(1, (std::size_t{4} << 20) / stride_);  // ~4 MiB blocks
+  }
+
+  Slot allocate() {
+    std::lock_guard lock(mutex_);
+    if (free_.empty()) grow();
+    const Slot s = free_.back();
+    free_.pop_back();
+    return s;
+  }
+
+  void release(Slot s) {
+    std::lock_guard lock(mutex_);
+    free_.push_back(s);
+  }
+
+  std::byte* data(Slot s) const {
+    const auto i = static_cast<std::size_t>(s);
+    return blocks_[i / block_pages_].get() + (i % block_pages_) * stride_;
+  }
+
+  std::size_t stride() const { return stride_; }
+  std::size_t capacity() const { return capacity_; }
+  std::size_t used() const {
+    std::lock_guard lock(mutex_);
+    return total_ - free_.size();
+  }
+  std::size_t free_pages() const {
+    std::lock_guard lock(mutex_);
+    if (capacity_ == 0) return std::numeric_limits<std::size_t>::max();
+    return capacity_ - (total_ - free_.size());
+  }
+
+ private:
+  struct AlignedDelete {
+    std::size_t alignment;
+    void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t{alignment}); }
+  };
+
+  void grow() {
+    KVD_EXPECT(capacity_ == 0 || total_ < capacity_,
+               "host page pool is full: all {} pages in use (raise the tier's capacity_pages)",
+               capacity_);
+    std::size_t n = block_pages_;
+    if (capacity_ != 0 && total_ + n > capacity_) n = capacity_ - total_;
+    // Every block holds block_pages_ slots of address space so slot -> address is one division.
+    auto* raw = static_cast<std::byte*>(::operator new[](block_pages_ * stride_, std::align_val_t{alignment_}));
+    blocks_.emplace_back(raw, AlignedDelete{alignment_});
+    for (std::size_t i = n; i-- > 0;) free_.push_back(static_cast<Slot>(total_ + i));
+    total_ += n;  // a block cut short by the capacity is the last one, so numbering stays aligned
+  }
+
+  mutable std::mutex mutex_;
+  std::vector<std::unique_ptr<std::byte[], AlignedDelete>> blocks_;
+  std::vector<Slot> free_;
+  std::size_t alignment_ = 64, stride_ = 0, capacity_ = 0, block_pages_ = 1, total_ = 0;
+};
+
+}  // namespace kvdrive::tier

@@ -1,0 +1,65 @@
+// Tiers<Fast, Backing...>: the storage hierarchy of a KvManager. The first tier is the fast tier
+// (a slot pool that holds sink, local, tail and cached pages); the rest are backing stores in
+// order of preference, each with its own capacity. Sealed pages are written to the first backing
+// tier with room; with no backing tier, pages stay in the fast tier for their whole life.
+#pragma once
+
+#include <cstddef>
+#include <tuple>
+#include <utility>
+
+#include "kvdrive/core/error.hpp"
+#include "kvdrive/core/stats.hpp"
+#include "kvdrive/tier/concept.hpp"
+
+namespace kvdrive {
+
+template <tier::FastTier Fast, tier::StorageTier... Backing>
+class Tiers {
+ public:
+  static constexpr std::size_t kCount = 1 + sizeof...(Backing);
+  static_assert(kCount <= kMaxTiers, "Tiers: too many tiers (see kMaxTiers)");
+
+  Tiers() = default;
+  explicit Tiers(Fast fast, Backing... backing)
+      : tiers_(std::move(fast), std::move(backing)...) {}
+
+  template <std::size_t I>
+  auto& get() { return std::get<I>(tiers_); }
+  template <std::size_t I>
+  const auto& get() const { return std::get<I>(tiers_); }
+  Fast& fast() { return std::get<0>(tiers_); }
+
+  /// Calls f(tier) for the tier at run-time index i.
+  template <class F>
+  decltype(auto) visit(std::size_t i, F&& f) {
+    return visit_impl(i, f, std::make_index_sequence<kCount>{});
+  }
+
+  /// Is the tier at index i addressable (attended in place)?
+  static constexpr bool addressable(std::size_t i) {
+    constexpr bool flags[] = {Fast::kAddressable, Backing::kAddressable...};
+    return flags[i];
+  }
+
+  void open(const tier::TierGeometry& g) {
+    std::apply([&](auto&... t) { (t.open(g), ...); }, tiers_);
+  }
+
+ private:
+  template <class F, std::size_t... I>
+  decltype(auto) visit_impl(std::size_t i, F& f, std::index_sequence<I...>) {
+    using R = decltype(f(std::get<0>(tiers_)));
+    if constexpr (std::is_void_v<R>) {
+      ((i == I ? (f(std::get<I>(tiers_)), true) : false) || ...);
+    } else {
+      R r{};
+      ((i == I ? (r = f(std::get<I>(tiers_)), true) : false) || ...);
+      return r;
+    }
+  }
+
+  std::tuple<Fast, Backing...> tiers_;
+};
+
+}  // namespace kvdrive
