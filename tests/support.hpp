@@ -1,0 +1,53 @@
+// Helpers shared by the tests: the size scale, seeded random data and a double-precision
+// reference of decode attention.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+namespace kvdrive::test {
+
+/// KVD_TEST_SCALE (default 1) multiplies the sizes of the larger tests.
+inline int scale() {
+  const char* s = std::getenv("KVD_TEST_SCALE");
+  const int v = s ? std::atoi(s) : 1;
+  return v > 0 ? v : 1;
+}
+
+inline std::vector<float> random_floats(std::size_t n, std::uint64_t seed, float sd = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, sd);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+/// Softmax attention of one head in double precision over tokens [n][d] given as float rows.
+/// Returns the output (d values) and writes the log-sum-exp to *lse.
+inline std::vector<double> reference_attention(const float* q, const std::vector<const float*>& k,
+                                               const std::vector<const float*>& v, int d,
+                                               double scale, double* lse = nullptr) {
+  std::vector<double> s(k.size());
+  double m = -INFINITY;
+  for (std::size_t t = 0; t < k.size(); ++t) {
+    double dot = 0;
+    for (int j = 0; j < d; ++j) dot += static_cast<double>(q[j]) * k[t][j];
+    s[t] = dot * scale;
+    m = std::max(m, s[t]);
+  }
+  double l = 0;
+  std::vector<double> out(static_cast<std::size_t>(d), 0.0);
+  for (std::size_t t = 0; t < k.size(); ++t) {
+    const double w = std::exp(s[t] - m);
+    l += w;
+    for (int j = 0; j < d; ++j) out[j] += w * v[t][j];
+  }
+  for (auto& x : out) x /= l;
+  if (lse) *lse = m + std::log(l);
+  return out;
+}
+
+}  // namespace kvdrive::test

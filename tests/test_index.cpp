@@ -1,0 +1,177 @@
+// Index policies: selection helpers, Dense, and the two oracles against brute force.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kvdrive/kvdrive.hpp"
+#include "support.hpp"
+
+using namespace kvdrive;
+
+namespace {
+
+struct Stream {
+  int pages, page_tokens, d, group;
+  std::vector<float> keys;  // [pages][page_tokens][d]
+  std::vector<float> q;     // [group][d]
+  index::PageKeys page_keys() const { return {keys.data(), 0, pages, page_tokens, d}; }
+};
+
+Stream make_stream(int pages, int pt, int d, int group, std::uint64_t seed) {
+  Stream s{pages, pt, d, group, test::random_floats(static_cast<std::size_t>(pages) * pt * d, seed),
+           test::random_floats(static_cast<std::size_t>(group) * d, seed + 1)};
+  return s;
+}
+
+double dot(const float* a, const float* b, int d) {
+  double s = 0;
+  for (int j = 0; j < d; ++j) s += static_cast<double>(a[j]) * b[j];
+  return s;
+}
+
+/// Brute-force ranking: score each candidate page, take the k best (ties to lower id), ascending.
+std::vector<std::uint32_t> brute_top(const std::vector<double>& score, int first, int k) {
+  std::vector<int> order(score.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return score[a] > score[b]; });
+  std::vector<std::uint32_t> out;
+  for (int i = 0; i < k; ++i) out.push_back(static_cast<std::uint32_t>(first + order[i]));
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+index::IndexQuery query_for(const Stream& s, int first, int end, int budget) {
+  index::IndexQuery q;
+  q.q = s.q.data();
+  q.group = s.group;
+  q.head_dim = s.d;
+  q.scale = 1.0f / std::sqrt(static_cast<float>(s.d));
+  q.first_candidate = first;
+  q.end_candidate = end;
+  q.budget_pages = budget;
+  return q;
+}
+
+/// Mean over heads of the attention mass (softmax over all pages' tokens) on `selected`.
+double mean_mass_recall(const Stream& s, const std::vector<std::uint32_t>& selected) {
+  double total = 0;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(s.d));
+  for (int h = 0; h < s.group; ++h) {
+    const float* q = s.q.data() + static_cast<std::size_t>(h) * s.d;
+    std::vector<double> w(static_cast<std::size_t>(s.pages) * s.page_tokens);
+    double m = -INFINITY;
+    for (std::size_t t = 0; t < w.size(); ++t) m = std::max(m, w[t] = dot(q, s.keys.data() + t * s.d, s.d) * scale);
+    double z = 0;
+    for (auto& x : w) z += (x = std::exp(x - m));
+    double in = 0;
+    for (std::uint32_t p : selected)
+      for (int t = 0; t < s.page_tokens; ++t) in += w[static_cast<std::size_t>(p) * s.page_tokens + t];
+    total += in / z;
+  }
+  return total / s.group;
+}
+
+}  // namespace
+
+TEST_CASE("top_pages: best scores, ties to the lower page, ascending, NaN last") {
+  std::vector<std::uint32_t> out;
+  const std::vector<float> s{0.5f, 2.0f, 2.0f, NAN, 1.0f, 2.0f};
+  index::top_pages(s, 10, 2, out);
+  CHECK(out == std::vector<std::uint32_t>{11, 12});
+  out.clear();
+  index::top_pages(s, 0, 5, out);
+  CHECK(out == std::vector<std::uint32_t>{0, 1, 2, 4, 5});
+  out.clear();
+  index::top_pages(s, 0, 99, out);
+  CHECK(out.size() == 6);
+}
+
+TEST_CASE("gqa_scores: max over heads of the estimate minus that head's max") {
+  // Two heads, three pages. Head 0 prefers page 0, head 1 page 2 by a larger margin.
+  const std::vector<float> est{5.0f, 1.0f, 0.0f,    // head 0
+                               -9.0f, -8.0f, 10.0f};  // head 1
+  std::vector<float> out(3);
+  index::gqa_scores(est.data(), 2, 3, out.data());
+  CHECK(out[0] == 0.0f);
+  CHECK(out[1] == -4.0f);  // max(1-5, -8-10)
+  CHECK(out[2] == 0.0f);
+}
+
+TEST_CASE("Dense selects every candidate, whatever the budget") {
+  const Stream s = make_stream(20, 4, 32, 2, 1);
+  index::Dense dense;
+  index::Dense::State st;
+  dense.build(st, s.page_keys());
+  std::vector<std::uint32_t> out;
+  dense.select(st, query_for(s, 3, 17, 2), out);
+  CHECK(out.size() == 14);
+  CHECK(out.front() == 3);
+  CHECK(out.back() == 16);
+  CHECK(dense.bytes(st) == 0);
+}
+
+TEST_CASE("Oracle picks the true top pages by the GQA rule on max q.k") {
+  for (int group : {1, 4, 8})
+    for (int trial = 0; trial < 5 * test::scale(); ++trial) {
+      const int pages = 30 + trial * 7, pt = 1 + trial % 8, d = 64;
+      const Stream s = make_stream(pages, pt, d, group, 1000 + static_cast<std::uint64_t>(trial) * 10 + group);
+      const int first = 2, end = pages - 3, budget = 1 + (end - first) / 5;
+      // Independent expectation in double precision.
+      std::vector<double> head_max(group, -INFINITY);
+      std::vector<std::vector<double>> est(group, std::vector<double>(end - first));
+      for (int h = 0; h < group; ++h)
+        for (int p = first; p < end; ++p) {
+          double best = -INFINITY;
+          for (int t = 0; t < pt; ++t)
+            best = std::max(best, dot(s.q.data() + h * d, s.keys.data() + static_cast<std::size_t>(p * pt + t) * d, d));
+          est[h][p - first] = best;
+          head_max[h] = std::max(head_max[h], best);
+        }
+      std::vector<double> score(end - first, -INFINITY);
+      for (int h = 0; h < group; ++h)
+        for (int i = 0; i < end - first; ++i) score[i] = std::max(score[i], est[h][i] - head_max[h]);
+
+      index::Oracle oracle;
+      index::Oracle::State st;
+      // Built in two parts: prefill, then pages appended one by one as decode seals them.
+      oracle.build(st, {s.keys.data(), 0, pages - 5, pt, d});
+      for (int p = pages - 5; p < pages; ++p)
+        oracle.append(st, {s.keys.data() + static_cast<std::size_t>(p) * pt * d, p, 1, pt, d});
+      std::vector<std::uint32_t> got;
+      oracle.select(st, query_for(s, first, end, budget), got);
+      CHECK(got == brute_top(score, first, budget));
+      CHECK(oracle.bytes(st) == s.keys.size() * sizeof(float));
+    }
+}
+
+TEST_CASE("OracleMass picks the pages of largest summed attention mass; none beats its recall") {
+  std::mt19937 rng(5);
+  for (int group : {1, 4})
+    for (int trial = 0; trial < 4 * test::scale(); ++trial) {
+      const int pages = 24, pt = 4, d = 32, first = 1, end = 22, budget = 5;
+      const Stream s = make_stream(pages, pt, d, group, 2000 + static_cast<std::uint64_t>(trial) * 10 + group);
+      index::OracleMass oracle;
+      index::OracleMass::State st;
+      oracle.build(st, s.page_keys());
+      std::vector<std::uint32_t> got;
+      oracle.select(st, query_for(s, first, end, budget), got);
+      REQUIRE(got.size() == static_cast<std::size_t>(budget));
+      // Brute force: the mass of each page summed over heads, in double.
+      std::vector<double> mass(end - first, 0.0);
+      for (int i = 0; i < end - first; ++i) mass[i] = mean_mass_recall(s, {static_cast<std::uint32_t>(first + i)});
+      CHECK(got == brute_top(mass, first, budget));
+      // No random selection of the same size does better.
+      const double best = mean_mass_recall(s, got);
+      for (int r = 0; r < 50; ++r) {
+        std::vector<std::uint32_t> all(end - first);
+        std::iota(all.begin(), all.end(), static_cast<std::uint32_t>(first));
+        std::shuffle(all.begin(), all.end(), rng);
+        all.resize(budget);
+        CHECK(mean_mass_recall(s, all) <= best + 1e-9);
+      }
+    }
+}

@@ -1,0 +1,459 @@
+// KvManager end to end on the CPU: dense exactness, exactly-once attendance, the cache path,
+// bitwise determinism across threads, tiers and eviction, commit-or-nothing, and bad input.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kvdrive/kvdrive.hpp"
+#include "support.hpp"
+
+using namespace kvdrive;
+
+namespace {
+
+using FaultyTiers = Tiers<tier::HostTier, tier::FaultTier<tier::HostTier>>;
+
+/// A seeded decode workload: sequences of different prompt lengths, then decode steps; every
+/// token's K/V is kept in float (rounded to the KV dtype) for reference computations.
+struct Workload {
+  Config cfg;
+  std::vector<int> prompt;  // prompt length per sequence
+  int steps = 4;
+  std::uint64_t seed = 1;
+  bool zero_queries = false;
+  bool index_values = false;  // V_t[0] = 1, V_t[1] = t: the output reveals who was attended
+
+  // k/v for sequence s, layer l, token t: deterministic from the seed.
+  std::vector<float> row(std::uint64_t tag, int s, int l, std::int64_t t, int heads) const {
+    auto r = test::random_floats(static_cast<std::size_t>(heads) * cfg.shape.head_dim,
+                                 seed * 1000003 + tag * 7919 + static_cast<std::uint64_t>(s) * 104729 +
+                                     static_cast<std::uint64_t>(l) * 1299709 + static_cast<std::uint64_t>(t) * 15485863);
+    return r;
+  }
+  std::vector<float> key(int s, int l, std::int64_t t) const { return row(1, s, l, t, cfg.shape.kv_heads); }
+  std::vector<float> value(int s, int l, std::int64_t t) const {
+    auto v = row(2, s, l, t, cfg.shape.kv_heads);
+    if (index_values)
+      for (int h = 0; h < cfg.shape.kv_heads; ++h) {
+        v[static_cast<std::size_t>(h) * cfg.shape.head_dim] = 1.0f;
+        v[static_cast<std::size_t>(h) * cfg.shape.head_dim + 1] = static_cast<float>(t);
+      }
+    return v;
+  }
+  std::vector<float> query(int s, int l, std::int64_t t) const {
+    auto q = row(3, s, l, t, cfg.shape.q_heads);
+    if (zero_queries) std::fill(q.begin(), q.end(), 0.0f);
+    return q;
+  }
+};
+
+/// Runs the workload; returns every output of every step, layer and sequence, in order.
+template <class Manager>
+std::vector<float> run(Manager& kv, const Workload& w) {
+  const auto& sh = w.cfg.shape;
+  const int d = sh.head_dim, b = static_cast<int>(w.prompt.size());
+  std::vector<SeqId> ids;
+  for (int s = 0; s < b; ++s) {
+    ids.push_back(kv.add_sequence());
+    for (int l = 0; l < sh.layers; ++l) {
+      std::vector<float> k, v;
+      for (int t = 0; t < w.prompt[s]; ++t) {
+        auto kr = w.key(s, l, t), vr = w.value(s, l, t);
+        k.insert(k.end(), kr.begin(), kr.end());
+        v.insert(v.end(), vr.begin(), vr.end());
+      }
+      kv.prefill(ids.back(), l, make_view(k, w.prompt[s], sh.kv_heads, d), make_view(v, w.prompt[s], sh.kv_heads, d));
+    }
+  }
+  std::vector<float> all;
+  for (int step = 0; step < w.steps; ++step)
+    for (int l = 0; l < sh.layers; ++l) {
+      std::vector<float> q, k, v, out(static_cast<std::size_t>(b) * sh.q_heads * d);
+      for (int s = 0; s < b; ++s) {
+        const std::int64_t t = w.prompt[s] + step;
+        auto qr = w.query(s, l, t), kr = w.key(s, l, t), vr = w.value(s, l, t);
+        q.insert(q.end(), qr.begin(), qr.end());
+        k.insert(k.end(), kr.begin(), kr.end());
+        v.insert(v.end(), vr.begin(), vr.end());
+      }
+      kv.attend(l, ids, make_view(q, b, sh.q_heads, d), make_view(k, b, sh.kv_heads, d),
+                make_view(v, b, sh.kv_heads, d), make_view(out, b, sh.q_heads, d));
+      all.insert(all.end(), out.begin(), out.end());
+    }
+  return all;
+}
+
+float round_to(DType t, float x) {
+  return dispatch_dtype(t, [&](auto tag) { return to_float(from_float<typename decltype(tag)::type>(x)); });
+}
+
+Config small_config(DType dtype = DType::f32) {
+  Config c;
+  c.shape = {2, 8, 2, 64};
+  c.page_tokens = 4;
+  c.dtype = dtype;
+  c.sink_tokens = 4;
+  c.local_tokens = 16;
+  c.budget = Budget::fraction(0.25);
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("Dense KvManager computes full attention") {
+  for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+    CAPTURE(dtype_name(dtype));
+    Workload w;
+    w.cfg = small_config(dtype);
+    w.cfg.page_tokens = 5;
+    w.prompt = {37, 3, 64};  // different lengths, not page multiples, one shorter than sink+local
+    w.steps = 6;
+    KvManager<index::Dense, eviction::Lru> kv(w.cfg);
+    const auto out = run(kv, w);
+
+    // Reference: every token so far, in double, with K/V rounded to the dtype.
+    const auto& sh = w.cfg.shape;
+    const int d = sh.head_dim, g = sh.group();
+    std::size_t at = 0;
+    double worst = 0;
+    for (int step = 0; step < w.steps; ++step)
+      for (int l = 0; l < sh.layers; ++l)
+        for (int s = 0; s < static_cast<int>(w.prompt.size()); ++s) {
+          const std::int64_t n = w.prompt[s] + step + 1;
+          std::vector<std::vector<float>> ks, vs;
+          for (std::int64_t t = 0; t < n; ++t) {
+            auto kr = w.key(s, l, t), vr = w.value(s, l, t);
+            for (auto& x : kr) x = round_to(dtype, x);
+            for (auto& x : vr) x = round_to(dtype, x);
+            ks.push_back(kr);
+            vs.push_back(vr);
+          }
+          const auto q = w.query(s, l, n - 1);
+          for (int qh = 0; qh < sh.q_heads; ++qh) {
+            const int kvh = qh / g;
+            std::vector<const float*> kp, vp;
+            for (std::int64_t t = 0; t < n; ++t) {
+              kp.push_back(ks[t].data() + static_cast<std::size_t>(kvh) * d);
+              vp.push_back(vs[t].data() + static_cast<std::size_t>(kvh) * d);
+            }
+            const auto ref = test::reference_attention(q.data() + static_cast<std::size_t>(qh) * d, kp, vp, d, w.cfg.scale());
+            for (int j = 0; j < d; ++j) worst = std::max(worst, std::fabs(ref[j] - out[at + static_cast<std::size_t>(qh) * d + j]));
+          }
+          at += static_cast<std::size_t>(sh.q_heads) * d;
+        }
+    CHECK(at == out.size());
+    CHECK(worst < 2e-5);
+    CHECK(kv.last_stats().selected == kv.last_stats().candidates);
+  }
+}
+
+TEST_CASE("every token is attended exactly once: sink, candidates, local and tail") {
+  // With zero queries every score is 0, so a token's weight is 1/(tokens attended): the output's
+  // V_t[1] average and the count reveal who was attended, and how often.
+  for (int pt : {1, 3, 4, 8})
+    for (int local : {0, 5, 16})
+      for (int sink : {0, 4, 9}) {
+        Workload w;
+        w.cfg = small_config();
+        w.cfg.shape = {1, 4, 1, 16};
+        w.cfg.page_tokens = pt;
+        w.cfg.local_tokens = local;
+        w.cfg.sink_tokens = sink;
+        w.prompt = {2, 13, 50};
+        w.steps = pt + 2;  // crosses a page boundary
+        w.zero_queries = true;
+        w.index_values = true;
+        SUBCASE("dense") {
+          KvManager<index::Dense, eviction::Lru> kv(w.cfg);
+          const auto out = run(kv, w);
+          const int d = 16;
+          std::size_t at = 0;
+          for (int step = 0; step < w.steps; ++step)
+            for (int s = 0; s < 3; ++s, at += 4 * d) {
+              const double n = w.prompt[s] + step + 1;
+              CHECK(out[at] == doctest::Approx(1.0).epsilon(1e-6));               // weights sum to one
+              CHECK(out[at + 1] == doctest::Approx((n - 1) / 2).epsilon(1e-5));  // mean of 0..n-1
+            }
+        }
+        SUBCASE("sparse") {
+          // The oracle breaks all-equal ties toward the lowest candidate pages.
+          w.cfg.budget = Budget::fraction(0.3);
+          KvManager<index::Oracle, eviction::Lru> kv(w.cfg);
+          const auto out = run(kv, w);
+          const int d = 16;
+          std::size_t at = 0;
+          for (int step = 0; step < w.steps; ++step)
+            for (int s = 0; s < 3; ++s, at += 4 * d) {
+              const int n = w.prompt[s] + step + 1;
+              // Independent classification of every token's page (Decision 3).
+              std::vector<int> candidate_pages;
+              std::vector<int> always;
+              const int pages = (n + pt - 1) / pt;
+              for (int p = 0; p < pages; ++p) {
+                const int first = p * pt, last = std::min(n, first + pt) - 1;
+                if (first < sink || last >= n - local || last == n - 1)
+                  for (int t = first; t <= last; ++t) always.push_back(t);
+                else
+                  candidate_pages.push_back(p);
+              }
+              const int budget = candidate_pages.empty() ? 0 : static_cast<int>(std::ceil(0.3 * static_cast<double>(candidate_pages.size()) - 1e-9));
+              std::vector<int> attended = always;
+              for (int i = 0; i < budget; ++i)
+                for (int t = candidate_pages[i] * pt; t < candidate_pages[i] * pt + pt; ++t) attended.push_back(t);
+              double mean = 0;
+              for (int t : attended) mean += t;
+              mean /= static_cast<double>(attended.size());
+              CHECK(out[at] == doctest::Approx(1.0).epsilon(1e-6));
+              CHECK(out[at + 1] == doctest::Approx(mean).epsilon(1e-5));
+            }
+          CHECK(kv.last_stats().attended_tokens > 0);
+        }
+      }
+}
+
+TEST_CASE("cache path: misses are fetched, then hit while the selection repeats") {
+  Workload w;
+  w.cfg = small_config();
+  w.cfg.shape = {1, 4, 1, 32};
+  w.cfg.budget = Budget::pages(3);
+  w.cfg.local_tokens = 8;
+  w.prompt = {200};
+  w.steps = 5;
+  w.zero_queries = true;  // every step selects the same (lowest) candidate pages
+  SUBCASE("window 2 keeps them") {
+    KvManager<index::Oracle, eviction::Lru, FaultyTiers> kv(w.cfg, {}, eviction::Lru{2});
+    run(kv, w);
+    const Stats& t = kv.total_stats();
+    CHECK(t.selected == 15);
+    CHECK(t.misses == 3);  // the first step only
+    CHECK(t.hits == 12);
+    CHECK(t.in_place == 0);
+    CHECK(t.bytes_read[1] == 3 * w.cfg.page_bytes());
+    CHECK(kv.tiers().get<1>().reads() == 3);
+  }
+  SUBCASE("window 0 fetches every time") {
+    KvManager<index::Oracle, eviction::Lru, FaultyTiers> kv(w.cfg, {}, eviction::Lru{0});
+    run(kv, w);
+    CHECK(kv.total_stats().misses == 15);
+    CHECK(kv.total_stats().evictions == 15);
+    CHECK(kv.cached_pages(1, 0, 0) == 0);
+  }
+  SUBCASE("pages on an addressable backing tier are attended in place") {
+    KvManager<index::Oracle, eviction::Lru, Tiers<tier::HostTier, tier::HostTier>> kv(w.cfg);
+    run(kv, w);
+    CHECK(kv.total_stats().in_place == 15);
+    CHECK(kv.total_stats().misses == 0);
+    // Only sink, local and tail pages hold fast slots: 1 sink + up to 3 local/tail pages.
+    CHECK(kv.tiers().get<0>().used_pages() <= 4);
+    CHECK(kv.tiers().get<1>().stored_pages() == (200 + 5) / 4);
+  }
+}
+
+TEST_CASE("outputs are bitwise identical across threads, tiers and eviction policies") {
+  Workload w;
+  w.cfg = small_config(DType::f16);
+  w.prompt = {90, 41, 130};
+  w.steps = 6;
+  std::vector<float> reference;
+  {
+    KvManager<index::Oracle, eviction::Lru> kv(w.cfg, {}, {}, {}, {}, backend::Cpu({1}));
+    reference = run(kv, w);
+  }
+  auto same = [&](const std::vector<float>& o) {
+    return o.size() == reference.size() && std::memcmp(o.data(), reference.data(), o.size() * 4) == 0;
+  };
+  for (unsigned threads : {2u, 4u}) {
+    KvManager<index::Oracle, eviction::Lru> kv(w.cfg, {}, {}, {}, {}, backend::Cpu({threads}));
+    CHECK(same(run(kv, w)));
+  }
+  for (int window : {0, 1, 3}) {
+    KvManager<index::Oracle, eviction::Lru, FaultyTiers> kv(w.cfg, {}, eviction::Lru{window}, {}, {}, backend::Cpu({2}));
+    CHECK(same(run(kv, w)));
+    CHECK(kv.total_stats().misses > 0);
+  }
+  {
+    KvManager<index::Oracle, eviction::Lru, Tiers<tier::HostTier, tier::HostTier>> kv(w.cfg);
+    CHECK(same(run(kv, w)));
+  }
+  {  // A capped first backing tier spills into a second one.
+    using Three = Tiers<tier::HostTier, tier::FaultTier<tier::HostTier>, tier::HostTier>;
+    KvManager<index::Oracle, eviction::Lru, Three> kv(
+        w.cfg, {}, {}, Three(tier::HostTier{}, tier::FaultTier<tier::HostTier>(tier::HostTier({40, 64})), tier::HostTier{}));
+    CHECK(same(run(kv, w)));
+    CHECK(kv.tiers().get<1>().inner().stored_pages() == 40);
+    CHECK(kv.tiers().get<2>().stored_pages() > 0);
+  }
+}
+
+TEST_CASE("commit or nothing: a failed step leaves every sequence as it was") {
+  Workload w;
+  w.cfg = small_config();
+  w.prompt = {60, 75};
+  w.steps = 1;
+  // Undisturbed run of several steps, one attend() at a time.
+  auto drive = [&](auto& kv, std::vector<SeqId>& ids, int step, int layer) {
+    const auto& sh = w.cfg.shape;
+    const int d = sh.head_dim, b = 2;
+    std::vector<float> q, k, v, out(static_cast<std::size_t>(b) * sh.q_heads * d);
+    for (int s = 0; s < b; ++s) {
+      const std::int64_t t = w.prompt[s] + step;
+      auto qr = w.query(s, layer, t), kr = w.key(s, layer, t), vr = w.value(s, layer, t);
+      q.insert(q.end(), qr.begin(), qr.end());
+      k.insert(k.end(), kr.begin(), kr.end());
+      v.insert(v.end(), vr.begin(), vr.end());
+    }
+    kv.attend(layer, ids, make_view(q, b, sh.q_heads, d), make_view(k, b, sh.kv_heads, d),
+              make_view(v, b, sh.kv_heads, d), make_view(out, b, sh.q_heads, d));
+    return out;
+  };
+  auto setup = [&](auto& kv) {
+    w.steps = 0;
+    run(kv, w);  // prefill only
+    return std::vector<SeqId>{1, 2};
+  };
+  using M = KvManager<index::Oracle, eviction::Lru, FaultyTiers>;
+  M clean(w.cfg, {}, eviction::Lru{1});
+  auto ids = setup(clean);
+  std::vector<std::vector<float>> expect;
+  for (int step = 0; step < 8; ++step)
+    for (int l = 0; l < 2; ++l) expect.push_back(drive(clean, ids, step, l));
+
+  for (const char* fault : {"read at once", "read mid-batch", "write on seal"}) {
+    CAPTURE(fault);
+    M kv(w.cfg, {}, eviction::Lru{1});
+    auto ids2 = setup(kv);
+    std::size_t at = 0;
+    for (int step = 0; step < 8; ++step)
+      for (int l = 0; l < 2; ++l, ++at) {
+        // Page seals happen when (prompt + step + 1) is a multiple of 4: prompt 60 seals at step 3.
+        const bool inject = step == 3 && l == 1;
+        if (inject) {
+          const auto len0 = kv.length(ids2[0], l), len1 = kv.length(ids2[1], l);
+          const auto fast_used = kv.tiers().template get<0>().used_pages();
+          const auto stored = kv.tiers().template get<1>().inner().stored_pages();
+          const auto cached = kv.cached_pages(ids2[0], l, 0);
+          const Stats before = kv.total_stats();
+          auto& tier = kv.tiers().template get<1>();
+          if (std::string(fault) == "read at once") tier.fail_reads_after(0);
+          if (std::string(fault) == "read mid-batch") tier.fail_reads_after(2);
+          if (std::string(fault) == "write on seal") tier.fail_writes_after(0);
+          CHECK_THROWS_WITH_AS(drive(kv, ids2, step, l), doctest::Contains("injected"), Error);
+          CHECK(kv.length(ids2[0], l) == len0);
+          CHECK(kv.length(ids2[1], l) == len1);
+          CHECK(kv.tiers().template get<0>().used_pages() == fast_used);  // no slot leaked
+          CHECK(kv.tiers().template get<1>().inner().stored_pages() == stored);
+          CHECK(kv.cached_pages(ids2[0], l, 0) == cached);
+          CHECK(kv.total_stats().steps == before.steps);
+          tier.heal();
+        }
+        const auto out = drive(kv, ids2, step, l);  // the retry, or a normal step
+        REQUIRE(out.size() == expect[at].size());
+        CHECK(std::memcmp(out.data(), expect[at].data(), out.size() * 4) == 0);
+      }
+    CHECK(kv.tiers().template get<1>().injected_errors() == 1);
+  }
+}
+
+TEST_CASE("prefill in chunks equals prefill at once, and a failed prefill changes nothing") {
+  Workload w;
+  w.cfg = small_config();
+  w.prompt = {70};
+  w.steps = 3;
+  KvManager<index::Oracle, eviction::Lru, FaultyTiers> whole(w.cfg);
+  const auto expect = run(whole, w);
+
+  KvManager<index::Oracle, eviction::Lru, FaultyTiers> chunked(w.cfg);
+  const auto& sh = w.cfg.shape;
+  const int d = sh.head_dim;
+  const SeqId id = chunked.add_sequence(PrefixDigest::of_tokens(std::vector<std::int32_t>{1, 2, 3}));
+  CHECK(chunked.prefix_digest(id) == PrefixDigest::of_tokens(std::vector<std::int32_t>{1, 2, 3}));
+  for (int l = 0; l < sh.layers; ++l) {
+    int t0 = 0;
+    for (int chunk : {13, 30, 27}) {
+      std::vector<float> k, v;
+      for (int t = t0; t < t0 + chunk; ++t) {
+        auto kr = w.key(0, l, t), vr = w.value(0, l, t);
+        k.insert(k.end(), kr.begin(), kr.end());
+        v.insert(v.end(), vr.begin(), vr.end());
+      }
+      if (l == 1 && t0 == 13) {  // a failing chunk leaves the stream as it was
+        const auto used = chunked.tiers().get<0>().used_pages();
+        chunked.tiers().get<1>().fail_writes_after(1);
+        CHECK_THROWS_AS(chunked.prefill(id, l, make_view(k, chunk, sh.kv_heads, d), make_view(v, chunk, sh.kv_heads, d)), Error);
+        chunked.tiers().get<1>().heal();
+        CHECK(chunked.length(id, l) == 13);
+        CHECK(chunked.tiers().get<0>().used_pages() == used);
+      }
+      chunked.prefill(id, l, make_view(k, chunk, sh.kv_heads, d), make_view(v, chunk, sh.kv_heads, d));
+      t0 += chunk;
+    }
+  }
+  std::vector<float> got;
+  for (int step = 0; step < w.steps; ++step)
+    for (int l = 0; l < sh.layers; ++l) {
+      auto q = w.query(0, l, 70 + step), k = w.key(0, l, 70 + step), v = w.value(0, l, 70 + step);
+      std::vector<float> out(static_cast<std::size_t>(sh.q_heads) * d);
+      const SeqId b[] = {id};
+      chunked.attend(l, b, make_view(q, 1, sh.q_heads, d), make_view(k, 1, sh.kv_heads, d),
+                     make_view(v, 1, sh.kv_heads, d), make_view(out, 1, sh.q_heads, d));
+      got.insert(got.end(), out.begin(), out.end());
+    }
+  CHECK(std::memcmp(got.data(), expect.data(), got.size() * 4) == 0);
+}
+
+TEST_CASE("bad input throws kvdrive::Error naming the problem") {
+  Config c = small_config();
+  {
+    Config z = c;
+    z.shape.q_heads = 0;
+    CHECK_THROWS_WITH_AS((KvManager<index::Dense, eviction::Lru>(z)), doctest::Contains("zero heads"), Error);
+  }
+  KvManager<index::Dense, eviction::Lru> kv(c);
+  const auto& sh = c.shape;
+  const int d = sh.head_dim;
+  std::vector<float> q(static_cast<std::size_t>(sh.q_heads) * d), k(static_cast<std::size_t>(sh.kv_heads) * d), out(q.size());
+  const SeqId id = kv.add_sequence();
+  const SeqId batch[] = {id};
+  auto attend = [&](int layer, std::span<const SeqId> b, int qd = 64) {
+    kv.attend(layer, b, make_view(q.data(), 1, sh.q_heads, qd), make_view(k, 1, sh.kv_heads, d),
+              make_view(k, 1, sh.kv_heads, d), make_view(out, 1, sh.q_heads, d));
+  };
+  CHECK_NOTHROW(attend(0, batch));
+  CHECK_THROWS_WITH_AS(attend(0, batch, 32), doctest::Contains("head_dim 32 does not match the config's 64"), Error);
+  CHECK_THROWS_WITH_AS(attend(2, batch), doctest::Contains("layer 2 out of range [0, 2)"), Error);
+  CHECK_THROWS_WITH_AS(attend(-1, batch), doctest::Contains("layer -1 out of range"), Error);
+  const SeqId unknown[] = {99};
+  CHECK_THROWS_WITH_AS(attend(0, unknown), doctest::Contains("unknown sequence 99"), Error);
+  const SeqId twice[] = {id, id};
+  std::vector<float> q2(2 * q.size()), k2(2 * k.size()), o2(2 * q.size());
+  CHECK_THROWS_WITH_AS(kv.attend(0, twice, make_view(q2, 2, sh.q_heads, d), make_view(k2, 2, sh.kv_heads, d),
+                                 make_view(k2, 2, sh.kv_heads, d), make_view(o2, 2, sh.q_heads, d)),
+                       doctest::Contains("appears twice"), Error);
+  CHECK_THROWS_WITH_AS(kv.attend(0, batch, make_view(q2, 2, sh.q_heads, d), make_view(k, 1, sh.kv_heads, d),
+                                 make_view(k, 1, sh.kv_heads, d), make_view(out, 1, sh.q_heads, d)),
+                       doctest::Contains("expected 1 (the batch size)"), Error);
+  CHECK_THROWS_WITH_AS(kv.prefill(id, 0, make_view(k, 1, sh.kv_heads, d), make_view(k, 1, sh.kv_heads, d)),
+                       doctest::Contains("prefill comes first"), Error);
+  kv.release(id);
+  CHECK_THROWS_WITH_AS(attend(0, batch), doctest::Contains("sequence 1 was released"), Error);
+  CHECK_THROWS_WITH_AS(kv.release(id), doctest::Contains("was released"), Error);
+  CHECK(kv.sequences() == 0);
+}
+
+TEST_CASE("release frees every page in every tier") {
+  Workload w;
+  w.cfg = small_config();
+  w.prompt = {50, 33};
+  w.steps = 5;
+  KvManager<index::Oracle, eviction::Lru, FaultyTiers> kv(w.cfg);
+  run(kv, w);
+  CHECK(kv.tiers().get<1>().inner().stored_pages() > 0);
+  kv.release(1);
+  kv.release(2);
+  CHECK(kv.tiers().get<0>().used_pages() == 0);
+  CHECK(kv.tiers().get<1>().inner().stored_pages() == 0);
+  CHECK(kv.index_bytes() == 0);
+}
