@@ -1,0 +1,38 @@
+// Error handling for the CUDA backend. Launchers return cudaError_t (KVD_CUDA_TRY propagates
+// one); host code that owns resources turns a failure into kvdrive::Error (KVD_CUDA_CHECK),
+// naming the call, the file and line, and CUDA's own message.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kvdrive/core/error.hpp"
+
+/// Returns the cudaError_t of `call` from the enclosing function if it is not cudaSuccess.
+#define KVD_CUDA_TRY(call)                         \
+  do {                                             \
+    const cudaError_t kvd_status_ = (call);        \
+    if (kvd_status_ != cudaSuccess) return kvd_status_; \
+  } while (0)
+
+/// Throws kvdrive::Error if `call` does not return cudaSuccess.
+#define KVD_CUDA_CHECK(call)                                                                    \
+  do {                                                                                          \
+    const cudaError_t kvd_status_ = (call);                                                     \
+    if (kvd_status_ != cudaSuccess)                                                             \
+      ::kvdrive::fail("CUDA error at {}:{}: {} returned {} ({})", __FILE__, __LINE__, #call,    \
+                      cudaGetErrorName(kvd_status_), cudaGetErrorString(kvd_status_));          \
+  } while (0)
+
+namespace kvdrive::cuda {
+
+/// Number of usable CUDA devices; 0 when there is no driver or no device.
+inline int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky error left by a missing driver
+    return 0;
+  }
+  return n;
+}
+
+}  // namespace kvdrive::cuda
