@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "kvdrive/core/half.hpp"
@@ -14,11 +15,58 @@ namespace kvdrive::attention {
 
 KVD_HOST_DEVICE float neg_inf() { return -std::numeric_limits<float>::infinity(); }
 
-/// exp(x) for x <= 0 coming from (score - max); exp(-inf) = 0.
-KVD_HOST_DEVICE float exp_shifted(float x) { return ::expf(x); }
+/// exp(x) for x <= 0, as used on (score - max); exp(-inf) = 0. Cody-Waite reduction by ln 2
+/// and a degree-7 polynomial (Cephes expf), within 2 ulp of exp. The clamps are integer selects
+/// on the bits, so compilers vectorise loops over it without -ffast-math; the GPU computes the
+/// very same function.
+KVD_HOST_DEVICE float exp_shifted(float x) {
+  constexpr std::uint32_t kLowest = 0xc2ae0000u;  // -87.0f: below it exp underflows to 0
+  const std::uint32_t u = float_bits(x);
+  std::uint32_t c = u > kLowest ? kLowest : u;     // x < -87, -inf (or a negative NaN): clamp
+  c = c < 0x80000000u ? 0x80000000u : c;           // x >= 0: clamp to -0
+  const float xc = bits_float(c);
+  const float n = static_cast<float>(static_cast<int>(xc * 1.44269504088896341f - 0.5f));  // round
+  float r = xc - n * 0.693359375f;
+  r = r + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = p * r * r + r + 1.0f;
+  std::uint32_t scale = static_cast<std::uint32_t>(static_cast<int>(n) + 127) << 23;  // 2^n
+  scale = u > kLowest ? 0u : scale;
+  return y * bits_float(scale);
+}
+
+/// log(x) for finite x > 0 (Cephes logf: mantissa in [sqrt(1/2), sqrt(2)), degree-8
+/// polynomial), within 2 ulp of log. Branch-free, so loops over it vectorise; shared with the GPU.
+KVD_HOST_DEVICE float log_positive(float x) {
+  const std::uint32_t u = float_bits(x);
+  float e = static_cast<float>(static_cast<int>((u >> 23) & 0xffu) - 126);
+  const float mant = bits_float((u & 0x007fffffu) | 0x3f000000u);  // in [0.5, 1)
+  const bool small = (u & 0x007fffffu) < 0x003504f3u;              // mant < sqrt(1/2)
+  e = small ? e - 1.0f : e;
+  const float m = small ? mant + mant - 1.0f : mant - 1.0f;
+  const float z = m * m;
+  float y = 7.0376836292e-2f;
+  y = y * m - 1.1514610310e-1f;
+  y = y * m + 1.1676998740e-1f;
+  y = y * m - 1.2420140846e-1f;
+  y = y * m + 1.4249322787e-1f;
+  y = y * m - 1.6668057665e-1f;
+  y = y * m + 2.0000714765e-1f;
+  y = y * m - 2.4999993993e-1f;
+  y = y * m + 3.3333331174e-1f;
+  y = y * m * z;
+  y = y - 2.12194440e-4f * e;
+  y = y - 0.5f * z;
+  return (m + y) + 0.693359375f * e;
+}
 
 /// log-sum-exp of a partial; -inf when it covers no tokens.
-KVD_HOST_DEVICE float partial_lse(float m, float l) { return l > 0.0f ? m + ::logf(l) : neg_inf(); }
+KVD_HOST_DEVICE float partial_lse(float m, float l) { return l > 0.0f ? m + log_positive(l) : neg_inf(); }
 
 /// q . k over d elements with 8 independent partial sums combined in a fixed order: the compiler
 /// vectorises it without -ffast-math and the result does not depend on the machine's threads.

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kvdrive/attention/convert.hpp"
+#include "kvdrive/attention/cpu_kernels.hpp"
 #include "kvdrive/attention/math.hpp"
 #include "kvdrive/core/error.hpp"
 
@@ -37,26 +38,38 @@ struct DecodeArgs {
   float* page_lse = nullptr;  ///< [pages][group], optional
 };
 
+/// Asks the CPU to start loading a page's K and V rows (pages are usually scattered, so the
+/// hardware prefetcher cannot guess the next one); the loads then overlap this page's math.
+inline void prefetch_page(const PageRef& page, int row_bytes) {
+  const std::size_t bytes = static_cast<std::size_t>(page.tokens) * static_cast<std::size_t>(row_bytes);
+  for (std::size_t off = 0; off < bytes; off += 64) {
+    __builtin_prefetch(static_cast<const char*>(page.k) + off);
+    __builtin_prefetch(static_cast<const char*>(page.v) + off);
+  }
+}
+
 /// Attention of one stream over its pages, K/V of element type T, accumulated in float.
 template <class T>
 void sparse_decode(const DecodeArgs& a) {
   const int g = a.group, d = a.head_dim;
-  int max_tokens = 0;
-  for (const PageRef& p : a.pages) max_tokens = std::max(max_tokens, p.tokens);
+  int max_rows = 0;
+  for (const PageRef& p : a.pages) max_rows = std::max(max_rows, padded_rows(p.tokens));
 
   thread_local std::vector<float> scratch;
-  const std::size_t need = static_cast<std::size_t>(g) * d                 // acc
-                           + 2 * static_cast<std::size_t>(max_tokens) * d  // K and V rows
-                           + static_cast<std::size_t>(g) * max_tokens      // scores
-                           + 2 * static_cast<std::size_t>(g);              // m, l
+  const std::size_t gd = static_cast<std::size_t>(g) * d;
+  const std::size_t need = gd                                              // acc
+                           + static_cast<std::size_t>(max_rows) * d        // V rows
+                           + static_cast<std::size_t>(g) * max_rows        // scores, then weights
+                           + 4 * static_cast<std::size_t>(g);              // m, l, keep, take
   if (scratch.size() < need) scratch.resize(need);
   float* acc = scratch.data();
-  float* kf = acc + static_cast<std::size_t>(g) * d;
-  float* vf = kf + static_cast<std::size_t>(max_tokens) * d;
-  float* s = vf + static_cast<std::size_t>(max_tokens) * d;
-  float* m = s + static_cast<std::size_t>(g) * max_tokens;
+  float* vf = acc + gd;
+  float* s = vf + static_cast<std::size_t>(max_rows) * d;
+  float* m = s + static_cast<std::size_t>(g) * max_rows;
   float* l = m + g;
-  std::fill(acc, acc + static_cast<std::size_t>(g) * d, 0.0f);
+  float* keep = l + g;
+  float* take = keep + g;
+  std::fill(acc, acc + gd, 0.0f);
   std::fill(m, m + g, neg_inf());
   std::fill(l, l + g, 0.0f);
 
@@ -68,38 +81,24 @@ void sparse_decode(const DecodeArgs& a) {
         for (int h = 0; h < g; ++h) a.page_lse[p * g + h] = neg_inf();
       continue;
     }
-    const std::size_t rows = static_cast<std::size_t>(t_n) * d;
-    to_float_block(static_cast<const T*>(page.k), kf, rows);
-    to_float_block(static_cast<const T*>(page.v), vf, rows);
+    if (p + 1 < a.pages.size()) prefetch_page(a.pages[p + 1], d * static_cast<int>(sizeof(T)));
+    const int rows = padded_rows(t_n);
+    const std::size_t used = static_cast<std::size_t>(t_n) * d, padded = static_cast<std::size_t>(rows) * d;
+    to_float_block(static_cast<const T*>(page.v), vf, used);
+    std::fill(vf + used, vf + padded, 0.0f);
+    page_scores(a.q, g, static_cast<const T*>(page.k), t_n, d, a.scale, s);
     for (int h = 0; h < g; ++h) {
-      const float* qh = a.q + static_cast<std::size_t>(h) * d;
-      float* sh = s + static_cast<std::size_t>(h) * t_n;
-      for (int t = 0; t < t_n; ++t) sh[t] = dot8(qh, kf + static_cast<std::size_t>(t) * d, d) * a.scale;
-    }
-    for (int h = 0; h < g; ++h) {
-      float* sh = s + static_cast<std::size_t>(h) * t_n;
-      float mp = sh[0];
-      for (int t = 1; t < t_n; ++t) mp = std::max(mp, sh[t]);
-      float lp = 0.0f;
-      for (int t = 0; t < t_n; ++t) {
-        sh[t] = exp_shifted(sh[t] - mp);
-        lp += sh[t];
-      }
-      if (a.page_lse) a.page_lse[p * g + h] = partial_lse(mp, lp);
-      // Fold this page into the running state (the online form of merge_partial).
-      const float mn = std::max(m[h], mp);
-      const float keep = l[h] > 0.0f ? exp_shifted(m[h] - mn) : 0.0f;
-      const float take = exp_shifted(mp - mn);
+      const RowSoftmax row = softmax_row(s + static_cast<std::size_t>(h) * rows, t_n, rows);
+      if (a.page_lse) a.page_lse[p * g + h] = partial_lse(row.max, row.sum);
+      // Fold this page into the running state (the online form of merge_partial): the old
+      // accumulator is scaled by keep, the page's weights by take.
+      const float mn = std::max(m[h], row.max);
+      keep[h] = l[h] > 0.0f ? exp_shifted(m[h] - mn) : 0.0f;
+      take[h] = exp_shifted(row.max - mn);
       m[h] = mn;
-      l[h] = l[h] * keep + lp * take;
-      float* acc_h = acc + static_cast<std::size_t>(h) * d;
-      for (int j = 0; j < d; ++j) acc_h[j] *= keep;
-      for (int t = 0; t < t_n; ++t) {
-        const float w = sh[t] * take;
-        const float* vr = vf + static_cast<std::size_t>(t) * d;
-        for (int j = 0; j < d; ++j) acc_h[j] += w * vr[j];
-      }
+      l[h] = l[h] * keep[h] + row.sum * take[h];
     }
+    page_accumulate(acc, keep, take, s, vf, g, t_n, d);
   }
 
   for (int h = 0; h < g; ++h) {

@@ -1,0 +1,46 @@
+# kvdrive: the commands of the README. Each installs what it needs (scripts/bootstrap) first.
+#   make demo        the main job: sparse decoding of a long synthetic context through KvManager
+#   make test        build everything (nvcc included where present) and run the test suite
+#   make asan-test   the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make bench       the microbenchmarks
+JOBS ?= $(shell nproc)
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+CMAKE ?= cmake
+
+.PHONY: all bootstrap configure build test asan-test demo bench clean
+
+all: build
+
+bootstrap:
+	@bash scripts/bootstrap
+
+configure: bootstrap
+	$(CMAKE) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+
+build: configure
+	$(CMAKE) --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+asan-test: bootstrap
+	$(CMAKE) -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKVD_CUDA=OFF \
+	  -DKVD_BUILD_BENCH=OFF -DKVD_BUILD_EXAMPLES=OFF \
+	  -DCMAKE_CXX_FLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all"
+	$(CMAKE) --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --output-on-failure -j $(JOBS) -E package_consumer
+
+demo: bootstrap
+	$(CMAKE) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+	$(CMAKE) --build $(BUILD) -j $(JOBS) --target kvd-demo
+	./$(BUILD)/examples/demo/kvd-demo
+
+bench: bootstrap
+	$(CMAKE) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+	$(CMAKE) --build $(BUILD) -j $(JOBS) --target bench_attention
+	./$(BUILD)/bench/bench_attention
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)
