@@ -169,3 +169,30 @@ TEST_CASE("merge_partial: two halves merge into the whole") {
   CHECK(m1 == m_before);
   CHECK(l1 == l_before);
 }
+
+TEST_CASE("exp_shifted and log_positive are within a few ulp of the C library") {
+  double worst_exp = 0;
+  for (int i = 0; i <= 200000; ++i) {
+    const float x = -87.0f * static_cast<float>(i) / 200000.0f;
+    const double ref = std::exp(static_cast<double>(x));
+    const double got = attention::exp_shifted(x);
+    worst_exp = std::max(worst_exp, std::fabs(got - ref) / ref);
+  }
+  CHECK(worst_exp < 4e-7);  // about 3 ulp of float
+  CHECK(attention::exp_shifted(0.0f) == 1.0f);
+  CHECK(attention::exp_shifted(-INFINITY) == 0.0f);
+  CHECK(attention::exp_shifted(-1000.0f) == 0.0f);
+  CHECK(attention::exp_shifted(1e-3f) == 1.0f);  // x > 0 is clamped: callers pass score - max
+
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> e(-30.0f, 30.0f);
+  double worst_log = 0;
+  for (int i = 0; i < 200000; ++i) {
+    const float x = std::pow(10.0f, e(rng));
+    const double ref = std::log(static_cast<double>(x));
+    worst_log = std::max(worst_log, std::fabs(attention::log_positive(x) - ref) / std::max(1.0, std::fabs(ref)));
+  }
+  CHECK(worst_log < 3e-7);
+  CHECK(attention::log_positive(1.0f) == 0.0f);
+  CHECK(attention::partial_lse(2.0f, 0.0f) == -INFINITY);
+}

@@ -7,7 +7,7 @@
 
 #include "kvdrive/core/half.hpp"
 
-#if defined(__F16C__) && defined(__AVX__)
+#if defined(__F16C__) && defined(__AVX__) && !defined(KVD_DISABLE_SIMD)
 #include <immintrin.h>
 #endif
 
@@ -19,7 +19,7 @@ inline void to_float_block(const float* src, float* dst, std::size_t n) {
 
 inline void to_float_block(const half* src, float* dst, std::size_t n) {
   std::size_t i = 0;
-#if defined(__F16C__) && defined(__AVX__)
+#if defined(__F16C__) && defined(__AVX__) && !defined(KVD_DISABLE_SIMD)
   for (; i + 8 <= n; i += 8) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
     _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));

@@ -14,36 +14,42 @@
 #include <string_view>
 #include <vector>
 
+#include "kvdrive/attention/cpu_kernels.hpp"
 #include "kvdrive/attention/math.hpp"
 #include "kvdrive/index/concept.hpp"
 #include "kvdrive/index/selection.hpp"
 
 namespace kvdrive::index {
 
-/// Keeps all sealed keys of a stream in float; shared by both oracles.
+/// Keeps all sealed keys of a stream in float; shared by both oracles. Stored in blocks of
+/// kBlockPages pages so that appending never moves what is already there.
 struct ExactKeys {
-  std::vector<float> keys;  ///< [pages][page_tokens][head_dim]
+  static constexpr std::int64_t kBlockPages = 1024;
+  std::vector<std::vector<float>> blocks;  ///< [block][page in block][page_tokens][head_dim]
   std::int64_t pages = 0;
   int page_tokens = 0;
   int head_dim = 0;
+
+  std::size_t page_floats() const { return static_cast<std::size_t>(page_tokens) * head_dim; }
+  std::size_t bytes() const { return static_cast<std::size_t>(pages) * page_floats() * sizeof(float); }
 
   void add(const PageKeys& k) {
     if (pages == 0) {
       page_tokens = k.page_tokens;
       head_dim = k.head_dim;
     }
-    const float* end = k.page(k.pages);
-    keys.insert(keys.end(), k.data, end);
-    pages += k.pages;
+    for (std::int64_t i = 0; i < k.pages; ++i, ++pages) {
+      if (pages % kBlockPages == 0) blocks.emplace_back().reserve(kBlockPages * page_floats());
+      blocks.back().insert(blocks.back().end(), k.page(i), k.page(i) + page_floats());
+    }
   }
   const float* page(std::int64_t p) const {
-    return keys.data() + static_cast<std::size_t>(p) * page_tokens * head_dim;
+    return blocks[static_cast<std::size_t>(p / kBlockPages)].data() + static_cast<std::size_t>(p % kBlockPages) * page_floats();
   }
-  /// Scaled q.k of every token of page p for query head q_h, written to s[page_tokens].
-  void scores(const float* q_h, float scale, std::int64_t p, float* s) const {
-    const float* k = page(p);
-    for (int t = 0; t < page_tokens; ++t)
-      s[t] = attention::dot8(q_h, k + static_cast<std::size_t>(t) * head_dim, head_dim) * scale;
+  /// Scaled q.k of every token of page p for each of the group's heads: s[group][rows], rows =
+  /// attention::padded_rows(page_tokens).
+  void scores(const float* q, int group, float scale, std::int64_t p, float* s) const {
+    attention::page_scores(q, group, page(p), page_tokens, head_dim, scale, s);
   }
 };
 
@@ -53,19 +59,21 @@ struct Oracle {
 
   void build(State& s, const PageKeys& k) const { s.add(k); }
   void append(State& s, const PageKeys& k) const { s.add(k); }
-  std::size_t bytes(const State& s) const { return s.keys.size() * sizeof(float); }
+  std::size_t bytes(const State& s) const { return s.bytes(); }
 
   void select(const State& s, const IndexQuery& q, std::vector<std::uint32_t>& out) const {
     const std::size_t n = static_cast<std::size_t>(q.candidates());
-    std::vector<float> est(static_cast<std::size_t>(q.group) * n), tok(static_cast<std::size_t>(s.page_tokens));
-    for (int h = 0; h < q.group; ++h)
-      for (std::size_t i = 0; i < n; ++i) {
-        s.scores(q.q + static_cast<std::size_t>(h) * q.head_dim, q.scale,
-                 q.first_candidate + static_cast<std::int64_t>(i), tok.data());
-        float best = tok[0];
-        for (float v : tok) best = v > best ? v : best;
+    const int rows = attention::padded_rows(s.page_tokens);
+    std::vector<float> est(static_cast<std::size_t>(q.group) * n), tok(static_cast<std::size_t>(q.group) * rows);
+    for (std::size_t i = 0; i < n; ++i) {
+      s.scores(q.q, q.group, q.scale, q.first_candidate + static_cast<std::int64_t>(i), tok.data());
+      for (int h = 0; h < q.group; ++h) {
+        const float* th = tok.data() + static_cast<std::size_t>(h) * rows;
+        float best = th[0];
+        for (int t = 1; t < s.page_tokens; ++t) best = th[t] > best ? th[t] : best;
         est[static_cast<std::size_t>(h) * n + i] = best;
       }
+    }
     std::vector<float> score(n);
     gqa_scores(est.data(), q.group, n, score.data());
     top_pages(score, q.first_candidate, q.budget_pages, out);
@@ -79,28 +87,29 @@ struct OracleMass {
 
   void build(State& s, const PageKeys& k) const { s.add(k); }
   void append(State& s, const PageKeys& k) const { s.add(k); }
-  std::size_t bytes(const State& s) const { return s.keys.size() * sizeof(float); }
+  std::size_t bytes(const State& s) const { return s.bytes(); }
 
   void select(const State& s, const IndexQuery& q, std::vector<std::uint32_t>& out) const {
     const std::size_t n = static_cast<std::size_t>(q.candidates());
-    std::vector<float> page_lse(static_cast<std::size_t>(s.pages)), tok(static_cast<std::size_t>(s.page_tokens));
-    std::vector<float> mass(n, 0.0f);
-    for (int h = 0; h < q.group; ++h) {
-      float total_m = attention::neg_inf(), total_l = 0.0f;
-      for (std::int64_t p = 0; p < s.pages; ++p) {
-        s.scores(q.q + static_cast<std::size_t>(h) * q.head_dim, q.scale, p, tok.data());
-        float m = tok[0];
-        for (float v : tok) m = v > m ? v : m;
-        float l = 0.0f;
-        for (float v : tok) l += attention::exp_shifted(v - m);
-        page_lse[static_cast<std::size_t>(p)] = attention::partial_lse(m, l);
-        const float mn = m > total_m ? m : total_m;
-        total_l = total_l * attention::exp_shifted(total_m - mn) + l * attention::exp_shifted(m - mn);
-        total_m = mn;
+    const int rows = attention::padded_rows(s.page_tokens);
+    const auto g = static_cast<std::size_t>(q.group);
+    std::vector<float> page_lse(static_cast<std::size_t>(s.pages) * g), tok(g * rows);
+    std::vector<float> total_m(g, attention::neg_inf()), total_l(g, 0.0f);
+    for (std::int64_t p = 0; p < s.pages; ++p) {
+      s.scores(q.q, q.group, q.scale, p, tok.data());
+      for (std::size_t h = 0; h < g; ++h) {
+        const attention::RowSoftmax row = attention::softmax_row(tok.data() + h * rows, s.page_tokens, rows);
+        page_lse[static_cast<std::size_t>(p) * g + h] = attention::partial_lse(row.max, row.sum);
+        const float mn = row.max > total_m[h] ? row.max : total_m[h];
+        total_l[h] = total_l[h] * attention::exp_shifted(total_m[h] - mn) + row.sum * attention::exp_shifted(row.max - mn);
+        total_m[h] = mn;
       }
-      const float total = attention::partial_lse(total_m, total_l);
+    }
+    std::vector<float> mass(n, 0.0f);
+    for (std::size_t h = 0; h < g; ++h) {
+      const float total = attention::partial_lse(total_m[h], total_l[h]);
       for (std::size_t i = 0; i < n; ++i)
-        mass[i] += attention::page_mass(page_lse[static_cast<std::size_t>(q.first_candidate) + i], total);
+        mass[i] += attention::page_mass(page_lse[(static_cast<std::size_t>(q.first_candidate) + i) * g + h], total);
     }
     top_pages(mass, q.first_candidate, q.budget_pages, out);
   }
