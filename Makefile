@@ -2,13 +2,15 @@
 #   make demo        the main job: sparse decoding of a long synthetic context through KvManager
 #   make test        build everything (nvcc included where present) and run the test suite
 #   make asan-test   the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make tsan-test   the test suite under ThreadSanitizer
 #   make bench       the microbenchmarks
 JOBS ?= $(shell nproc)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
 CMAKE ?= cmake
 
-.PHONY: all bootstrap configure build test asan-test demo bench clean
+.PHONY: all bootstrap configure build test asan-test tsan-test demo bench clean
 
 all: build
 
@@ -32,6 +34,13 @@ asan-test: bootstrap
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure -j $(JOBS) -E package_consumer
 
+tsan-test: bootstrap
+	$(CMAKE) -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKVD_CUDA=OFF \
+	  -DKVD_BUILD_BENCH=OFF -DKVD_BUILD_EXAMPLES=OFF \
+	  -DCMAKE_CXX_FLAGS="-O1 -g -fsanitize=thread"
+	$(CMAKE) --build $(TSAN_BUILD) -j $(JOBS)
+	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS) -E package_consumer
+
 demo: bootstrap
 	$(CMAKE) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
 	$(CMAKE) --build $(BUILD) -j $(JOBS) --target kvd-demo
@@ -43,4 +52,4 @@ bench: bootstrap
 	./$(BUILD)/bench/bench_attention
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
