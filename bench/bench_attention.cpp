@@ -4,7 +4,8 @@
 // Shape: Llama-3-8B attention (4 query heads per KV head, head_dim 128, fp16 KV, 8-token pages
 // = 4 KiB), batch 4 x 8 KV heads = 32 streams of 32K tokens (512 MiB of KV). Sparse: each stream
 // attends sink + 6.25% of its pages + local, a fresh random selection per iteration from 16
-// prepared ones, so the pages come from DRAM rather than cache. memcpy copies 256 MiB; its
+// prepared ones, so the pages come from DRAM rather than cache. Pages live in the host tier's
+// PagePool (4 KiB slots in huge-page-backed blocks). memcpy copies 256 MiB; its
 // figure is bytes copied per second (each byte read once and written once).
 #include <benchmark/benchmark.h>
 
@@ -31,20 +32,24 @@ constexpr int kSelections = 16;
 constexpr std::size_t kPageBytes = 2ull * kPageTokens * kDim * sizeof(half);
 
 struct Fixture {
-  std::vector<half> pool;  // [streams][pages][K block, V block]
+  tier::PagePool pool;  // the host tier's page pool: 4 KiB slots in huge-page-backed blocks
+  std::vector<tier::PagePool::Slot> slots;  // [streams][pages]
   std::vector<float> q;    // [streams][group][dim]
   std::vector<std::vector<std::vector<attention::PageRef>>> selections;  // [selection][stream]
   std::vector<std::vector<attention::PageRef>> dense;                     // [stream]
 
   Fixture() {
-    const std::size_t elems = static_cast<std::size_t>(kStreams) * kPagesPerStream * kPageBytes / sizeof(half);
-    pool.resize(elems);
+    pool.open(kPageBytes, 4096, 0);
     std::uint64_t x = 88172645463325252ull;
-    for (auto& h : pool) {  // xorshift: fast enough for half a GiB
-      x ^= x << 13;
-      x ^= x >> 7;
-      x ^= x << 17;
-      h = half(static_cast<float>(static_cast<std::int64_t>(x % 2001) - 1000) * 1e-3f);
+    for (int i = 0; i < kStreams * kPagesPerStream; ++i) {
+      slots.push_back(pool.allocate());
+      half* h = reinterpret_cast<half*>(pool.data(slots.back()));
+      for (std::size_t e = 0; e < kPageBytes / sizeof(half); ++e) {  // xorshift: fast for 512 MiB
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        h[e] = half(static_cast<float>(static_cast<std::int64_t>(x % 2001) - 1000) * 1e-3f);
+      }
     }
     std::mt19937 rng(1);
     std::normal_distribution<float> nd;
@@ -72,7 +77,7 @@ struct Fixture {
   }
 
   attention::PageRef ref(int stream, int page) const {
-    const half* base = pool.data() + (static_cast<std::size_t>(stream) * kPagesPerStream + page) * (kPageBytes / sizeof(half));
+    const auto* base = reinterpret_cast<const half*>(pool.data(slots[static_cast<std::size_t>(stream) * kPagesPerStream + page]));
     return {base, base + kPageTokens * kDim, kPageTokens};
   }
 };

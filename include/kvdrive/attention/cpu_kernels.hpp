@@ -139,40 +139,62 @@ inline RowSoftmax softmax_row(float* s, int tokens, int rows) {
   return {mx, ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]))};
 }
 
-/// acc: [group][d]; keep, take: [group]; w: [group][rows]; v: [rows][d].
-/// acc_h = acc_h * keep[h] + sum_t (w[h][t] * take[h]) v_t.
-inline void page_accumulate(float* acc, const float* keep, const float* take, const float* w,
-                            const float* v, int group, int tokens, int d) {
+#if KVD_CPU_AVX2
+namespace detail {
+/// acc of HB heads += weights x V over TB tokens, V read and converted once for the HB heads.
+template <int HB, int TB, class T>
+inline void accumulate_block(float* acc, const float* keep, const float* take, const float* w,
+                             const T* v, int tokens, int rows, int d, int h0, int t0) {
+  __m256 wv[HB][TB];
+  for (int h = 0; h < HB; ++h)
+    for (int t = 0; t < TB; ++t)
+      wv[h][t] = _mm256_set1_ps(w[static_cast<std::size_t>(h0 + h) * rows + t0 + t] * take[h0 + h]);
+  __m256 kp[HB];
+  for (int h = 0; h < HB; ++h) kp[h] = _mm256_set1_ps(t0 == 0 ? keep[h0 + h] : 1.0f);
+  const T* vr[TB];
+  for (int t = 0; t < TB; ++t)  // rows past the page's tokens repeat its last row with weight 0
+    vr[t] = v + static_cast<std::size_t>(t0 + t < tokens ? t0 + t : tokens - 1) * d;
+  for (int j = 0; j < d; j += 8) {
+    __m256 a[HB];
+    for (int h = 0; h < HB; ++h) a[h] = _mm256_mul_ps(_mm256_loadu_ps(acc + static_cast<std::size_t>(h0 + h) * d + j), kp[h]);
+    for (int t = 0; t < TB; ++t) {
+      const __m256 vv = load8(vr[t] + j);
+      for (int h = 0; h < HB; ++h) a[h] = _mm256_fmadd_ps(wv[h][t], vv, a[h]);
+    }
+    for (int h = 0; h < HB; ++h) _mm256_storeu_ps(acc + static_cast<std::size_t>(h0 + h) * d + j, a[h]);
+  }
+}
+
+template <int HB, int TB, class T>
+inline void accumulate_page(float* acc, const float* keep, const float* take, const float* w,
+                            const T* v, int group, int tokens, int d) {
   const int rows = padded_rows(tokens);
+  for (int h0 = 0; h0 < group; h0 += HB)
+    for (int t0 = 0; t0 < rows; t0 += TB) accumulate_block<HB, TB>(acc, keep, take, w, v, tokens, rows, d, h0, t0);
+}
+}  // namespace detail
+#endif
+
+/// acc: [group][d]; keep, take: [group]; w: [group][padded_rows(tokens)], zero past `tokens`;
+/// v: [tokens][d] in the KV dtype. acc_h = acc_h * keep[h] + sum_t (w[h][t] * take[h]) v_t.
+template <class T>
+inline void page_accumulate(float* acc, const float* keep, const float* take, const float* w,
+                            const T* v, int group, int tokens, int d) {
 #if KVD_CPU_AVX2
   if (d % 8 == 0) {
-    for (int h = 0; h < group; ++h) {
-      float* ah = acc + static_cast<std::size_t>(h) * d;
-      const float* wh = w + static_cast<std::size_t>(h) * rows;
-      for (int t0 = 0; t0 < rows; t0 += kRowBlock) {
-        __m256 wv[8];
-        for (int u = 0; u < 8; ++u) wv[u] = _mm256_set1_ps(wh[t0 + u] * take[h]);
-        const __m256 kp = _mm256_set1_ps(t0 == 0 ? keep[h] : 1.0f);
-        const float* vb = v + static_cast<std::size_t>(t0) * d;
-        for (int j = 0; j < d; j += 8) {
-          __m256 a = _mm256_mul_ps(_mm256_loadu_ps(ah + j), kp);
-          for (int u = 0; u < 8; ++u)
-            a = _mm256_fmadd_ps(wv[u], _mm256_loadu_ps(vb + static_cast<std::size_t>(u) * d + j), a);
-          _mm256_storeu_ps(ah + j, a);
-        }
-      }
-    }
-    return;
+    if (group % 2 == 0) return detail::accumulate_page<2, 4>(acc, keep, take, w, v, group, tokens, d);
+    return detail::accumulate_page<1, 8>(acc, keep, take, w, v, group, tokens, d);
   }
 #endif
+  const int rows = padded_rows(tokens);
   for (int h = 0; h < group; ++h) {
     float* ah = acc + static_cast<std::size_t>(h) * d;
     const float* wh = w + static_cast<std::size_t>(h) * rows;
     for (int j = 0; j < d; ++j) ah[j] *= keep[h];
-    for (int t = 0; t < rows; ++t) {
-      const float* vt = v + static_cast<std::size_t>(t) * d;
+    for (int t = 0; t < tokens; ++t) {
+      const T* vt = v + static_cast<std::size_t>(t) * d;
       const float wt = wh[t] * take[h];
-      for (int j = 0; j < d; ++j) ah[j] += wt * vt[j];
+      for (int j = 0; j < d; ++j) ah[j] += wt * to_float(vt[j]);
     }
   }
 }

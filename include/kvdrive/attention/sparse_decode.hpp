@@ -58,17 +58,17 @@ void sparse_decode(const DecodeArgs& a) {
   thread_local std::vector<float> scratch;
   const std::size_t gd = static_cast<std::size_t>(g) * d;
   const std::size_t need = gd                                              // acc
-                           + static_cast<std::size_t>(max_rows) * d        // V rows
                            + static_cast<std::size_t>(g) * max_rows        // scores, then weights
-                           + 4 * static_cast<std::size_t>(g);              // m, l, keep, take
+                           + 6 * static_cast<std::size_t>(g);  // m, l, keep, take, row max, row sum
   if (scratch.size() < need) scratch.resize(need);
   float* acc = scratch.data();
-  float* vf = acc + gd;
-  float* s = vf + static_cast<std::size_t>(max_rows) * d;
+  float* s = acc + gd;
   float* m = s + static_cast<std::size_t>(g) * max_rows;
   float* l = m + g;
   float* keep = l + g;
   float* take = keep + g;
+  float* row_max = take + g;
+  float* row_sum = row_max + g;
   std::fill(acc, acc + gd, 0.0f);
   std::fill(m, m + g, neg_inf());
   std::fill(l, l + g, 0.0f);
@@ -83,22 +83,25 @@ void sparse_decode(const DecodeArgs& a) {
     }
     if (p + 1 < a.pages.size()) prefetch_page(a.pages[p + 1], d * static_cast<int>(sizeof(T)));
     const int rows = padded_rows(t_n);
-    const std::size_t used = static_cast<std::size_t>(t_n) * d, padded = static_cast<std::size_t>(rows) * d;
-    to_float_block(static_cast<const T*>(page.v), vf, used);
-    std::fill(vf + used, vf + padded, 0.0f);
     page_scores(a.q, g, static_cast<const T*>(page.k), t_n, d, a.scale, s);
     for (int h = 0; h < g; ++h) {
       const RowSoftmax row = softmax_row(s + static_cast<std::size_t>(h) * rows, t_n, rows);
-      if (a.page_lse) a.page_lse[p * g + h] = partial_lse(row.max, row.sum);
-      // Fold this page into the running state (the online form of merge_partial): the old
-      // accumulator is scaled by keep, the page's weights by take.
-      const float mn = std::max(m[h], row.max);
-      keep[h] = l[h] > 0.0f ? exp_shifted(m[h] - mn) : 0.0f;
-      take[h] = exp_shifted(row.max - mn);
-      m[h] = mn;
-      l[h] = l[h] * keep[h] + row.sum * take[h];
+      row_max[h] = row.max;
+      row_sum[h] = row.sum;
     }
-    page_accumulate(acc, keep, take, s, vf, g, t_n, d);
+    // Fold this page into the running state (the online form of merge_partial): the old
+    // accumulator is scaled by keep, the page's weights by take. Loops over the heads are kept
+    // branch-free so they vectorise; before the first page m is -inf, so keep is 0.
+    for (int h = 0; h < g; ++h) {
+      const float mn = m[h] > row_max[h] ? m[h] : row_max[h];
+      keep[h] = exp_shifted(m[h] - mn);
+      take[h] = exp_shifted(row_max[h] - mn);
+      l[h] = l[h] * keep[h] + row_sum[h] * take[h];
+      m[h] = mn;
+    }
+    if (a.page_lse)
+      for (int h = 0; h < g; ++h) a.page_lse[p * g + h] = row_max[h] + log_positive(row_sum[h]);
+    page_accumulate(acc, keep, take, s, static_cast<const T*>(page.v), g, t_n, d);
   }
 
   for (int h = 0; h < g; ++h) {

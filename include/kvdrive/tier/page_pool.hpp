@@ -1,5 +1,7 @@
 // PagePool: page-sized slots in aligned host memory, handed out from a free list. Memory grows
-// in blocks (pointers stay valid for the pool's life) up to an optional capacity. Thread-safe.
+// in 4 MiB blocks (pointers stay valid for the pool's life) up to an optional capacity. Blocks
+// are 2 MiB-aligned and offered to the kernel as transparent huge pages, so that scattered
+// page reads do not miss the TLB on every page. Thread-safe.
 #pragma once
 
 #include <algorithm>
@@ -10,6 +12,8 @@
 #include <mutex>
 #include <new>
 #include <vector>
+
+#include <sys/mman.h>
 
 #include "kvdrive/core/error.hpp"
 
@@ -77,11 +81,18 @@ class PagePool {
     std::size_t n = block_pages_;
     if (capacity_ != 0 && total_ + n > capacity_) n = capacity_ - total_;
     // Every block holds block_pages_ slots of address space so slot -> address is one division.
-    auto* raw = static_cast<std::byte*>(::operator new[](block_pages_ * stride_, std::align_val_t{alignment_}));
-    blocks_.emplace_back(raw, AlignedDelete{alignment_});
+    const std::size_t bytes = block_pages_ * stride_;
+    const std::size_t align = std::max(alignment_, kHugePage);
+    auto* raw = static_cast<std::byte*>(::operator new[](bytes, std::align_val_t{align}));
+    blocks_.emplace_back(raw, AlignedDelete{align});
+#ifdef MADV_HUGEPAGE
+    if (bytes >= kHugePage) ::madvise(raw, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);  // a hint
+#endif
     for (std::size_t i = n; i-- > 0;) free_.push_back(static_cast<Slot>(total_ + i));
     total_ += n;  // a block cut short by the capacity is the last one, so numbering stays aligned
   }
+
+  static constexpr std::size_t kHugePage = std::size_t{2} << 20;
 
   mutable std::mutex mutex_;
   std::vector<std::unique_ptr<std::byte[], AlignedDelete>> blocks_;
