@@ -10,6 +10,7 @@
 #include "kvdrive/core/error.hpp"
 #include "kvdrive/core/half.hpp"
 #include "kvdrive/core/page_ranges.hpp"
+#include "kvdrive/core/page_table.hpp"
 #include "kvdrive/core/stats.hpp"
 #include "kvdrive/core/thread_pool.hpp"
 #include "kvdrive/core/view.hpp"

@@ -30,6 +30,7 @@
 #include "kvdrive/core/digest.hpp"
 #include "kvdrive/core/error.hpp"
 #include "kvdrive/core/page_ranges.hpp"
+#include "kvdrive/core/page_table.hpp"
 #include "kvdrive/core/stats.hpp"
 #include "kvdrive/core/view.hpp"
 #include "kvdrive/eviction/concept.hpp"
@@ -48,7 +49,6 @@ template <index::IndexPolicy Index, eviction::EvictionPolicy Eviction,
           class Backend = backend::Cpu>
 class KvManager {
  public:
-  using Slot = tier::Slot;
 
   explicit KvManager(Config config, Index index = {}, Eviction eviction = {}, TierList tiers = {},
                      Pipeline pipeline = {}, Backend backend = {})
@@ -106,7 +106,7 @@ class KvManager {
   /// Tokens stored for one layer of a sequence (prefill plus decoded).
   std::int64_t length(SeqId id, int layer) const {
     check_layer(layer);
-    return sequence(id).streams[static_cast<std::size_t>(layer) * cfg_.shape.kv_heads].tokens;
+    return sequence(id).streams[static_cast<std::size_t>(layer) * cfg_.shape.kv_heads].pages.tokens;
   }
 
   // ---- prefill -------------------------------------------------------------------------------
@@ -140,7 +140,7 @@ class KvManager {
         Stream& st = stream(seq, layer, h);
         HeadWork& w = work[static_cast<std::size_t>(h)];
         for (std::int64_t t = 0; t < n; ++t) {
-          const std::int64_t pos = st.tokens + t;
+          const std::int64_t pos = st.pages.tokens + t;
           const std::int64_t page = pos / pt;
           const int row = static_cast<int>(pos % pt);
           Slot slot;
@@ -173,10 +173,10 @@ class KvManager {
     for (int h = 0; h < kvh; ++h) {
       Stream& st = stream(seq, layer, h);
       HeadWork& w = work[static_cast<std::size_t>(h)];
-      const bool had_sealed = st.tokens >= pt;
+      const bool had_sealed = st.pages.sealed_pages(pt) > 0;
       for (Slot s : w.new_slots) st.pages.push_back(PageEntry{s, 0});
       for (std::size_t i = 0; i < w.sealed.size(); ++i) st.pages[w.sealed[i]].home = w.sealed_home[i];
-      st.tokens += n;
+      st.pages.tokens += n;
       if (!w.sealed.empty()) {
         std::vector<float> keys;
         const index::PageKeys pk = page_keys(st, w.sealed.front(), static_cast<std::int64_t>(w.sealed.size()), keys);
@@ -246,16 +246,9 @@ class KvManager {
   }
 
  private:
-  struct PageEntry {
-    Slot slot = -1;         ///< fast-tier slot holding the page, or -1
-    std::uint8_t home = 0;  ///< tier index where the page is stored; 0 = only the fast tier
-  };
-
   struct Stream {
-    std::vector<PageEntry> pages;
-    std::int64_t tokens = 0;
-    std::int64_t released_below = 0;  ///< pages below this left the local window already
-    std::uint64_t steps = 0;          ///< decode steps done
+    PageTable pages;
+    std::uint64_t steps = 0;  ///< decode steps done
     typename Index::State index;
     typename Eviction::State cache;
   };
@@ -323,9 +316,9 @@ class KvManager {
       Stream& st = *p.stream;
       const Config& c = m_.cfg_;
       const int d = c.shape.head_dim, g = c.group();
-      p.ranges = page_ranges(st.tokens + 1, c.page_tokens, c.sink_tokens, c.local_tokens);
+      p.ranges = page_ranges(st.pages.tokens + 1, c.page_tokens, c.sink_tokens, c.local_tokens);
       // Write the new token into its page: past the stream's token count, so invisible until commit.
-      const int row = static_cast<int>(st.tokens % c.page_tokens);
+      const int row = static_cast<int>(st.pages.tokens % c.page_tokens);
       if (row == 0) p.new_tail = m_.tiers_.fast().allocate();
       const Slot tail = row == 0 ? p.new_tail : st.pages.back().slot;
       m_.write_token(m_.tiers_.fast().slot_data(tail), row, k_.row(p.batch_index, p.head),
@@ -422,7 +415,7 @@ class KvManager {
       for (StepPlan& p : m_.plans_) {
         Stream& st = *p.stream;
         if (p.new_tail >= 0) st.pages.push_back(PageEntry{std::exchange(p.new_tail, -1), 0});
-        ++st.tokens;
+        ++st.pages.tokens;
         if (p.seals) {
           const auto page = static_cast<std::uint32_t>(p.ranges.pages - 1);
           st.pages[page].home = p.seal_home;
@@ -526,7 +519,7 @@ class KvManager {
     void add_ref(StepPlan& p, std::uint32_t page) const {
       const Config& c = m_.cfg_;
       const std::byte* bytes = page_bytes(p, page);
-      const std::int64_t tokens_after = p.stream->tokens + 1;
+      const std::int64_t tokens_after = p.stream->pages.tokens + 1;
       const int tokens = page == p.ranges.pages - 1
                              ? static_cast<int>(tokens_after - static_cast<std::int64_t>(page) * c.page_tokens)
                              : c.page_tokens;
@@ -680,14 +673,14 @@ class KvManager {
   /// Frees the fast slots of backed pages that left the local window for the next step and are
   /// not cached. Sink pages and pages with no backing tier keep their slots.
   void slide_local_window(Stream& st) {
-    const PageRanges next = page_ranges(st.tokens + 1, cfg_.page_tokens, cfg_.sink_tokens, cfg_.local_tokens);
-    for (std::int64_t page = std::max(st.released_below, next.sink_end); page < next.local_begin; ++page) {
+    const PageRanges next = page_ranges(st.pages.tokens + 1, cfg_.page_tokens, cfg_.sink_tokens, cfg_.local_tokens);
+    for (std::int64_t page = std::max(st.pages.released_below, next.sink_end); page < next.local_begin; ++page) {
       PageEntry& e = st.pages[static_cast<std::size_t>(page)];
       if (e.home == 0 || e.slot < 0 || eviction_.contains(st.cache, static_cast<std::uint32_t>(page))) continue;
       tiers_.fast().release(e.slot);
       e.slot = -1;
     }
-    st.released_below = std::max(st.released_below, next.local_begin);
+    st.pages.released_below = std::max(st.pages.released_below, next.local_begin);
   }
 
   Config cfg_;

@@ -81,7 +81,8 @@ void sparse_decode(const DecodeArgs& a) {
         for (int h = 0; h < g; ++h) a.page_lse[p * g + h] = neg_inf();
       continue;
     }
-    if (p + 1 < a.pages.size()) prefetch_page(a.pages[p + 1], d * static_cast<int>(sizeof(T)));
+    if (p == 0 && a.pages.size() > 1) prefetch_page(a.pages[1], d * static_cast<int>(sizeof(T)));
+    if (p + 2 < a.pages.size()) prefetch_page(a.pages[p + 2], d * static_cast<int>(sizeof(T)));
     const int rows = padded_rows(t_n);
     page_scores(a.q, g, static_cast<const T*>(page.k), t_n, d, a.scale, s);
     for (int h = 0; h < g; ++h) {

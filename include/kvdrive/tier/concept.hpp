@@ -13,6 +13,7 @@
 #include <span>
 #include <string_view>
 
+#include "kvdrive/core/page_table.hpp"
 #include "kvdrive/tier/page_key.hpp"
 
 namespace kvdrive::tier {
@@ -53,7 +54,7 @@ concept AddressableTier = StorageTier<T> && T::kAddressable &&
                           };
 
 /// A tier that can serve as the fast tier: a pool of page-sized slots.
-using Slot = std::int32_t;
+using Slot = kvdrive::Slot;
 template <class T>
 concept FastTier = StorageTier<T> && requires(T& t, Slot s) {
   { t.allocate() } -> std::same_as<Slot>;  // throws kvdrive::Error when full
