@@ -50,6 +50,25 @@ struct Workload {
   }
 };
 
+/// One attend() of `layer` for every sequence of the workload at decode step `step`; returns
+/// the outputs [sequences][q_heads][head_dim].
+template <class Manager>
+std::vector<float> decode_step(Manager& kv, const Workload& w, std::span<const SeqId> ids, int layer, int step) {
+  const auto& sh = w.cfg.shape;
+  const int d = sh.head_dim, b = static_cast<int>(ids.size());
+  std::vector<float> q, k, v, out(static_cast<std::size_t>(b) * sh.q_heads * d);
+  for (int s = 0; s < b; ++s) {
+    const std::int64_t t = w.prompt[s] + step;
+    auto qr = w.query(s, layer, t), kr = w.key(s, layer, t), vr = w.value(s, layer, t);
+    q.insert(q.end(), qr.begin(), qr.end());
+    k.insert(k.end(), kr.begin(), kr.end());
+    v.insert(v.end(), vr.begin(), vr.end());
+  }
+  kv.attend(layer, ids, make_view(q, b, sh.q_heads, d), make_view(k, b, sh.kv_heads, d),
+            make_view(v, b, sh.kv_heads, d), make_view(out, b, sh.q_heads, d));
+  return out;
+}
+
 /// Runs the workload; returns every output of every step, layer and sequence, in order.
 template <class Manager>
 std::vector<float> run(Manager& kv, const Workload& w) {
@@ -71,16 +90,7 @@ std::vector<float> run(Manager& kv, const Workload& w) {
   std::vector<float> all;
   for (int step = 0; step < w.steps; ++step)
     for (int l = 0; l < sh.layers; ++l) {
-      std::vector<float> q, k, v, out(static_cast<std::size_t>(b) * sh.q_heads * d);
-      for (int s = 0; s < b; ++s) {
-        const std::int64_t t = w.prompt[s] + step;
-        auto qr = w.query(s, l, t), kr = w.key(s, l, t), vr = w.value(s, l, t);
-        q.insert(q.end(), qr.begin(), qr.end());
-        k.insert(k.end(), kr.begin(), kr.end());
-        v.insert(v.end(), vr.begin(), vr.end());
-      }
-      kv.attend(l, ids, make_view(q, b, sh.q_heads, d), make_view(k, b, sh.kv_heads, d),
-                make_view(v, b, sh.kv_heads, d), make_view(out, b, sh.q_heads, d));
+      const auto out = decode_step(kv, w, ids, l, step);
       all.insert(all.end(), out.begin(), out.end());
     }
   return all;
@@ -295,19 +305,7 @@ TEST_CASE("commit or nothing: a failed step leaves every sequence as it was") {
   w.steps = 1;
   // Undisturbed run of several steps, one attend() at a time.
   auto drive = [&](auto& kv, std::vector<SeqId>& ids, int step, int layer) {
-    const auto& sh = w.cfg.shape;
-    const int d = sh.head_dim, b = 2;
-    std::vector<float> q, k, v, out(static_cast<std::size_t>(b) * sh.q_heads * d);
-    for (int s = 0; s < b; ++s) {
-      const std::int64_t t = w.prompt[s] + step;
-      auto qr = w.query(s, layer, t), kr = w.key(s, layer, t), vr = w.value(s, layer, t);
-      q.insert(q.end(), qr.begin(), qr.end());
-      k.insert(k.end(), kr.begin(), kr.end());
-      v.insert(v.end(), vr.begin(), vr.end());
-    }
-    kv.attend(layer, ids, make_view(q, b, sh.q_heads, d), make_view(k, b, sh.kv_heads, d),
-              make_view(v, b, sh.kv_heads, d), make_view(out, b, sh.q_heads, d));
-    return out;
+    return decode_step(kv, w, ids, layer, step);
   };
   auto setup = [&](auto& kv) {
     w.steps = 0;
@@ -392,13 +390,10 @@ TEST_CASE("prefill in chunks equals prefill at once, and a failed prefill change
     }
   }
   std::vector<float> got;
+  const SeqId ids[] = {id};
   for (int step = 0; step < w.steps; ++step)
     for (int l = 0; l < sh.layers; ++l) {
-      auto q = w.query(0, l, 70 + step), k = w.key(0, l, 70 + step), v = w.value(0, l, 70 + step);
-      std::vector<float> out(static_cast<std::size_t>(sh.q_heads) * d);
-      const SeqId b[] = {id};
-      chunked.attend(l, b, make_view(q, 1, sh.q_heads, d), make_view(k, 1, sh.kv_heads, d),
-                     make_view(v, 1, sh.kv_heads, d), make_view(out, 1, sh.q_heads, d));
+      const auto out = decode_step(chunked, w, ids, l, step);
       got.insert(got.end(), out.begin(), out.end());
     }
   CHECK(std::memcmp(got.data(), expect.data(), got.size() * 4) == 0);
