@@ -4,6 +4,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -24,7 +27,7 @@ struct Workload {
   int steps = 4;
   std::uint64_t seed = 1;
   bool zero_queries = false;
-  bool index_values = false;  // V_t[0] = 1, V_t[1] = t: the output reveals who was attended
+  bool index_values = false;  // V_t[0] = t^2, V_t[1] = t: the output reveals who was attended
 
   // k/v for sequence s, layer l, token t: deterministic from the seed.
   std::vector<float> row(std::uint64_t tag, int s, int l, std::int64_t t, int heads) const {
@@ -38,7 +41,7 @@ struct Workload {
     auto v = row(2, s, l, t, cfg.shape.kv_heads);
     if (index_values)
       for (int h = 0; h < cfg.shape.kv_heads; ++h) {
-        v[static_cast<std::size_t>(h) * cfg.shape.head_dim] = 1.0f;
+        v[static_cast<std::size_t>(h) * cfg.shape.head_dim] = static_cast<float>(t * t);
         v[static_cast<std::size_t>(h) * cfg.shape.head_dim + 1] = static_cast<float>(t);
       }
     return v;
@@ -172,7 +175,7 @@ TEST_CASE("every token is attended exactly once: sink, candidates, local and tai
         w.cfg.page_tokens = pt;
         w.cfg.local_tokens = local;
         w.cfg.sink_tokens = sink;
-        w.prompt = {2, 13, 50};
+        w.prompt = {0, 1, 13, 50};  // 0: decoded without prefill
         w.steps = pt + 2;  // crosses a page boundary
         w.zero_queries = true;
         w.index_values = true;
@@ -182,11 +185,16 @@ TEST_CASE("every token is attended exactly once: sink, candidates, local and tai
           const int d = 16;
           std::size_t at = 0;
           for (int step = 0; step < w.steps; ++step)
-            for (int s = 0; s < 3; ++s, at += 4 * d) {
+            for (int s = 0; s < static_cast<int>(w.prompt.size()); ++s, at += 4 * d) {
               const double n = w.prompt[s] + step + 1;
-              CHECK(out[at] == doctest::Approx(1.0).epsilon(1e-6));               // weights sum to one
-              CHECK(out[at + 1] == doctest::Approx((n - 1) / 2).epsilon(1e-5));  // mean of 0..n-1
+              CHECK(out[at + 1] == doctest::Approx((n - 1) / 2).epsilon(1e-5));                // mean of t
+              CHECK(out[at] == doctest::Approx((n - 1) * (2 * n - 1) / 6).epsilon(1e-5));    // mean of t^2
             }
+          // Every token of every stream, once: the count over the whole run.
+          std::uint64_t tokens = 0;
+          for (int step = 0; step < w.steps; ++step)
+            for (int s = 0; s < static_cast<int>(w.prompt.size()); ++s) tokens += static_cast<std::uint64_t>(w.prompt[s] + step + 1);
+          CHECK(kv.total_stats().attended_tokens == tokens);
         }
         SUBCASE("sparse") {
           // The oracle breaks all-equal ties toward the lowest candidate pages.
@@ -195,8 +203,9 @@ TEST_CASE("every token is attended exactly once: sink, candidates, local and tai
           const auto out = run(kv, w);
           const int d = 16;
           std::size_t at = 0;
+          std::uint64_t expected_tokens = 0;
           for (int step = 0; step < w.steps; ++step)
-            for (int s = 0; s < 3; ++s, at += 4 * d) {
+            for (int s = 0; s < static_cast<int>(w.prompt.size()); ++s, at += 4 * d) {
               const int n = w.prompt[s] + step + 1;
               // Independent classification of every token's page (Decision 3).
               std::vector<int> candidate_pages;
@@ -213,13 +222,18 @@ TEST_CASE("every token is attended exactly once: sink, candidates, local and tai
               std::vector<int> attended = always;
               for (int i = 0; i < budget; ++i)
                 for (int t = candidate_pages[i] * pt; t < candidate_pages[i] * pt + pt; ++t) attended.push_back(t);
-              double mean = 0;
-              for (int t : attended) mean += t;
+              double mean = 0, mean_sq = 0;
+              for (int t : attended) {
+                mean += t;
+                mean_sq += static_cast<double>(t) * t;
+              }
               mean /= static_cast<double>(attended.size());
-              CHECK(out[at] == doctest::Approx(1.0).epsilon(1e-6));
+              mean_sq /= static_cast<double>(attended.size());
               CHECK(out[at + 1] == doctest::Approx(mean).epsilon(1e-5));
+              CHECK(out[at] == doctest::Approx(mean_sq).epsilon(1e-5));
+              expected_tokens += attended.size();
             }
-          CHECK(kv.last_stats().attended_tokens > 0);
+          CHECK(kv.total_stats().attended_tokens == expected_tokens);
         }
       }
 }
@@ -301,58 +315,100 @@ TEST_CASE("outputs are bitwise identical across threads, tiers and eviction poli
 TEST_CASE("commit or nothing: a failed step leaves every sequence as it was") {
   Workload w;
   w.cfg = small_config();
-  w.prompt = {60, 75};
-  w.steps = 1;
-  // Undisturbed run of several steps, one attend() at a time.
-  auto drive = [&](auto& kv, std::vector<SeqId>& ids, int step, int layer) {
-    return decode_step(kv, w, ids, layer, step);
-  };
+  w.prompt = {60, 76};  // both seal a page at step 3 (64 and 80 tokens): four writes, two heads each
   auto setup = [&](auto& kv) {
-    w.steps = 0;
-    run(kv, w);  // prefill only
+    Workload prefill_only = w;
+    prefill_only.steps = 0;
+    run(kv, prefill_only);
     return std::vector<SeqId>{1, 2};
   };
   using M = KvManager<index::Oracle, eviction::Lru, FaultyTiers>;
   M clean(w.cfg, {}, eviction::Lru{1});
-  auto ids = setup(clean);
+  const auto ids = setup(clean);
   std::vector<std::vector<float>> expect;
   for (int step = 0; step < 8; ++step)
-    for (int l = 0; l < 2; ++l) expect.push_back(drive(clean, ids, step, l));
+    for (int l = 0; l < 2; ++l) expect.push_back(decode_step(clean, w, ids, l, step));
 
-  for (const char* fault : {"read at once", "read mid-batch", "write on seal"}) {
+  // What a step must leave untouched when it fails, for every sequence and head.
+  auto snapshot = [&](M& kv, int l) {
+    std::vector<std::size_t> s{kv.tiers().template get<0>().used_pages(),
+                               kv.tiers().template get<1>().inner().stored_pages()};
+    for (SeqId id : ids) {
+      s.push_back(static_cast<std::size_t>(kv.length(id, l)));
+      for (int h = 0; h < w.cfg.shape.kv_heads; ++h) s.push_back(kv.cached_pages(id, l, h));
+    }
+    return s;
+  };
+  for (const char* fault : {"first read", "third read", "first write", "second write"}) {
     CAPTURE(fault);
     M kv(w.cfg, {}, eviction::Lru{1});
-    auto ids2 = setup(kv);
+    setup(kv);
     std::size_t at = 0;
     for (int step = 0; step < 8; ++step)
       for (int l = 0; l < 2; ++l, ++at) {
-        // Page seals happen when (prompt + step + 1) is a multiple of 4: prompt 60 seals at step 3.
-        const bool inject = step == 3 && l == 1;
-        if (inject) {
-          const auto len0 = kv.length(ids2[0], l), len1 = kv.length(ids2[1], l);
-          const auto fast_used = kv.tiers().template get<0>().used_pages();
-          const auto stored = kv.tiers().template get<1>().inner().stored_pages();
-          const auto cached = kv.cached_pages(ids2[0], l, 0);
-          const Stats before = kv.total_stats();
+        if (step == 3 && l == 1) {
+          const auto before = snapshot(kv, l);
+          const std::uint64_t steps_before = kv.total_stats().steps;
           auto& tier = kv.tiers().template get<1>();
-          if (std::string(fault) == "read at once") tier.fail_reads_after(0);
-          if (std::string(fault) == "read mid-batch") tier.fail_reads_after(2);
-          if (std::string(fault) == "write on seal") tier.fail_writes_after(0);
-          CHECK_THROWS_WITH_AS(drive(kv, ids2, step, l), doctest::Contains("injected"), Error);
-          CHECK(kv.length(ids2[0], l) == len0);
-          CHECK(kv.length(ids2[1], l) == len1);
-          CHECK(kv.tiers().template get<0>().used_pages() == fast_used);  // no slot leaked
-          CHECK(kv.tiers().template get<1>().inner().stored_pages() == stored);
-          CHECK(kv.cached_pages(ids2[0], l, 0) == cached);
-          CHECK(kv.total_stats().steps == before.steps);
+          const std::string f = fault;
+          if (f == "first read") tier.fail_reads_after(0);
+          if (f == "third read") tier.fail_reads_after(2);
+          if (f == "first write") tier.fail_writes_after(0);
+          if (f == "second write") tier.fail_writes_after(1);  // the first page written is undone
+          CHECK_THROWS_WITH_AS(decode_step(kv, w, ids, l, step), doctest::Contains("injected"), Error);
+          CHECK(snapshot(kv, l) == before);
+          CHECK(kv.total_stats().steps == steps_before);
           tier.heal();
         }
-        const auto out = drive(kv, ids2, step, l);  // the retry, or a normal step
+        const auto out = decode_step(kv, w, ids, l, step);  // the retry, or a normal step
         REQUIRE(out.size() == expect[at].size());
         CHECK(std::memcmp(out.data(), expect[at].data(), out.size() * 4) == 0);
       }
     CHECK(kv.tiers().template get<1>().injected_errors() == 1);
+    // The cache went through the same history as the undisturbed run.
+    const Stats& a = kv.total_stats();
+    const Stats& b = clean.total_stats();
+    CHECK(a.steps == b.steps);
+    CHECK(a.hits == b.hits);
+    CHECK(a.misses == b.misses);
+    CHECK(a.evictions == b.evictions);
+    CHECK(a.bytes_read == b.bytes_read);
+    CHECK(a.bytes_written == b.bytes_written);
+    CHECK(snapshot(kv, 0) == snapshot(clean, 0));
+    CHECK(snapshot(kv, 1) == snapshot(clean, 1));
   }
+}
+
+namespace {
+/// An index that throws from append() when told to: a policy breaking its no-throw contract.
+struct ThrowingIndex : index::Oracle {
+  std::shared_ptr<bool> armed = std::make_shared<bool>(false);
+  void append(State& s, const index::PageKeys& k) const {
+    if (*armed) throw std::runtime_error("append failed");
+    index::Oracle::append(s, k);
+  }
+};
+static_assert(index::IndexPolicy<ThrowingIndex>);
+}  // namespace
+
+TEST_CASE("a policy that throws after the point of no return leaves the batch unusable, not corrupt") {
+  Workload w;
+  w.cfg = small_config();
+  w.cfg.local_tokens = 0;  // sealed pages leave the fast tier at once
+  w.prompt = {60, 76};
+  w.steps = 3;
+  ThrowingIndex index;
+  KvManager<ThrowingIndex, eviction::Lru, FaultyTiers> kv(w.cfg, index);
+  run(kv, w);  // steps 0..2: no seal yet
+  const std::vector<SeqId> ids{1, 2};
+  *index.armed = true;
+  CHECK_THROWS_WITH_AS(decode_step(kv, w, ids, 0, 3), doctest::Contains("unusable: release them"), Error);
+  CHECK_THROWS_WITH_AS(decode_step(kv, w, ids, 1, 3), doctest::Contains("unusable after a failed commit"), Error);
+  // Pages written before the failure stay readable in the backing tier; release frees everything.
+  kv.release(1);
+  kv.release(2);
+  CHECK(kv.tiers().get<0>().used_pages() == 0);
+  CHECK(kv.tiers().get<1>().inner().stored_pages() == 0);
 }
 
 TEST_CASE("prefill in chunks equals prefill at once, and a failed prefill changes nothing") {
@@ -379,11 +435,13 @@ TEST_CASE("prefill in chunks equals prefill at once, and a failed prefill change
       }
       if (l == 1 && t0 == 13) {  // a failing chunk leaves the stream as it was
         const auto used = chunked.tiers().get<0>().used_pages();
-        chunked.tiers().get<1>().fail_writes_after(1);
+        const auto stored = chunked.tiers().get<1>().inner().stored_pages();
+        chunked.tiers().get<1>().fail_writes_after(5);  // five pages written, then a failure
         CHECK_THROWS_AS(chunked.prefill(id, l, make_view(k, chunk, sh.kv_heads, d), make_view(v, chunk, sh.kv_heads, d)), Error);
         chunked.tiers().get<1>().heal();
         CHECK(chunked.length(id, l) == 13);
         CHECK(chunked.tiers().get<0>().used_pages() == used);
+        CHECK(chunked.tiers().get<1>().inner().stored_pages() == stored);  // the five are undone
       }
       chunked.prefill(id, l, make_view(k, chunk, sh.kv_heads, d), make_view(v, chunk, sh.kv_heads, d));
       t0 += chunk;

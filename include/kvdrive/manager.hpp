@@ -7,9 +7,11 @@
 //   kv.release(id);
 //
 // attend() fills one StepPlan per stream (sequence x KV head) and runs the five stages of
-// Decision 1 through the Pipeline policy. Everything before commit() only reads shared state or
-// writes plan-local buffers, so a failing step changes nothing (Decision 8). Not thread-safe:
-// one caller at a time.
+// Decision 1 through the Pipeline policy. Before commit() the stages only read shared state and
+// write plan-local buffers, fresh slots, and the new token's row of the tail page (past the
+// stream's token count, so invisible). commit() does its fallible work (writing sealed pages)
+// first, then applies; a step that fails before that point changes nothing (Decision 8). Not
+// thread-safe: one caller at a time.
 #pragma once
 
 #include <algorithm>
@@ -115,7 +117,7 @@ class KvManager {
   /// in the KV dtype. May be called in chunks, before the layer's first attend().
   void prefill(SeqId id, int layer, View<const float, 3> k, View<const float, 3> v) {
     check_layer(layer);
-    Sequence& seq = sequence(id);
+    Sequence& seq = usable_sequence(id);
     check_kv_view(k, "prefill: k", -1);
     check_kv_view(v, "prefill: v", -1);
     KVD_EXPECT(k.extent(0) == v.extent(0), "prefill: k has {} tokens but v has {}", k.extent(0),
@@ -129,9 +131,10 @@ class KvManager {
 
     // Fallible part: fill fresh slots, write sealed pages to their backing tier.
     struct HeadWork {
-      std::vector<Slot> new_slots;              // slots of pages this call opens
-      std::vector<std::uint32_t> sealed;        // pages this call seals
+      std::vector<Slot> new_slots;        // slots of pages this call opens
+      std::vector<std::uint32_t> sealed;  // pages this call seals
       std::vector<std::uint8_t> sealed_home;
+      std::vector<float> keys;            // the sealed pages' keys, as float, for the index
     };
     std::vector<HeadWork> work(static_cast<std::size_t>(kvh));
     std::vector<std::pair<std::uint8_t, tier::PageKey>> written;
@@ -160,6 +163,7 @@ class KvManager {
           const std::uint8_t home = store_sealed(key, tiers_.fast().slot_data(slot));
           if (home > 0) written.emplace_back(home, key);
           w.sealed_home.push_back(home);
+          append_page_keys(slot, w.keys);
         }
       }
     } catch (...) {
@@ -169,23 +173,30 @@ class KvManager {
       throw;
     }
 
-    // Commit.
-    for (int h = 0; h < kvh; ++h) {
-      Stream& st = stream(seq, layer, h);
-      HeadWork& w = work[static_cast<std::size_t>(h)];
-      const bool had_sealed = st.pages.sealed_pages(pt) > 0;
-      for (Slot s : w.new_slots) st.pages.push_back(PageEntry{s, 0});
-      for (std::size_t i = 0; i < w.sealed.size(); ++i) st.pages[w.sealed[i]].home = w.sealed_home[i];
-      st.pages.tokens += n;
-      if (!w.sealed.empty()) {
-        std::vector<float> keys;
-        const index::PageKeys pk = page_keys(st, w.sealed.front(), static_cast<std::int64_t>(w.sealed.size()), keys);
-        if (had_sealed)
-          index_.append(st.index, pk);
-        else
-          index_.build(st.index, pk);
+    // Commit. Index policies' build() and append() must not throw here (see apply()).
+    int h = 0;
+    try {
+      for (; h < kvh; ++h) {
+        Stream& st = stream(seq, layer, h);
+        HeadWork& w = work[static_cast<std::size_t>(h)];
+        for (Slot s : std::exchange(w.new_slots, {})) st.pages.push_back(PageEntry{s, 0});
+        for (std::size_t i = 0; i < w.sealed.size(); ++i) st.pages[w.sealed[i]].home = w.sealed_home[i];
+        st.pages.tokens += n;
+        if (!w.sealed.empty()) {
+          const index::PageKeys pk = page_keys_view(w.sealed.front(), static_cast<std::int64_t>(w.sealed.size()), w.keys);
+          if (w.sealed.front() == 0)
+            index_.build(st.index, pk);
+          else
+            index_.append(st.index, pk);
+        }
+        slide_local_window(st);
       }
-      slide_local_window(st);
+    } catch (const std::exception& e) {
+      for (HeadWork& w : work)
+        for (Slot s : w.new_slots) tiers_.fast().release(s);
+      seq.broken = true;
+      fail("prefill: the index threw while committing layer {} head {} ({}); sequence {} is now unusable: release it",
+           layer, h, e.what(), id);
     }
   }
 
@@ -204,7 +215,7 @@ class KvManager {
     check_kv_view(k, "attend: k", b);
     check_kv_view(v, "attend: v", b);
     for (std::size_t i = 0; i < batch.size(); ++i) {
-      sequence(batch[i]);
+      usable_sequence(batch[i]);
       for (std::size_t j = 0; j < i; ++j)
         KVD_EXPECT(batch[i] != batch[j], "attend: sequence {} appears twice in the batch", batch[i]);
     }
@@ -255,6 +266,7 @@ class KvManager {
 
   struct Sequence {
     std::optional<PrefixDigest> digest;
+    bool broken = false;  ///< a policy threw after a step's point of no return; only release() works
     std::vector<Stream> streams;  ///< [layer][kv_head]
   };
 
@@ -276,8 +288,12 @@ class KvManager {
     std::vector<std::uint32_t> through_cache;  ///< selected pages that use the cache
     std::vector<float> cache_scores;
     std::uint64_t hits = 0, in_place = 0;
+    std::vector<float> seal_keys;  ///< keys of the page this step seals, as float
     std::uint8_t seal_home = 0;
     bool seals = false;
+
+    /// The fast slot of the page the new token goes to.
+    Slot tail_slot() const { return new_tail >= 0 ? new_tail : stream->pages.back().slot; }
   };
 
   using Clock = std::chrono::steady_clock;
@@ -292,7 +308,7 @@ class KvManager {
 
     Step(KvManager& m, int layer, std::span<const SeqId> batch, View<const float, 3> q,
          View<const float, 3> k, View<const float, 3> v, View<float, 3> out)
-        : m_(m), layer_(layer), k_(k), v_(v), q_(q), out_(out) {
+        : m_(m), layer_(layer), batch_(batch), k_(k), v_(v), q_(q), out_(out) {
       const int kvh = m.cfg_.shape.kv_heads;
       m.plans_.resize(batch.size() * static_cast<std::size_t>(kvh));
       for (std::size_t b = 0; b < batch.size(); ++b)
@@ -403,57 +419,90 @@ class KvManager {
         if (!p.seals) continue;
         tier::PageKey key = p.base;
         key.page = static_cast<std::uint32_t>(p.ranges.pages - 1);
-        const Slot tail = p.new_tail >= 0 ? p.new_tail : p.stream->pages.back().slot;
-        p.seal_home = m_.store_sealed(key, m_.tiers_.fast().slot_data(tail));
+        p.seal_home = m_.store_sealed(key, m_.tiers_.fast().slot_data(p.tail_slot()));
         if (p.seal_home > 0) {
           written_.emplace_back(p.seal_home, key);
           stats.bytes_written[p.seal_home] += m_.cfg_.page_bytes();
         }
       }
-      // From here on nothing can fail but allocation.
-      const int g = m_.cfg_.group(), d = m_.cfg_.shape.head_dim;
-      for (StepPlan& p : m_.plans_) {
-        Stream& st = *p.stream;
-        if (p.new_tail >= 0) st.pages.push_back(PageEntry{std::exchange(p.new_tail, -1), 0});
-        ++st.pages.tokens;
+      // Still fallible: the index gets the sealed page's keys as float.
+      for (StepPlan& p : m_.plans_)
         if (p.seals) {
-          const auto page = static_cast<std::uint32_t>(p.ranges.pages - 1);
-          st.pages[page].home = p.seal_home;
-          std::vector<float> keys;
-          m_.index_.append(st.index, m_.page_keys(st, page, 1, keys));
+          p.seal_keys.clear();
+          m_.append_page_keys(p.tail_slot(), p.seal_keys);
         }
-        // Misses enter the cache in their staging slots; the policy then evicts.
-        for (std::size_t s = 0; s < p.misses.size(); ++s) st.pages[p.misses[s]].slot = p.staged[s];
-        p.staged.clear();
-        eviction::CacheUpdate u;
-        u.pages = p.through_cache;
-        u.scores = p.cache_scores;
-        u.step = st.steps + 1;
-        u.capacity = m_.eviction_.capacity(m_.cfg_.budget.pages_for(p.ranges.candidates()));
-        evicted_.clear();
-        m_.eviction_.update(st.cache, u, evicted_);
-        for (std::uint32_t page : evicted_) {
-          PageEntry& e = st.pages[page];
-          if (e.slot >= 0) m_.tiers_.fast().release(e.slot);
-          e.slot = -1;
-        }
-        m_.slide_local_window(st);
-        ++st.steps;
-        for (int j = 0; j < g; ++j)
-          std::copy_n(p.out.data() + static_cast<std::size_t>(j) * d, d,
-                      out_.row(p.batch_index, p.head * g + j));
-        stats.candidates += static_cast<std::uint64_t>(p.ranges.candidates());
-        stats.selected += p.selected.size();
-        stats.hits += p.hits;
-        stats.in_place += p.in_place;
-        stats.misses += p.misses.size();
-        stats.evictions += evicted_.size();
-        stats.attended_pages += p.refs.size();
-        for (const auto& r : p.refs) stats.attended_tokens += static_cast<std::uint64_t>(r.tokens);
-        for (std::uint32_t page : p.misses) stats.bytes_read[st.pages[page].home] += m_.cfg_.page_bytes();
-      }
+      // The point of no return: from here the step applies, and the pages written above stay.
       written_.clear();
+      std::size_t i = 0;
+      try {
+        for (; i < m_.plans_.size(); ++i) apply(m_.plans_[i]);
+      } catch (const std::exception& e) {
+        for (std::size_t j = 0; j < m_.plans_.size(); ++j) {
+          StepPlan& p = m_.plans_[j];
+          for (Slot s : p.staged) m_.tiers_.fast().release(s);  // slots no stream took over
+          p.staged.clear();
+          if (p.new_tail >= 0) m_.tiers_.fast().release(std::exchange(p.new_tail, -1));
+          if (j > i && p.seals && p.seal_home > 0) {  // pages written for streams never applied
+            tier::PageKey key = p.base;
+            key.page = static_cast<std::uint32_t>(p.ranges.pages - 1);
+            m_.tiers_.visit(p.seal_home, [&](auto& t) { t.erase(key); });
+          }
+        }
+        std::string ids;
+        for (std::size_t b = 0; b < batch_.size(); ++b) {
+          m_.sequence(batch_[b]).broken = true;
+          ids += fmt::format("{}{}", b ? ", " : "", batch_[b]);
+        }
+        fail("attend: a policy threw while committing layer {} ({}); sequences {} are now unusable: release them",
+             layer_, e.what(), ids);
+      }
       time(stats.time.commit_ms, t0);
+    }
+
+    /// Applies one stream's step. Policies' append() and update() run here, after the point of
+    /// no return; they must not throw (if one does, attend() reports the batch unusable).
+    void apply(StepPlan& p) {
+      Stream& st = *p.stream;
+      const int g = m_.cfg_.group(), d = m_.cfg_.shape.head_dim;
+      if (p.new_tail >= 0) st.pages.push_back(PageEntry{std::exchange(p.new_tail, -1), 0});
+      ++st.pages.tokens;
+      if (p.seals) {
+        const auto page = static_cast<std::uint32_t>(p.ranges.pages - 1);
+        st.pages[page].home = p.seal_home;
+        const index::PageKeys keys = m_.page_keys_view(page, 1, p.seal_keys);
+        if (page == 0)
+          m_.index_.build(st.index, keys);  // a stream decoded without prefill
+        else
+          m_.index_.append(st.index, keys);
+      }
+      // Misses enter the cache in their staging slots; the policy then evicts.
+      for (std::size_t s = 0; s < p.misses.size(); ++s) st.pages[p.misses[s]].slot = p.staged[s];
+      p.staged.clear();
+      eviction::CacheUpdate u;
+      u.pages = p.through_cache;
+      u.scores = p.cache_scores;
+      u.step = st.steps + 1;
+      u.capacity = m_.eviction_.capacity(m_.cfg_.budget.pages_for(p.ranges.candidates()));
+      evicted_.clear();
+      m_.eviction_.update(st.cache, u, evicted_);
+      for (std::uint32_t page : evicted_) {
+        PageEntry& e = st.pages[page];
+        if (e.slot >= 0) m_.tiers_.fast().release(e.slot);
+        e.slot = -1;
+      }
+      m_.slide_local_window(st);
+      ++st.steps;
+      for (int j = 0; j < g; ++j)
+        std::copy_n(p.out.data() + static_cast<std::size_t>(j) * d, d, out_.row(p.batch_index, p.head * g + j));
+      stats.candidates += static_cast<std::uint64_t>(p.ranges.candidates());
+      stats.selected += p.selected.size();
+      stats.hits += p.hits;
+      stats.in_place += p.in_place;
+      stats.misses += p.misses.size();
+      stats.evictions += evicted_.size();
+      stats.attended_pages += p.refs.size();
+      for (const auto& r : p.refs) stats.attended_tokens += static_cast<std::uint64_t>(r.tokens);
+      for (std::uint32_t page : p.misses) stats.bytes_read[st.pages[page].home] += m_.cfg_.page_bytes();
     }
 
     /// Undo everything a failed step allocated or wrote; the sequences stay as they were.
@@ -563,6 +612,7 @@ class KvManager {
 
     KvManager& m_;
     int layer_;
+    std::span<const SeqId> batch_;
     View<const float, 3> k_, v_, q_;
     View<float, 3> out_;
     std::vector<std::pair<std::uint8_t, tier::PageKey>> written_;
@@ -579,6 +629,11 @@ class KvManager {
     if (it != sequences_.end()) return it->second;
     if (id < next_id_) fail("sequence {} was released and cannot be used again", id);
     fail("unknown sequence {} (add_sequence returns the ids)", id);
+  }
+  Sequence& usable_sequence(SeqId id) {
+    Sequence& s = sequence(id);
+    KVD_EXPECT(!s.broken, "sequence {} is unusable after a failed commit: release it", id);
+    return s;
   }
   Stream& stream(Sequence& s, int layer, int head) {
     return s.streams[static_cast<std::size_t>(layer) * cfg_.shape.kv_heads + head];
@@ -646,27 +701,26 @@ class KvManager {
     }
   }
 
-  /// Keys of sealed pages [first, first + n) of a stream as float, for the index.
-  index::PageKeys page_keys(const Stream& st, std::uint32_t first, std::int64_t n,
-                            std::vector<float>& keys) const {
-    const int d = cfg_.shape.head_dim, pt = cfg_.page_tokens;
-    const std::size_t rows = static_cast<std::size_t>(pt) * d;
-    keys.resize(rows * static_cast<std::size_t>(n));
-    for (std::int64_t i = 0; i < n; ++i) {
-      const PageEntry& e = st.pages[first + static_cast<std::size_t>(i)];
-      KVD_EXPECT(e.slot >= 0, "internal: sealing page {} that is not resident", first + i);
-      const std::byte* bytes = const_cast<KvManager*>(this)->tiers_.fast().slot_data(e.slot);
-      dispatch_dtype(cfg_.dtype, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        attention::to_float_block(reinterpret_cast<const T*>(bytes), keys.data() + rows * i, rows);
-      });
-    }
+  /// Appends the keys of the page in `slot` to `keys`, as float, for the index.
+  void append_page_keys(Slot slot, std::vector<float>& keys) {
+    const std::size_t rows = static_cast<std::size_t>(cfg_.page_tokens) * cfg_.shape.head_dim;
+    const std::size_t at = keys.size();
+    keys.resize(at + rows);
+    const std::byte* bytes = tiers_.fast().slot_data(slot);
+    dispatch_dtype(cfg_.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      attention::to_float_block(reinterpret_cast<const T*>(bytes), keys.data() + at, rows);
+    });
+  }
+
+  /// The index's view of n consecutive pages' keys, starting at page `first`.
+  index::PageKeys page_keys_view(std::uint32_t first, std::int64_t n, const std::vector<float>& keys) const {
     index::PageKeys pk;
     pk.data = keys.data();
     pk.first_page = first;
     pk.pages = n;
-    pk.page_tokens = pt;
-    pk.head_dim = d;
+    pk.page_tokens = cfg_.page_tokens;
+    pk.head_dim = cfg_.shape.head_dim;
     return pk;
   }
 

@@ -3,7 +3,8 @@
 // output per head, the log-sum-exp per head, and the log-sum-exp of every page per head (the
 // eviction scores and recall metrics come from it). Pages are processed one after another and
 // folded into the running softmax state in list order, so the result depends only on the list
-// and the data, never on threads, residency or where a page's bytes live.
+// and the data, never on threads, residency or where a page's bytes live. Inputs must be
+// finite: a score that overflows float makes the output meaningless.
 #pragma once
 
 #include <algorithm>

@@ -3,7 +3,8 @@
 // through the cache this step and their attention mass. Every such page becomes cached (a hit is
 // refreshed, a miss is admitted), then the policy shrinks the cache to its capacity and reports
 // the pages it evicted, which may include pages admitted this step. Nothing is evicted before
-// compute, and update() runs in the commit stage only (Decisions 6 and 8).
+// compute, and update() runs in the commit stage only (Decisions 6 and 8), after the step's point
+// of no return: it must not throw.
 #pragma once
 
 #include <concepts>

@@ -36,6 +36,7 @@ class PagePool {
     stride_ = (page_bytes + alignment - 1) / alignment * alignment;
     capacity_ = capacity;
     block_pages_ = std::max<std::size_t>(1, (std::size_t{4} << 20) / stride_);  // ~4 MiB blocks
+    directory_ = std::make_unique<std::byte*[]>(kMaxBlocks);
   }
 
   Slot allocate() {
@@ -51,9 +52,11 @@ class PagePool {
     free_.push_back(s);
   }
 
+  /// The slot's bytes. Lock-free: the block directory never moves, so another thread may
+  /// allocate (and grow the pool) meanwhile.
   std::byte* data(Slot s) const {
     const auto i = static_cast<std::size_t>(s);
-    return blocks_[i / block_pages_].get() + (i % block_pages_) * stride_;
+    return directory_[i / block_pages_] + (i % block_pages_) * stride_;
   }
 
   std::size_t stride() const { return stride_; }
@@ -80,11 +83,14 @@ class PagePool {
                capacity_);
     std::size_t n = block_pages_;
     if (capacity_ != 0 && total_ + n > capacity_) n = capacity_ - total_;
+    KVD_EXPECT(blocks_.size() < kMaxBlocks && total_ + n <= static_cast<std::size_t>(std::numeric_limits<Slot>::max()),
+               "host page pool: cannot grow past {} pages of {} bytes", total_, stride_);
     // Every block holds block_pages_ slots of address space so slot -> address is one division.
     const std::size_t bytes = block_pages_ * stride_;
     const std::size_t align = std::max(alignment_, kHugePage);
     auto* raw = static_cast<std::byte*>(::operator new[](bytes, std::align_val_t{align}));
     blocks_.emplace_back(raw, AlignedDelete{align});
+    directory_[blocks_.size() - 1] = raw;
 #ifdef MADV_HUGEPAGE
     if (bytes >= kHugePage) ::madvise(raw, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);  // a hint
 #endif
@@ -93,9 +99,11 @@ class PagePool {
   }
 
   static constexpr std::size_t kHugePage = std::size_t{2} << 20;
+  static constexpr std::size_t kMaxBlocks = 1u << 16;  // x ~4 MiB: 256 GiB per pool
 
   mutable std::mutex mutex_;
   std::vector<std::unique_ptr<std::byte[], AlignedDelete>> blocks_;
+  std::unique_ptr<std::byte*[]> directory_;  ///< block addresses; fixed size, never reallocated
   std::vector<Slot> free_;
   std::size_t alignment_ = 64, stride_ = 0, capacity_ = 0, block_pages_ = 1, total_ = 0;
 };
