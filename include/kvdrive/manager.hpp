@@ -283,7 +283,6 @@ class KvManager {
     std::vector<std::uint32_t> misses;
     std::vector<Slot> staged;   ///< fast slot holding each miss
     std::vector<attention::PageRef> refs;
-    std::vector<std::uint32_t> ref_pages;
     std::vector<float> out, lse, page_lse;
     std::vector<std::uint32_t> through_cache;  ///< selected pages that use the cache
     std::vector<float> cache_scores;
@@ -360,7 +359,6 @@ class KvManager {
                    "index '{}' selected page {} outside candidates [{}, {}) or out of order",
                    Index::name(), page, query.first_candidate, query.end_candidate);
       }
-      p.ref_pages.clear();
       time(stats.time.select_ms, t0);
     }
 
@@ -525,7 +523,6 @@ class KvManager {
       p.misses.clear();
       p.staged.clear();
       p.refs.clear();
-      p.ref_pages.clear();
       p.through_cache.clear();
       p.cache_scores.clear();
       p.hits = p.in_place = 0;
@@ -546,7 +543,7 @@ class KvManager {
 
     /// Pointer to a page's bytes for this step: the tail slot, a resident or staged slot, or the
     /// page where it lives on an addressable tier.
-    const std::byte* page_bytes(const StepPlan& p, std::uint32_t page) const {
+    const std::byte* page_data(const StepPlan& p, std::uint32_t page) const {
       const Stream& st = *p.stream;
       if (page == p.ranges.pages - 1 && p.new_tail >= 0) return m_.tiers_.fast().slot_data(p.new_tail);
       const PageEntry& e = st.pages[page];
@@ -567,13 +564,12 @@ class KvManager {
 
     void add_ref(StepPlan& p, std::uint32_t page) const {
       const Config& c = m_.cfg_;
-      const std::byte* bytes = page_bytes(p, page);
+      const std::byte* bytes = page_data(p, page);
       const std::int64_t tokens_after = p.stream->pages.tokens + 1;
       const int tokens = page == p.ranges.pages - 1
                              ? static_cast<int>(tokens_after - static_cast<std::int64_t>(page) * c.page_tokens)
                              : c.page_tokens;
       p.refs.push_back({bytes, bytes + c.block_bytes(), tokens});
-      p.ref_pages.push_back(page);
     }
 
     void compute_one(StepPlan& p) const {
