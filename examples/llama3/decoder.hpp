@@ -1,0 +1,264 @@
+// Decoder: the Llama forward pass (RMSNorm, RoPE, GQA attention, SwiGLU, final norm, logits) with
+// every attention of decoding done by a kvdrive::KvManager. One sequence per decoder.
+//
+// Prefill runs in chunks of tokens through all layers: projections as matrix products, causal
+// attention of the chunk over the prompt so far (kept in float per KV head while prefilling,
+// blocks of 64 keys folded by kvdrive's attention kernel, one task per query token and KV head),
+// then the chunk's K/V go to KvManager::prefill. Decoding calls KvManager::attend once per layer.
+#pragma once
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "kvdrive/attention/sparse_decode.hpp"
+#include "kvdrive/core/digest.hpp"
+#include "kvdrive/core/thread_pool.hpp"
+#include "kvdrive/core/view.hpp"
+#include "kvdrive/manager.hpp"
+#include "linear.hpp"
+#include "model.hpp"
+#include "rope.hpp"
+
+namespace kvdrive::llama {
+
+/// x / sqrt(mean(x^2) + eps) * w, for one row of n values.
+inline void rmsnorm(float* out, const float* x, const float* w, int n, float eps) {
+  float ss = 0.0f;
+  for (int i = 0; i < n; ++i) ss += x[i] * x[i];
+  const float inv = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
+  for (int i = 0; i < n; ++i) out[i] = w[i] * (inv * x[i]);
+}
+
+inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+/// Wall time spent in each part of the forward pass, in milliseconds.
+struct DecoderTimes {
+  double prefill_ms = 0, decode_ms = 0;
+  double prefill_attention_ms = 0;  ///< causal attention inside prefill
+  double linear_ms = 0;             ///< projections, FFN and logits
+  std::int64_t prefill_tokens = 0, decode_tokens = 0;
+};
+
+template <class Manager>
+class Decoder {
+ public:
+  /// prefill_chunk: tokens per prefill chunk.
+  Decoder(const Model& model, Manager& kv, ThreadPool& pool, int prefill_chunk = 256,
+          std::optional<PrefixDigest> digest = std::nullopt)
+      : m_(model), c_(model.config), kv_(kv), pool_(pool), chunk_(prefill_chunk),
+        rope_(c_.head_dim(), c_.rope_theta, c_.rope_layout, c_.rope_scaling) {
+    KVD_EXPECT(prefill_chunk >= 1, "prefill chunk {} must be >= 1", prefill_chunk);
+    const auto& s = kv.config().shape;
+    KVD_EXPECT(s.layers == c_.layers && s.q_heads == c_.heads && s.kv_heads == c_.kv_heads && s.head_dim == c_.head_dim(),
+               "decoder: the KvManager's shape ({} layers, {}/{} heads, head_dim {}) does not match the model's "
+               "({} layers, {}/{} heads, head_dim {})",
+               s.layers, s.q_heads, s.kv_heads, s.head_dim, c_.layers, c_.heads, c_.kv_heads, c_.head_dim());
+    seq_ = kv.add_sequence(digest);
+    logits_.resize(static_cast<std::size_t>(c_.vocab));
+  }
+  Decoder(const Decoder&) = delete;
+  Decoder& operator=(const Decoder&) = delete;
+  ~Decoder() { kv_.release(seq_); }
+
+  SeqId sequence() const { return seq_; }
+  std::int64_t position() const { return pos_; }
+  const DecoderTimes& times() const { return times_; }
+  const std::vector<float>& logits() const { return logits_; }
+
+  /// Runs the prompt (at least one token) and returns the logits after its last token.
+  /// progress(done, total) is called after each chunk.
+  const std::vector<float>& prefill(std::span<const int> tokens,
+                                    const std::function<void(std::int64_t, std::int64_t)>& progress = {}) {
+    KVD_EXPECT(!tokens.empty(), "prefill: empty prompt");
+    KVD_EXPECT(pos_ == 0, "prefill: the decoder has already run {} tokens", pos_);
+    check_tokens(tokens);
+    const auto t0 = Clock::now();
+    const int kvh = c_.kv_heads;
+    prompt_k_.assign(static_cast<std::size_t>(c_.layers) * kvh, {});
+    prompt_v_.assign(prompt_k_.size(), {});
+    const auto n = static_cast<std::int64_t>(tokens.size());
+    for (std::int64_t p0 = 0; p0 < n; p0 += chunk_) {
+      const std::int64_t len = std::min<std::int64_t>(chunk_, n - p0);
+      prefill_chunk(tokens.subspan(static_cast<std::size_t>(p0), static_cast<std::size_t>(len)), p0);
+      if (progress) progress(p0 + len, n);
+    }
+    prompt_k_.clear();
+    prompt_v_.clear();
+    pos_ = n;
+    times_.prefill_tokens += n;
+    times_.prefill_ms += ms_since(t0);
+    return logits_;
+  }
+
+  /// Decodes one token at the next position; returns the logits that follow it.
+  const std::vector<float>& step(int token) {
+    check_tokens(std::span<const int>(&token, 1));
+    KVD_EXPECT(pos_ < c_.max_seq, "decode: position {} reaches the model's context {}", pos_, c_.max_seq);
+    const auto t0 = Clock::now();
+    const int dim = c_.dim, d = c_.head_dim(), kvd = c_.kv_dim();
+    x_.assign(m_.token_embedding + static_cast<std::size_t>(token) * dim, m_.token_embedding + static_cast<std::size_t>(token + 1) * dim);
+    xb_.resize(static_cast<std::size_t>(dim));
+    q_.resize(static_cast<std::size_t>(dim));
+    k_.resize(static_cast<std::size_t>(kvd));
+    v_.resize(static_cast<std::size_t>(kvd));
+    att_.resize(static_cast<std::size_t>(dim));
+    const SeqId batch[] = {seq_};
+    for (int l = 0; l < c_.layers; ++l) {
+      const LayerWeights& w = m_.layers[static_cast<std::size_t>(l)];
+      rmsnorm(xb_.data(), x_.data(), w.rms_att, dim, c_.rms_eps);
+      linear([&] {
+        matvec(pool_, w.wq, xb_.data(), q_.data(), dim, dim);
+        matvec(pool_, w.wk, xb_.data(), k_.data(), kvd, dim);
+        matvec(pool_, w.wv, xb_.data(), v_.data(), kvd, dim);
+      });
+      rope_.rotate(q_.data(), c_.heads, pos_);
+      rope_.rotate(k_.data(), c_.kv_heads, pos_);
+      kv_.attend(l, batch, make_view(q_, 1, c_.heads, d), make_view(k_, 1, c_.kv_heads, d),
+                 make_view(v_, 1, c_.kv_heads, d), make_view(att_, 1, c_.heads, d));
+      residual(w.wo, att_.data(), 1, dim);
+      ffn(w, 1);
+    }
+    final_logits(x_.data());
+    ++pos_;
+    ++times_.decode_tokens;
+    times_.decode_ms += ms_since(t0);
+    return logits_;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  static double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+  void check_tokens(std::span<const int> tokens) const {
+    for (int t : tokens) KVD_EXPECT(t >= 0 && t < c_.vocab, "token id {} out of range [0, {})", t, c_.vocab);
+    KVD_EXPECT(pos_ + static_cast<std::int64_t>(tokens.size()) <= c_.max_seq,
+               "{} tokens at position {} exceed the model's context {}", tokens.size(), pos_, c_.max_seq);
+  }
+
+  template <class F>
+  void linear(F&& f) {
+    const auto t0 = Clock::now();
+    f();
+    times_.linear_ms += ms_since(t0);
+  }
+
+  /// x[n][dim] += in[n][in_dim] W^T (W is [dim][in_dim]).
+  void residual(const float* w, const float* in, std::int64_t n, int in_dim) {
+    tmp_.resize(static_cast<std::size_t>(n) * c_.dim);
+    linear([&] {
+      if (n == 1)
+        matvec(pool_, w, in, tmp_.data(), static_cast<std::size_t>(c_.dim), static_cast<std::size_t>(in_dim));
+      else
+        matmul(pool_, w, in, tmp_.data(), static_cast<std::size_t>(n), static_cast<std::size_t>(c_.dim), static_cast<std::size_t>(in_dim));
+    });
+    for (std::size_t i = 0; i < tmp_.size(); ++i) x_[i] += tmp_[i];
+  }
+
+  /// x[n][dim] += W2 (silu(W1 rmsnorm(x)) * W3 rmsnorm(x)), row by row.
+  void ffn(const LayerWeights& w, std::int64_t n) {
+    const int dim = c_.dim, hid = c_.hidden_dim;
+    xb_.resize(static_cast<std::size_t>(n) * dim);
+    for (std::int64_t i = 0; i < n; ++i)
+      rmsnorm(xb_.data() + i * dim, x_.data() + i * dim, w.rms_ffn, dim, c_.rms_eps);
+    h1_.resize(static_cast<std::size_t>(n) * hid);
+    h3_.resize(h1_.size());
+    linear([&] {
+      if (n == 1) {
+        matvec(pool_, w.w1, xb_.data(), h1_.data(), hid, dim);
+        matvec(pool_, w.w3, xb_.data(), h3_.data(), hid, dim);
+      } else {
+        matmul(pool_, w.w1, xb_.data(), h1_.data(), n, hid, dim);
+        matmul(pool_, w.w3, xb_.data(), h3_.data(), n, hid, dim);
+      }
+    });
+    for (std::size_t i = 0; i < h1_.size(); ++i) h1_[i] = silu(h1_[i]) * h3_[i];
+    residual(w.w2, h1_.data(), n, hid);
+  }
+
+  void final_logits(const float* x_row) {
+    xb_.resize(static_cast<std::size_t>(c_.dim));
+    rmsnorm(xb_.data(), x_row, m_.rms_final, c_.dim, c_.rms_eps);
+    linear([&] { matvec(pool_, m_.classifier, xb_.data(), logits_.data(), c_.vocab, c_.dim); });
+  }
+
+  void prefill_chunk(std::span<const int> tokens, std::int64_t p0) {
+    const int dim = c_.dim, d = c_.head_dim(), kvd = c_.kv_dim(), kvh = c_.kv_heads, g = c_.heads / c_.kv_heads;
+    const auto n = static_cast<std::int64_t>(tokens.size());
+    x_.resize(static_cast<std::size_t>(n) * dim);
+    for (std::int64_t i = 0; i < n; ++i)
+      std::copy_n(m_.token_embedding + static_cast<std::size_t>(tokens[i]) * dim, dim, x_.data() + i * dim);
+    xb_.resize(x_.size());
+    q_.resize(x_.size());
+    k_.resize(static_cast<std::size_t>(n) * kvd);
+    v_.resize(k_.size());
+    att_.resize(x_.size());
+    for (int l = 0; l < c_.layers; ++l) {
+      const LayerWeights& w = m_.layers[static_cast<std::size_t>(l)];
+      for (std::int64_t i = 0; i < n; ++i) rmsnorm(xb_.data() + i * dim, x_.data() + i * dim, w.rms_att, dim, c_.rms_eps);
+      linear([&] {
+        matmul(pool_, w.wq, xb_.data(), q_.data(), n, dim, dim);
+        matmul(pool_, w.wk, xb_.data(), k_.data(), n, kvd, dim);
+        matmul(pool_, w.wv, xb_.data(), v_.data(), n, kvd, dim);
+      });
+      for (std::int64_t i = 0; i < n; ++i) {
+        rope_.rotate(q_.data() + i * dim, c_.heads, p0 + i);
+        rope_.rotate(k_.data() + i * kvd, kvh, p0 + i);
+      }
+      // The prompt so far, per KV head, contiguous [tokens][head_dim] for the attention kernel.
+      for (int h = 0; h < kvh; ++h) {
+        auto& pk = prompt_k_[static_cast<std::size_t>(l) * kvh + h];
+        auto& pv = prompt_v_[static_cast<std::size_t>(l) * kvh + h];
+        for (std::int64_t i = 0; i < n; ++i) {
+          pk.insert(pk.end(), k_.data() + i * kvd + h * d, k_.data() + i * kvd + (h + 1) * d);
+          pv.insert(pv.end(), v_.data() + i * kvd + h * d, v_.data() + i * kvd + (h + 1) * d);
+        }
+      }
+      const auto ta = Clock::now();
+      const float scale = kv_.config().scale();
+      pool_.parallel_for(static_cast<std::size_t>(n * kvh), [&](std::size_t task) {
+        const auto i = static_cast<std::int64_t>(task) / kvh;
+        const int h = static_cast<int>(static_cast<std::int64_t>(task) % kvh);
+        const auto& pk = prompt_k_[static_cast<std::size_t>(l) * kvh + h];
+        const auto& pv = prompt_v_[static_cast<std::size_t>(l) * kvh + h];
+        const std::int64_t keys = p0 + i + 1;  // causal: the prompt up to and including token i
+        constexpr std::int64_t kBlock = 64;
+        thread_local std::vector<attention::PageRef> blocks;
+        blocks.clear();
+        for (std::int64_t b = 0; b < keys; b += kBlock)
+          blocks.push_back({pk.data() + b * d, pv.data() + b * d, static_cast<int>(std::min(kBlock, keys - b))});
+        attention::DecodeArgs a;
+        a.q = q_.data() + i * dim + static_cast<std::int64_t>(h) * g * d;
+        a.group = g;
+        a.head_dim = d;
+        a.scale = scale;
+        a.pages = blocks;
+        a.out = att_.data() + i * dim + static_cast<std::int64_t>(h) * g * d;
+        attention::sparse_decode<float>(a);
+      });
+      times_.prefill_attention_ms += ms_since(ta);
+      kv_.prefill(seq_, l, make_view(k_.data(), n, kvh, d), make_view(v_.data(), n, kvh, d));
+      residual(w.wo, att_.data(), n, dim);
+      ffn(w, n);
+    }
+    final_logits(x_.data() + (n - 1) * dim);
+  }
+
+  const Model& m_;
+  const LlamaConfig& c_;
+  Manager& kv_;
+  ThreadPool& pool_;
+  int chunk_;
+  Rope rope_;
+  SeqId seq_ = 0;
+  std::int64_t pos_ = 0;
+  DecoderTimes times_;
+  std::vector<float> x_, xb_, q_, k_, v_, att_, tmp_, h1_, h3_, logits_;
+  std::vector<std::vector<float>> prompt_k_, prompt_v_;  ///< [layer][kv_head] while prefilling
+};
+
+}  // namespace kvdrive::llama

@@ -1,0 +1,83 @@
+// Loader for llama2.c checkpoints (the legacy run.c layout): a header of 7 int32 (dim,
+// hidden_dim, layers, heads, kv_heads, vocab, max_seq; a negative vocab means the classifier is
+// not shared), then float32 tensors in a fixed order. The file is mapped; weights are used in
+// place. RoPE rotates interleaved pairs (2i, 2i+1), theta 10000.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "kvdrive/core/error.hpp"
+#include "mapped_file.hpp"
+#include "model.hpp"
+
+namespace kvdrive::llama {
+
+inline Model load_llama2c(const std::string& path) {
+  auto file = std::make_shared<MappedFile>(path);
+  constexpr std::size_t kHeader = 7 * sizeof(std::int32_t);
+  KVD_EXPECT(file->size() >= kHeader, "{}: {} bytes is shorter than the 28-byte llama2.c header", path, file->size());
+  std::int32_t h[7];
+  std::memcpy(h, file->data(), kHeader);
+  const char* names[] = {"dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len"};
+  for (int i = 0; i < 7; ++i) {
+    const std::int64_t v = i == 5 ? (h[i] < 0 ? -static_cast<std::int64_t>(h[i]) : h[i]) : h[i];
+    KVD_EXPECT(v > 0, "{}: header field {} is {}, expected > 0", path, names[i], h[i]);
+    KVD_EXPECT(v <= (i == 5 ? (1 << 24) : (1 << 20)), "{}: header field {} is {}, implausibly large", path, names[i], h[i]);
+  }
+
+  Model m;
+  m.source = path;
+  LlamaConfig& c = m.config;
+  c.dim = h[0];
+  c.hidden_dim = h[1];
+  c.layers = h[2];
+  c.heads = h[3];
+  c.kv_heads = h[4];
+  c.tied_embeddings = h[5] > 0;
+  c.vocab = h[5] > 0 ? h[5] : -h[5];
+  c.max_seq = h[6];
+  c.rope_layout = RopeLayout::interleaved;
+  c.rope_theta = 10000.0;
+  c.rms_eps = 1e-5f;
+  c.validate(path);
+
+  const auto D = static_cast<std::uint64_t>(c.dim), H = static_cast<std::uint64_t>(c.hidden_dim),
+             L = static_cast<std::uint64_t>(c.layers), V = static_cast<std::uint64_t>(c.vocab),
+             KV = static_cast<std::uint64_t>(c.kv_dim()), S = static_cast<std::uint64_t>(c.max_seq),
+             HD = static_cast<std::uint64_t>(c.head_dim());
+  const std::uint64_t floats = V * D + L * D + L * D * D + 2 * L * KV * D + L * D * D + L * D + 3 * L * H * D + D +
+                               2 * S * HD / 2 + (c.tied_embeddings ? 0 : V * D);
+  const std::uint64_t expect = kHeader + floats * sizeof(float);
+  KVD_EXPECT(file->size() >= expect, "{}: the file has {} bytes but its header implies {} (truncated?)", path, file->size(), expect);
+  KVD_EXPECT(file->size() == expect, "{}: the file has {} bytes but its header implies {} (not a llama2.c checkpoint?)",
+             path, file->size(), expect);
+
+  const float* p = reinterpret_cast<const float*>(file->data() + kHeader);
+  auto take = [&](std::uint64_t n) {
+    const float* t = p;
+    p += n;
+    return t;
+  };
+  m.token_embedding = take(V * D);
+  m.layers.resize(static_cast<std::size_t>(L));
+  for (auto& l : m.layers) l.rms_att = take(D);
+  for (auto& l : m.layers) l.wq = take(D * D);
+  for (auto& l : m.layers) l.wk = take(KV * D);
+  for (auto& l : m.layers) l.wv = take(KV * D);
+  for (auto& l : m.layers) l.wo = take(D * D);
+  for (auto& l : m.layers) l.rms_ffn = take(D);
+  for (auto& l : m.layers) l.w1 = take(H * D);
+  for (auto& l : m.layers) l.w2 = take(D * H);
+  for (auto& l : m.layers) l.w3 = take(H * D);
+  m.rms_final = take(D);
+  take(S * HD / 2);  // freq_cis_real: recomputed, not read
+  take(S * HD / 2);  // freq_cis_imag
+  m.classifier = c.tied_embeddings ? m.token_embedding : take(V * D);
+  m.file = std::move(file);
+  return m;
+}
+
+}  // namespace kvdrive::llama

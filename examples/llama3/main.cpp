@@ -1,0 +1,244 @@
+// kvd-llama: the reference Llama decoder on kvdrive. Loads a llama2.c checkpoint or makes a
+// synthetic model, prefills a prompt, decodes N tokens with every attention going through a
+// kvdrive::KvManager (dense, or sparse with a chosen index), and closes with a summary.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "decoder.hpp"
+#include "kvdrive/kvdrive.hpp"
+#include "llama2c.hpp"
+#include "sampler.hpp"
+#include "synthetic.hpp"
+
+using namespace kvdrive;
+using namespace kvdrive::llama;
+
+namespace {
+
+struct Options {
+  std::string model = "synthetic:tiny";
+  ShapeOverrides shape;
+  std::string prompt_ids;
+  std::int64_t prompt_len = 0;
+  int steps = 32;
+  float temperature = 0.0f;
+  float top_p = 1.0f;
+  std::uint64_t seed = 1;
+  std::string mode = "sparse";
+  double budget = 0.0625;
+  std::string index = "oracle";
+  unsigned threads = 0;
+  bool print_ids = false;
+  std::string stats_json;
+  std::string dtype = "f16";
+  int page_tokens = 8, sink_tokens = 4, local_tokens = 64, prefill_chunk = 256;
+};
+
+/// A one-line progress bar on stderr, drawn only when stderr is a terminal.
+class Progress {
+ public:
+  explicit Progress(std::string label) : label_(std::move(label)), enabled_(::isatty(2) != 0) {}
+  void update(std::int64_t done, std::int64_t total) {
+    if (!enabled_) return;
+    const int width = 40, filled = total ? static_cast<int>(width * done / total) : width;
+    fmt::print(stderr, "\r{:>8} [{}{}] {}/{}", label_, std::string(static_cast<std::size_t>(filled), '#'),
+               std::string(static_cast<std::size_t>(width - filled), ' '), done, total);
+    if (done == total) fmt::print(stderr, "\n");
+  }
+
+ private:
+  std::string label_;
+  bool enabled_;
+};
+
+std::vector<int> parse_ids(const std::string& s, int vocab) {
+  std::vector<int> ids;
+  std::istringstream in(s);
+  std::string tok;
+  while (in >> tok) {
+    std::size_t used = 0;
+    long v = 0;
+    try {
+      v = std::stol(tok, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    KVD_EXPECT(used == tok.size(), "--prompt-ids: '{}' is not an integer token id", tok);
+    KVD_EXPECT(v >= 0 && v < vocab, "--prompt-ids: token id {} out of range [0, {})", v, vocab);
+    ids.push_back(static_cast<int>(v));
+  }
+  return ids;
+}
+
+template <class Index>
+int run(const Options& o, const Model& model, ThreadPool& pool) {
+  const LlamaConfig& c = model.config;
+  Config cfg;
+  cfg.shape = {c.layers, c.heads, c.kv_heads, c.head_dim()};
+  cfg.page_tokens = o.page_tokens;
+  cfg.sink_tokens = o.sink_tokens;
+  cfg.local_tokens = o.local_tokens;
+  cfg.dtype = o.dtype == "f32" ? DType::f32 : o.dtype == "bf16" ? DType::bf16 : DType::f16;
+  cfg.budget = Budget::fraction(o.budget);
+  KvManager<Index, eviction::Lru> kv(cfg, {}, {}, {}, {}, backend::Cpu({o.threads}));
+  Decoder decoder(model, kv, pool, o.prefill_chunk);
+
+  // The prompt: ids, a seeded synthetic prompt, or BOS alone.
+  std::vector<int> prompt = parse_ids(o.prompt_ids, c.vocab);
+  if (o.prompt_len > 0) {
+    std::mt19937_64 rng(o.seed);
+    std::uniform_int_distribution<int> tok(3, c.vocab - 1);
+    prompt.push_back(1);
+    while (static_cast<std::int64_t>(prompt.size()) < o.prompt_len) prompt.push_back(tok(rng));
+  }
+  if (prompt.empty()) prompt.push_back(1);  // BOS
+
+  if (!o.print_ids)
+    fmt::print("kvd-llama: {} ({} layers, dim {}, {}/{} heads, head_dim {}, vocab {}, {:.1f}M parameters)\n", model.source,
+               c.layers, c.dim, c.heads, c.kv_heads, c.head_dim(), c.vocab, static_cast<double>(model.parameters()) / 1e6);
+  if (!o.print_ids)
+    fmt::print("attention: {} ({}), {} KV, {}-token pages, sink {}, local {}, {} threads; prompt {} tokens, {} steps\n",
+               o.mode, Index::name(), dtype_name(cfg.dtype), cfg.page_tokens, cfg.sink_tokens, cfg.local_tokens,
+               pool.threads(), prompt.size(), o.steps);
+
+  Progress prefill_bar("prefill"), decode_bar("decode");
+  const std::vector<float>* logits = &decoder.prefill(prompt, [&](std::int64_t d, std::int64_t t) { prefill_bar.update(d, t); });
+  Sampler sampler(o.temperature, o.top_p, o.seed);
+  std::vector<int> generated;
+  for (int s = 0; s < o.steps; ++s) {
+    const int next = sampler.sample(*logits);
+    generated.push_back(next);
+    decode_bar.update(s + 1, o.steps);
+    if (s + 1 < o.steps) logits = &decoder.step(next);
+  }
+
+  if (o.print_ids) {
+    std::string line;
+    for (std::size_t i = 0; i < generated.size(); ++i) line += fmt::format("{}{}", i ? " " : "", generated[i]);
+    fmt::print("{}\n", line);
+  }
+
+  // Summary.
+  const DecoderTimes& t = decoder.times();
+  const Stats& s = kv.total_stats();
+  const double steps = static_cast<double>(std::max<std::uint64_t>(1, s.steps));
+  nlohmann::json j;
+  j["model"] = model.source;
+  j["mode"] = o.mode;
+  j["index"] = std::string(Index::name());
+  j["budget"] = o.budget;
+  j["threads"] = pool.threads();
+  j["prompt_tokens"] = t.prefill_tokens;
+  j["decode_tokens"] = t.decode_tokens;
+  j["prefill_tokens_per_s"] = t.prefill_ms > 0 ? 1000.0 * static_cast<double>(t.prefill_tokens) / t.prefill_ms : 0.0;
+  j["decode_tokens_per_s"] = t.decode_ms > 0 ? 1000.0 * static_cast<double>(t.decode_tokens) / t.decode_ms : 0.0;
+  j["time_ms"] = {{"prefill", t.prefill_ms},
+                  {"prefill_attention", t.prefill_attention_ms},
+                  {"decode", t.decode_ms},
+                  {"linear", t.linear_ms},
+                  {"select", s.time.select_ms},
+                  {"classify", s.time.classify_ms},
+                  {"fetch", s.time.fetch_ms},
+                  {"compute", s.time.compute_ms},
+                  {"commit", s.time.commit_ms}};
+  j["attention"] = {{"steps", s.steps},
+                    {"streams", s.streams},
+                    {"candidate_pages", s.candidates},
+                    {"selected_pages", s.selected},
+                    {"attended_tokens", s.attended_tokens},
+                    {"hits", s.hits},
+                    {"misses", s.misses},
+                    {"evictions", s.evictions},
+                    {"hit_rate", s.hit_rate()},
+                    {"index_bytes", kv.index_bytes()}};
+  j["generated"] = generated;
+  if (!o.stats_json.empty()) {
+    std::ofstream f(o.stats_json);
+    KVD_EXPECT(f.good(), "--stats-json: cannot write {}", o.stats_json);
+    f << j.dump(2) << "\n";
+  }
+  if (!o.print_ids) {
+    std::string ids;
+    for (std::size_t i = 0; i < generated.size() && i < 32; ++i) ids += fmt::format("{} ", generated[i]);
+    fmt::print("generated ids: {}{}\n\n", ids, generated.size() > 32 ? "..." : "");
+    fmt::print("summary\n");
+    fmt::print("  prefill: {} tokens in {:.1f} s = {:.1f} tokens/s (causal attention {:.1f} s)\n", t.prefill_tokens,
+               t.prefill_ms / 1000, j["prefill_tokens_per_s"].get<double>(), t.prefill_attention_ms / 1000);
+    fmt::print("  decode:  {} tokens in {:.2f} s = {:.2f} tokens/s\n", t.decode_tokens, t.decode_ms / 1000,
+               j["decode_tokens_per_s"].get<double>());
+    fmt::print("  decode attention per layer step: select {:.3f} ms, classify {:.3f}, fetch {:.3f}, compute {:.3f}, commit {:.3f}\n",
+               s.time.select_ms / steps, s.time.classify_ms / steps, s.time.fetch_ms / steps, s.time.compute_ms / steps,
+               s.time.commit_ms / steps);
+    fmt::print("  linear layers (prefill + decode): {:.2f} s\n", t.linear_ms / 1000);
+    if (s.streams > 0)
+      fmt::print("  pages selected per stream and step: {:.1f} of {:.1f} candidates; tokens attended {:.0f}\n",
+                 static_cast<double>(s.selected) / static_cast<double>(s.streams),
+                 static_cast<double>(s.candidates) / static_cast<double>(s.streams),
+                 static_cast<double>(s.attended_tokens) / static_cast<double>(s.streams));
+    fmt::print("  fast-tier cache: hit rate {:.1f}% ({} hits, {} misses, {} evictions); index {:.1f} MiB\n",
+               100 * s.hit_rate(), s.hits, s.misses, s.evictions, static_cast<double>(kv.index_bytes()) / (1 << 20));
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"kvd-llama: a Llama decoder whose attention runs through kvdrive::KvManager"};
+  app.add_option("--model", o.model, "llama2.c checkpoint (.bin) or synthetic:NAME[:seed=N] (tiny, small, llama3-8b, llama3-8b-layer)");
+  app.add_option("--layers", o.shape.layers, "synthetic models: layers")->check(CLI::Range(1, 1024));
+  app.add_option("--heads", o.shape.heads, "synthetic models: query heads")->check(CLI::Range(1, 1024));
+  app.add_option("--kv-heads", o.shape.kv_heads, "synthetic models: KV heads")->check(CLI::Range(1, 1024));
+  app.add_option("--head-dim", o.shape.head_dim, "synthetic models: head dimension")->check(CLI::Range(2, 1024));
+  app.add_option("--hidden", o.shape.hidden, "synthetic models: FFN width")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--vocab", o.shape.vocab, "synthetic models: vocabulary size")->check(CLI::Range(4, 1 << 24));
+  app.add_option("--prompt-ids", o.prompt_ids, "prompt as space-separated token ids");
+  app.add_option("--prompt-len", o.prompt_len, "a seeded synthetic prompt of N tokens (BOS first), for long-context runs")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24));
+  app.add_option("--steps", o.steps, "tokens to generate")->check(CLI::Range(0, 1 << 24));
+  app.add_option("--temperature", o.temperature, "sampling temperature; 0 is greedy")->check(CLI::Range(0.0, 100.0));
+  app.add_option("--top-p", o.top_p, "nucleus sampling mass in (0, 1]");
+  app.add_option("--seed", o.seed, "sampling and synthetic-prompt seed");
+  app.add_option("--mode", o.mode, "dense or sparse attention")->check(CLI::IsMember({"dense", "sparse"}));
+  app.add_option("--budget", o.budget, "sparse budget: fraction of candidate pages, in (0, 1]");
+  app.add_option("--index", o.index, "sparse index: oracle, oracle-mass")->check(CLI::IsMember({"oracle", "oracle-mass", "dense"}));
+  app.add_option("--threads", o.threads, "CPU threads (0: all)");
+  app.add_flag("--print-ids", o.print_ids, "print only the generated ids, space-separated, on one line of stdout");
+  app.add_option("--stats-json", o.stats_json, "write the closing summary as JSON to this file");
+  app.add_option("--dtype", o.dtype, "KV cache dtype")->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  app.add_option("--page-tokens", o.page_tokens, "tokens per KV page")->check(CLI::Range(1, 4096));
+  app.add_option("--sink-tokens", o.sink_tokens, "always-attended first tokens")->check(CLI::Range(0, 1 << 20));
+  app.add_option("--local-tokens", o.local_tokens, "always-attended last tokens")->check(CLI::Range(0, 1 << 20));
+  app.add_option("--prefill-chunk", o.prefill_chunk, "prompt tokens per prefill chunk")->check(CLI::Range(1, 1 << 16));
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    ThreadPool pool(o.threads);
+    Model model;
+    if (auto spec = parse_synthetic(o.model)) {
+      model = make_synthetic(*spec, o.shape, pool);
+    } else {
+      KVD_EXPECT(!o.shape.layers && !o.shape.heads && !o.shape.kv_heads && !o.shape.head_dim && !o.shape.hidden && !o.shape.vocab,
+                 "--layers/--heads/--kv-heads/--head-dim/--hidden/--vocab apply to synthetic models only");
+      model = load_llama2c(o.model);
+    }
+    if (o.mode == "dense" || o.index == "dense") return run<index::Dense>(o, model, pool);
+    if (o.index == "oracle-mass") return run<index::OracleMass>(o, model, pool);
+    return run<index::Oracle>(o, model, pool);
+  } catch (const Error& e) {
+    fmt::print(stderr, "kvd-llama: error: {}\n", e.what());
+    return 1;
+  }
+}

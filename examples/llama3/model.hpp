@@ -1,0 +1,86 @@
+// The Llama model the reference decoder runs: its hyper-parameters (LlamaConfig) and its weights
+// as float matrices (Weights), which point either into a mapped file or into owned storage.
+// Matrices are row-major [out][in]: y = W x.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvdrive/core/error.hpp"
+#include "mapped_file.hpp"
+
+namespace kvdrive::llama {
+
+/// How RoPE pairs the dimensions of a head: llama2.c rotates (2i, 2i+1); Hugging Face Llama
+/// checkpoints rotate (i, i + d/2).
+enum class RopeLayout { interleaved, half };
+
+/// Llama-3 frequency scaling (rope_scaling.rope_type == "llama3"); factor 0 means none.
+struct RopeScaling {
+  double factor = 0.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  double original_max_position = 8192;
+};
+
+struct LlamaConfig {
+  int dim = 0;         ///< model width
+  int hidden_dim = 0;  ///< FFN width
+  int layers = 0;
+  int heads = 0;       ///< query heads
+  int kv_heads = 0;
+  int vocab = 0;
+  int max_seq = 0;     ///< trained context (max_position_embeddings)
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  RopeLayout rope_layout = RopeLayout::interleaved;
+  float rms_eps = 1e-5f;
+  bool tied_embeddings = true;  ///< the output head is the token embedding table
+
+  int head_dim() const { return heads > 0 ? dim / heads : 0; }
+  int kv_dim() const { return kv_heads * head_dim(); }
+
+  void validate(const std::string& source) const {
+    KVD_EXPECT(dim > 0 && hidden_dim > 0 && layers > 0 && heads > 0 && kv_heads > 0 && vocab > 0 && max_seq > 0,
+               "{}: sizes must be positive (dim {}, hidden_dim {}, layers {}, heads {}, kv_heads {}, vocab {}, max_seq {})",
+               source, dim, hidden_dim, layers, heads, kv_heads, vocab, max_seq);
+    KVD_EXPECT(dim % heads == 0, "{}: dim {} is not a multiple of heads {}", source, dim, heads);
+    KVD_EXPECT(heads % kv_heads == 0, "{}: heads {} is not a multiple of kv_heads {}", source, heads, kv_heads);
+    KVD_EXPECT(head_dim() % 2 == 0, "{}: head_dim {} is odd; RoPE needs pairs", source, head_dim());
+  }
+};
+
+struct LayerWeights {
+  const float* rms_att = nullptr;  ///< [dim]
+  const float* wq = nullptr;       ///< [dim][dim]
+  const float* wk = nullptr;       ///< [kv_dim][dim]
+  const float* wv = nullptr;       ///< [kv_dim][dim]
+  const float* wo = nullptr;       ///< [dim][dim]
+  const float* rms_ffn = nullptr;  ///< [dim]
+  const float* w1 = nullptr;       ///< [hidden][dim] (gate)
+  const float* w2 = nullptr;       ///< [dim][hidden] (down)
+  const float* w3 = nullptr;       ///< [hidden][dim] (up)
+};
+
+struct Model {
+  LlamaConfig config;
+  std::string source;  ///< where it came from, for messages and summaries
+  const float* token_embedding = nullptr;  ///< [vocab][dim]
+  std::vector<LayerWeights> layers;
+  const float* rms_final = nullptr;       ///< [dim]
+  const float* classifier = nullptr;      ///< [vocab][dim]
+
+  // Backing storage: a mapped file and/or owned arrays.
+  std::shared_ptr<MappedFile> file;
+  std::vector<std::vector<float>> owned;
+
+  std::size_t parameters() const {
+    const auto& c = config;
+    const std::size_t per_layer = 2ull * c.dim + 2ull * c.dim * c.dim + 2ull * c.kv_dim() * c.dim + 3ull * c.hidden_dim * c.dim;
+    return static_cast<std::size_t>(c.vocab) * c.dim * (c.tied_embeddings ? 1 : 2) + per_layer * c.layers + c.dim;
+  }
+};
+
+}  // namespace kvdrive::llama
