@@ -2,9 +2,9 @@
 // every attention of decoding done by a kvdrive::KvManager. One sequence per decoder.
 //
 // Prefill runs in chunks of tokens through all layers: projections as matrix products, causal
-// attention of the chunk over the prompt so far (kept in float per KV head while prefilling,
-// blocks of 64 keys folded by kvdrive's attention kernel, one task per query token and KV head),
-// then the chunk's K/V go to KvManager::prefill. Decoding calls KvManager::attend once per layer.
+// attention of the chunk over the prompt so far (kept in float per KV head while prefilling; see
+// prefill_attention.hpp), then the chunk's K/V go to KvManager::prefill. Decoding calls
+// KvManager::attend once per layer.
 #pragma once
 
 #include <chrono>
@@ -22,6 +22,7 @@
 #include "kvdrive/manager.hpp"
 #include "linear.hpp"
 #include "model.hpp"
+#include "prefill_attention.hpp"
 #include "rope.hpp"
 
 namespace kvdrive::llama {
@@ -187,7 +188,7 @@ class Decoder {
   }
 
   void prefill_chunk(std::span<const int> tokens, std::int64_t p0) {
-    const int dim = c_.dim, d = c_.head_dim(), kvd = c_.kv_dim(), kvh = c_.kv_heads, g = c_.heads / c_.kv_heads;
+    const int dim = c_.dim, d = c_.head_dim(), kvd = c_.kv_dim(), kvh = c_.kv_heads;
     const auto n = static_cast<std::int64_t>(tokens.size());
     x_.resize(static_cast<std::size_t>(n) * dim);
     for (std::int64_t i = 0; i < n; ++i)
@@ -219,27 +220,19 @@ class Decoder {
         }
       }
       const auto ta = Clock::now();
-      const float scale = kv_.config().scale();
-      pool_.parallel_for(static_cast<std::size_t>(n * kvh), [&](std::size_t task) {
-        const auto i = static_cast<std::int64_t>(task) / kvh;
-        const int h = static_cast<int>(static_cast<std::int64_t>(task) % kvh);
-        const auto& pk = prompt_k_[static_cast<std::size_t>(l) * kvh + h];
-        const auto& pv = prompt_v_[static_cast<std::size_t>(l) * kvh + h];
-        const std::int64_t keys = p0 + i + 1;  // causal: the prompt up to and including token i
-        constexpr std::int64_t kBlock = 64;
-        thread_local std::vector<attention::PageRef> blocks;
-        blocks.clear();
-        for (std::int64_t b = 0; b < keys; b += kBlock)
-          blocks.push_back({pk.data() + b * d, pv.data() + b * d, static_cast<int>(std::min(kBlock, keys - b))});
-        attention::DecodeArgs a;
-        a.q = q_.data() + i * dim + static_cast<std::int64_t>(h) * g * d;
-        a.group = g;
-        a.head_dim = d;
-        a.scale = scale;
-        a.pages = blocks;
-        a.out = att_.data() + i * dim + static_cast<std::int64_t>(h) * g * d;
-        attention::sparse_decode<float>(a);
-      });
+      CausalAttentionArgs ca;
+      ca.q = q_.data();
+      ca.out = att_.data();
+      ca.keys = &prompt_k_;
+      ca.values = &prompt_v_;
+      ca.head_offset = static_cast<std::size_t>(l) * kvh;
+      ca.p0 = p0;
+      ca.tokens = n;
+      ca.heads = c_.heads;
+      ca.kv_heads = kvh;
+      ca.head_dim = d;
+      ca.scale = kv_.config().scale();
+      causal_attention(pool_, ca);
       times_.prefill_attention_ms += ms_since(ta);
       kv_.prefill(seq_, l, make_view(k_.data(), n, kvh, d), make_view(v_.data(), n, kvh, d));
       residual(w.wo, att_.data(), n, dim);

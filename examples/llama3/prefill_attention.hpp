@@ -1,0 +1,103 @@
+// Causal attention for a chunk of prompt tokens, on the CPU, blocked over query tiles: the
+// queries of kTile consecutive tokens (x the GQA group) attend together over the keys before the
+// tile, so each block of keys is loaded once per tile rather than once per query; the keys
+// inside the tile (the causal diagonal) are attended per token, and the two partial results are
+// merged by log-sum-exp. Tasks are (tile, KV head) pairs on the thread pool. The arithmetic is
+// kvdrive's attention kernel (attention::sparse_decode) over 64-key blocks.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "kvdrive/attention/sparse_decode.hpp"
+#include "kvdrive/core/thread_pool.hpp"
+
+namespace kvdrive::llama {
+
+struct CausalAttentionArgs {
+  const float* q = nullptr;  ///< [tokens][heads][head_dim], the chunk's queries (after RoPE)
+  float* out = nullptr;      ///< [tokens][heads][head_dim]
+  /// Per KV head: [p0 + tokens][head_dim] keys and values of the prompt so far, chunk included.
+  const std::vector<std::vector<float>>* keys = nullptr;
+  const std::vector<std::vector<float>>* values = nullptr;
+  std::size_t head_offset = 0;  ///< index of KV head 0 in keys/values (layer x kv_heads)
+  std::int64_t p0 = 0;          ///< position of the chunk's first token
+  std::int64_t tokens = 0;
+  int heads = 0, kv_heads = 0, head_dim = 0;
+  float scale = 1.0f;
+};
+
+/// FLOPs of causal attention for a chunk (two matrix products: scores and values).
+inline double causal_attention_flops(std::int64_t p0, std::int64_t tokens, int heads, int head_dim) {
+  const double keys = static_cast<double>(tokens) * static_cast<double>(p0) + static_cast<double>(tokens) * static_cast<double>(tokens + 1) / 2;
+  return 4.0 * keys * heads * head_dim;
+}
+
+inline void causal_attention(ThreadPool& pool, const CausalAttentionArgs& a) {
+  constexpr std::int64_t kTile = 16, kBlock = 64;
+  const int g = a.heads / a.kv_heads, d = a.head_dim;
+  const std::int64_t tiles = (a.tokens + kTile - 1) / kTile;
+  const auto row = static_cast<std::size_t>(a.heads) * d;  // floats per token in q and out
+  pool.parallel_for(static_cast<std::size_t>(tiles * a.kv_heads), [&](std::size_t task) {
+    const std::int64_t tile = static_cast<std::int64_t>(task) / a.kv_heads;
+    const int h = static_cast<int>(static_cast<std::int64_t>(task) % a.kv_heads);
+    const std::int64_t t0 = tile * kTile, n = std::min(kTile, a.tokens - t0);
+    const float* k = (*a.keys)[a.head_offset + static_cast<std::size_t>(h)].data();
+    const float* v = (*a.values)[a.head_offset + static_cast<std::size_t>(h)].data();
+    const std::int64_t prefix = a.p0 + t0;  // keys every query of the tile sees in full
+
+    thread_local std::vector<float> qt, out_a, lse_a, out_b, lse_b;
+    thread_local std::vector<attention::PageRef> blocks;
+    const auto rows = static_cast<std::size_t>(n) * g;
+    qt.resize(rows * d);
+    for (std::int64_t i = 0; i < n; ++i)  // the tile's queries of this KV head's group, contiguous
+      std::copy_n(a.q + static_cast<std::size_t>(t0 + i) * row + static_cast<std::size_t>(h) * g * d, static_cast<std::size_t>(g) * d,
+                  qt.data() + static_cast<std::size_t>(i) * g * d);
+    out_a.assign(rows * d, 0.0f);
+    lse_a.assign(rows, -INFINITY);
+    if (prefix > 0) {
+      blocks.clear();
+      for (std::int64_t b = 0; b < prefix; b += kBlock)
+        blocks.push_back({k + b * d, v + b * d, static_cast<int>(std::min(kBlock, prefix - b))});
+      attention::DecodeArgs da;
+      da.q = qt.data();
+      da.group = static_cast<int>(rows);
+      da.head_dim = d;
+      da.scale = a.scale;
+      da.pages = blocks;
+      da.out = out_a.data();
+      da.lse = lse_a.data();
+      attention::sparse_decode<float>(da);
+    }
+    out_b.resize(static_cast<std::size_t>(g) * d);
+    lse_b.resize(static_cast<std::size_t>(g));
+    for (std::int64_t i = 0; i < n; ++i) {
+      // The diagonal: token i of the tile sees the tile's keys up to itself.
+      const attention::PageRef diag{k + prefix * d, v + prefix * d, static_cast<int>(i + 1)};
+      attention::DecodeArgs da;
+      da.q = qt.data() + static_cast<std::size_t>(i) * g * d;
+      da.group = g;
+      da.head_dim = d;
+      da.scale = a.scale;
+      da.pages = std::span<const attention::PageRef>(&diag, 1);
+      da.out = out_b.data();
+      da.lse = lse_b.data();
+      attention::sparse_decode<float>(da);
+      for (int j = 0; j < g; ++j) {
+        const std::size_t r = static_cast<std::size_t>(i) * g + j;
+        const float la = lse_a[r], lb = lse_b[static_cast<std::size_t>(j)];
+        const float mx = std::max(la, lb);
+        const float wa = attention::exp_shifted(la - mx), wb = attention::exp_shifted(lb - mx);
+        const float inv = 1.0f / (wa + wb);
+        float* dst = a.out + static_cast<std::size_t>(t0 + i) * row + (static_cast<std::size_t>(h) * g + j) * d;
+        const float* pa = out_a.data() + r * d;
+        const float* pb = out_b.data() + static_cast<std::size_t>(j) * d;
+        for (int e = 0; e < d; ++e) dst[e] = (wa * pa[e] + wb * pb[e]) * inv;
+      }
+    }
+  });
+}
+
+}  // namespace kvdrive::llama
