@@ -13,7 +13,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <map>
 #include <numeric>
 #include <random>
 #include <string>
@@ -21,6 +20,7 @@
 #include <vector>
 
 #include "kvdrive/kvdrive.hpp"
+#include "support.hpp"
 
 using namespace kvdrive;
 
@@ -113,7 +113,7 @@ void BM_SparseAttention(benchmark::State& state) {
     benchmark::DoNotOptimize(out.data());
     for (const auto& s : sel) bytes += s.size() * kPageBytes;
   }
-  state.counters["KV_read"] = benchmark::Counter(static_cast<double>(bytes), benchmark::Counter::kIsRate, benchmark::Counter::kIs1024);
+  state.counters["KV_read"] = bench::rate(static_cast<double>(bytes));
 }
 BENCHMARK(BM_SparseAttention)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
@@ -127,57 +127,26 @@ void BM_DenseAttention(benchmark::State& state) {
     benchmark::DoNotOptimize(out.data());
     bytes += static_cast<std::size_t>(kStreams) * kPagesPerStream * kPageBytes;
   }
-  state.counters["KV_read"] = benchmark::Counter(static_cast<double>(bytes), benchmark::Counter::kIsRate, benchmark::Counter::kIs1024);
+  state.counters["KV_read"] = bench::rate(static_cast<double>(bytes));
 }
 BENCHMARK(BM_DenseAttention)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
-
-void BM_Memcpy(benchmark::State& state) {
-  const std::size_t n = 256u << 20;
-  std::vector<char> src(n, 1), dst(n, 0);
-  const auto threads = static_cast<unsigned>(state.range(0));
-  ThreadPool pool(threads);
-  std::size_t bytes = 0;
-  for (auto _ : state) {
-    pool.parallel_for(threads, [&](std::size_t t) {
-      const std::size_t chunk = n / threads;
-      std::memcpy(dst.data() + t * chunk, src.data() + t * chunk, chunk);
-    });
-    benchmark::DoNotOptimize(dst.data());
-    bytes += n;
-  }
-  state.counters["copied"] = benchmark::Counter(static_cast<double>(bytes), benchmark::Counter::kIsRate, benchmark::Counter::kIs1024);
-}
-BENCHMARK(BM_Memcpy)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
-
-/// Prints the usual table and remembers each run's rate for the closing comparison.
-class Collect : public benchmark::ConsoleReporter {
- public:
-  std::map<std::string, double> rate;
-  void ReportRuns(const std::vector<Run>& runs) override {
-    for (const Run& r : runs)
-      for (const char* c : {"KV_read", "copied"}) {
-        auto it = r.counters.find(c);
-        if (it != r.counters.end()) rate[r.benchmark_name()] = it->second.value;
-      }
-    ConsoleReporter::ReportRuns(runs);
-  }
-};
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  benchmark::RegisterBenchmark("BM_Memcpy", bench::BM_Memcpy)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
   benchmark::Initialize(&argc, argv);
   fixture();  // build the 512 MiB pool before timing anything
-  Collect reporter;
+  bench::Collect reporter({"KV_read", "copied"});
   benchmark::RunSpecifiedBenchmarks(&reporter);
   auto gib = [](double b) { return b / (1u << 30); };
   std::printf("\nCPU attention KV read rate vs memcpy (bytes copied/s), same threads, same run:\n");
   for (const char* threads : {"1", "2"}) {
     const std::string mem = std::string("BM_Memcpy/") + threads + "/real_time";
-    if (!reporter.rate.count(mem)) continue;
+    if (!reporter.has(mem)) continue;
     for (const char* kind : {"BM_SparseAttention", "BM_DenseAttention"}) {
       const std::string name = std::string(kind) + "/" + threads + "/real_time";
-      if (!reporter.rate.count(name)) continue;
+      if (!reporter.has(name)) continue;
       std::printf("  %-20s threads %s: %6.2f GiB/s vs memcpy %6.2f GiB/s  ratio %.2f\n", kind, threads,
                   gib(reporter.rate[name]), gib(reporter.rate[mem]), reporter.rate[name] / reporter.rate[mem]);
     }
