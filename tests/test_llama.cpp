@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <random>
 #include <vector>
@@ -329,4 +330,211 @@ TEST_CASE("stories260K: sparse at budget 0.5 agrees with dense on teacher-forced
                                                                              << ", mean KL(dense || sparse) " << kl / compared);
   CHECK(agree >= 0.9 * compared);
   CHECK(skv.total_stats().selected < skv.total_stats().candidates);  // it really was sparse
+}
+
+// ---- Hugging Face folders -------------------------------------------------------------------
+
+#include "hf_loader.hpp"
+
+namespace {
+
+struct StTensor {
+  std::string name, dtype;
+  std::vector<std::int64_t> shape;
+  std::vector<std::uint8_t> bytes;
+};
+
+/// Writes a safetensors file; `mutate` may edit the JSON header before it is written.
+void write_safetensors(const std::filesystem::path& path, const std::vector<StTensor>& tensors,
+                       const std::function<void(nlohmann::json&)>& mutate = {}) {
+  nlohmann::json h;
+  std::uint64_t at = 0;
+  for (const auto& t : tensors) {
+    h[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {at, at + t.bytes.size()}}};
+    at += t.bytes.size();
+  }
+  h["__metadata__"] = {{"format", "pt"}};
+  if (mutate) mutate(h);
+  std::string text = h.dump();
+  while (text.size() % 8) text += ' ';
+  std::ofstream f(path, std::ios::binary);
+  const std::uint64_t n = text.size();
+  f.write(reinterpret_cast<const char*>(&n), 8);
+  f.write(text.data(), static_cast<std::streamsize>(n));
+  for (const auto& t : tensors) f.write(reinterpret_cast<const char*>(t.bytes.data()), static_cast<std::streamsize>(t.bytes.size()));
+}
+
+StTensor encode(const std::string& name, const float* x, std::vector<std::int64_t> shape, const std::string& dtype) {
+  StTensor t{name, dtype, shape, {}};
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  t.bytes.resize(static_cast<std::size_t>(n) * (dtype == "F32" ? 4 : 2));
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (dtype == "F32") {
+      std::memcpy(t.bytes.data() + 4 * i, x + i, 4);
+    } else {
+      const std::uint16_t b = dtype == "F16" ? float_to_half_bits(x[i]) : float_to_bf16_bits(x[i]);
+      std::memcpy(t.bytes.data() + 2 * i, &b, 2);
+    }
+  }
+  return t;
+}
+
+/// The tensors of a model under Hugging Face names.
+std::vector<StTensor> hf_tensors(const Model& m, const std::string& dtype) {
+  const auto& c = m.config;
+  const std::int64_t D = c.dim, H = c.hidden_dim, KV = c.kv_dim(), V = c.vocab;
+  std::vector<StTensor> t{encode("model.embed_tokens.weight", m.token_embedding, {V, D}, dtype)};
+  for (int l = 0; l < c.layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const LayerWeights& w = m.layers[static_cast<std::size_t>(l)];
+    t.push_back(encode(p + "input_layernorm.weight", w.rms_att, {D}, dtype));
+    t.push_back(encode(p + "self_attn.q_proj.weight", w.wq, {D, D}, dtype));
+    t.push_back(encode(p + "self_attn.k_proj.weight", w.wk, {KV, D}, dtype));
+    t.push_back(encode(p + "self_attn.v_proj.weight", w.wv, {KV, D}, dtype));
+    t.push_back(encode(p + "self_attn.o_proj.weight", w.wo, {D, D}, dtype));
+    t.push_back(encode(p + "post_attention_layernorm.weight", w.rms_ffn, {D}, dtype));
+    t.push_back(encode(p + "mlp.gate_proj.weight", w.w1, {H, D}, dtype));
+    t.push_back(encode(p + "mlp.down_proj.weight", w.w2, {D, H}, dtype));
+    t.push_back(encode(p + "mlp.up_proj.weight", w.w3, {H, D}, dtype));
+  }
+  t.push_back(encode("model.norm.weight", m.rms_final, {D}, dtype));
+  return t;
+}
+
+void write_config(const std::filesystem::path& dir, const LlamaConfig& c, const std::string& torch_dtype) {
+  nlohmann::json j = {{"hidden_size", c.dim}, {"intermediate_size", c.hidden_dim}, {"num_hidden_layers", c.layers},
+                      {"num_attention_heads", c.heads}, {"num_key_value_heads", c.kv_heads}, {"vocab_size", c.vocab},
+                      {"max_position_embeddings", 2048}, {"rope_theta", c.rope_theta}, {"rms_norm_eps", c.rms_eps},
+                      {"tie_word_embeddings", true}, {"torch_dtype", torch_dtype}};
+  std::ofstream(dir / "config.json") << j.dump(2);
+}
+
+/// Logits of a short greedy run.
+std::vector<float> run_logits(const Model& m, ThreadPool& pool) {
+  Config cfg;
+  cfg.shape = {m.config.layers, m.config.heads, m.config.kv_heads, m.config.head_dim()};
+  cfg.dtype = DType::f32;
+  cfg.budget = Budget::fraction(1.0);
+  KvManager<index::Dense, eviction::Lru> kv(cfg);
+  Decoder dec(m, kv, pool);
+  const int prompt[] = {1, 17, 99, 3};
+  std::vector<float> last = dec.prefill(prompt), all = last;
+  for (int s = 0; s < 6; ++s) {
+    last = dec.step(Sampler::argmax(last));
+    all.insert(all.end(), last.begin(), last.end());
+  }
+  return all;
+}
+
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const char* name) : path(std::filesystem::temp_directory_path() / name) {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+}  // namespace
+
+TEST_CASE("Hugging Face folders: fp32, fp16 and bf16, sharded and not, load the same model") {
+  ThreadPool pool(2);
+  const Model src = make_synthetic({"tiny", 9}, ShapeOverrides{.layers = 2, .heads = {}, .kv_heads = {}, .head_dim = {}, .hidden = {}, .vocab = {}}, pool);
+  const auto want = run_logits(src, pool);
+  for (const std::string dtype : {"F32", "F16", "BF16"})
+    for (bool sharded : {false, true}) {
+      CAPTURE(dtype);
+      CAPTURE(sharded);
+      TempDir dir("kvd_test_hf");
+      write_config(dir.path, src.config, dtype == "F32" ? "float32" : dtype == "F16" ? "float16" : "bfloat16");
+      auto tensors = hf_tensors(src, dtype);
+      if (!sharded) {
+        write_safetensors(dir.path / "model.safetensors", tensors);
+      } else {
+        const auto half = tensors.size() / 2;
+        const std::vector<StTensor> a(tensors.begin(), tensors.begin() + static_cast<long>(half)),
+            b(tensors.begin() + static_cast<long>(half), tensors.end());
+        write_safetensors(dir.path / "model-00001-of-00002.safetensors", a);
+        write_safetensors(dir.path / "model-00002-of-00002.safetensors", b);
+        nlohmann::json index;
+        for (const auto& t : a) index["weight_map"][t.name] = "model-00001-of-00002.safetensors";
+        for (const auto& t : b) index["weight_map"][t.name] = "model-00002-of-00002.safetensors";
+        std::ofstream(dir.path / "model.safetensors.index.json") << index.dump();
+      }
+      const Model m = load_hf(dir.path);
+      CHECK(m.config.layers == 2);
+      CHECK(m.config.rope_layout == RopeLayout::half);
+      if (dtype == "F32") {
+        // Mapped in place, and the very same model.
+        CHECK(m.owned.empty());
+        const auto got = run_logits(m, pool);
+        REQUIRE(got.size() == want.size());
+        CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
+      } else {
+        // Converted exactly: every weight is the rounding of the original.
+        const std::size_t n = static_cast<std::size_t>(src.config.hidden_dim) * src.config.dim;
+        for (std::size_t i = 0; i < n; ++i) {
+          const float r = dtype == "F16" ? half_bits_to_float(float_to_half_bits(src.layers[1].w2[i]))
+                                         : bf16_bits_to_float(float_to_bf16_bits(src.layers[1].w2[i]));
+          REQUIRE(m.layers[1].w2[i] == r);
+        }
+      }
+    }
+}
+
+TEST_CASE("Hugging Face folders: malformed files give errors naming the file and the problem") {
+  ThreadPool pool(2);
+  const Model src = make_synthetic({"tiny", 9}, ShapeOverrides{.layers = 1, .heads = {}, .kv_heads = {}, .head_dim = {}, .hidden = {}, .vocab = {}}, pool);
+  TempDir dir("kvd_test_hf_bad");
+  const auto file = dir.path / "model.safetensors";
+  auto expect_error = [&](const std::string& what) {
+    CAPTURE(what);
+    try {
+      load_hf(dir.path);
+      FAIL("no error");
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      CHECK(msg.find(what) != std::string::npos);
+      CHECK((msg.find(dir.path.string()) != std::string::npos));  // names the file or folder
+    }
+  };
+  write_config(dir.path, src.config, "float32");
+  const auto good = hf_tensors(src, "F32");
+
+  { std::ofstream(file, std::ios::binary) << "abc"; }
+  expect_error("too short for the 8-byte");
+
+  {
+    std::ofstream f(file, std::ios::binary);
+    const std::uint64_t n = 1000;
+    f.write(reinterpret_cast<const char*>(&n), 8);
+    f << "{}";
+  }
+  expect_error("runs past the end of the file");
+
+  write_safetensors(file, good, [](nlohmann::json& h) { h["model.norm.weight"]["data_offsets"][1] = 1u << 30; });
+  expect_error("out of range");
+
+  write_safetensors(file, good, [&](nlohmann::json& h) {
+    h["model.norm.weight"]["data_offsets"] = h["model.embed_tokens.weight"]["data_offsets"];
+    h["model.norm.weight"]["shape"] = h["model.embed_tokens.weight"]["shape"];
+  });
+  expect_error("overlap");
+
+  write_safetensors(file, good, [](nlohmann::json& h) { h.erase("model.layers.0.mlp.up_proj.weight"); });
+  expect_error("tensor 'model.layers.0.mlp.up_proj.weight' is missing");
+
+  auto wrong_shape = good;
+  wrong_shape[1] = encode("model.layers.0.input_layernorm.weight", src.layers[0].rms_att, {32}, "F32");
+  write_safetensors(file, wrong_shape);
+  expect_error("has shape [32], config.json implies [64]");
+
+  write_safetensors(file, hf_tensors(src, "F16"));  // config.json says float32
+  expect_error("has dtype F16 but config.json says torch_dtype float32");
+
+  write_safetensors(file, good);
+  CHECK_NOTHROW(load_hf(dir.path));
+  { std::ofstream(dir.path / "config.json") << "{\"hidden_size\": 64}"; }
+  expect_error("missing or non-integer 'intermediate_size'");
 }

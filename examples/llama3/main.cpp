@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include "decoder.hpp"
+#include "hf_loader.hpp"
 #include "kvdrive/kvdrive.hpp"
 #include "llama2c.hpp"
 #include "sampler.hpp"
@@ -197,7 +199,7 @@ int run(const Options& o, const Model& model, ThreadPool& pool) {
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"kvd-llama: a Llama decoder whose attention runs through kvdrive::KvManager"};
-  app.add_option("--model", o.model, "llama2.c checkpoint (.bin) or synthetic:NAME[:seed=N] (tiny, small, llama3-8b, llama3-8b-layer)");
+  app.add_option("--model", o.model, "llama2.c checkpoint (.bin), Hugging Face folder (config.json + safetensors), or synthetic:NAME[:seed=N] (tiny, small, llama3-8b, llama3-8b-layer)");
   app.add_option("--layers", o.shape.layers, "synthetic models: layers")->check(CLI::Range(1, 1024));
   app.add_option("--heads", o.shape.heads, "synthetic models: query heads")->check(CLI::Range(1, 1024));
   app.add_option("--kv-heads", o.shape.kv_heads, "synthetic models: KV heads")->check(CLI::Range(1, 1024));
@@ -232,7 +234,7 @@ int main(int argc, char** argv) {
     } else {
       KVD_EXPECT(!o.shape.layers && !o.shape.heads && !o.shape.kv_heads && !o.shape.head_dim && !o.shape.hidden && !o.shape.vocab,
                  "--layers/--heads/--kv-heads/--head-dim/--hidden/--vocab apply to synthetic models only");
-      model = load_llama2c(o.model);
+      model = std::filesystem::is_directory(o.model) ? load_hf(o.model) : load_llama2c(o.model);
     }
     if (o.mode == "dense" || o.index == "dense") return run<index::Dense>(o, model, pool);
     if (o.index == "oracle-mass") return run<index::OracleMass>(o, model, pool);

@@ -72,8 +72,9 @@ struct Model {
   const float* rms_final = nullptr;       ///< [dim]
   const float* classifier = nullptr;      ///< [vocab][dim]
 
-  // Backing storage: a mapped file and/or owned arrays.
+  // Backing storage: mapped files and/or owned arrays.
   std::shared_ptr<MappedFile> file;
+  std::vector<std::shared_ptr<MappedFile>> files;  ///< further mapped files (shards)
   std::vector<std::vector<float>> owned;
 
   std::size_t parameters() const {

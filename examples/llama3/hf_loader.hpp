@@ -1,0 +1,169 @@
+// Loader for Hugging Face Llama folders: config.json plus model.safetensors, or shards listed in
+// model.safetensors.index.json. Honours num_key_value_heads, rope_theta, rope_scaling (llama3),
+// rms_norm_eps, tie_word_embeddings and max_position_embeddings; RoPE is the rotate-half layout.
+// fp32 tensors are used in place in the mapped files; fp16 and bf16 are converted to float.
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "kvdrive/core/error.hpp"
+#include "kvdrive/core/half.hpp"
+#include "model.hpp"
+#include "safetensors.hpp"
+
+namespace kvdrive::llama {
+
+inline nlohmann::json read_json(const std::filesystem::path& path) {
+  std::ifstream f(path);
+  KVD_EXPECT(f.good(), "{}: cannot open", path.string());
+  try {
+    return nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: not valid JSON: {}", path.string(), e.what());
+  }
+}
+
+/// The model hyper-parameters from a Hugging Face config.json.
+inline LlamaConfig parse_hf_config(const std::filesystem::path& path) {
+  const nlohmann::json j = read_json(path);
+  const std::string p = path.string();
+  auto get_int = [&](const char* key) -> int {
+    KVD_EXPECT(j.contains(key) && j[key].is_number_integer(), "{}: missing or non-integer '{}'", p, key);
+    return j[key].get<int>();
+  };
+  LlamaConfig c;
+  try {
+    c.dim = get_int("hidden_size");
+    c.hidden_dim = get_int("intermediate_size");
+    c.layers = get_int("num_hidden_layers");
+    c.heads = get_int("num_attention_heads");
+    c.kv_heads = j.contains("num_key_value_heads") ? get_int("num_key_value_heads") : c.heads;
+    c.vocab = get_int("vocab_size");
+    c.max_seq = j.contains("max_position_embeddings") ? get_int("max_position_embeddings") : 4096;
+    c.rope_theta = j.value("rope_theta", 10000.0);
+    c.rms_eps = j.value("rms_norm_eps", 1e-5f);
+    c.tied_embeddings = j.value("tie_word_embeddings", false);
+    c.rope_layout = RopeLayout::half;
+    if (j.contains("head_dim") && !j["head_dim"].is_null())
+      KVD_EXPECT(j["head_dim"].get<int>() * c.heads == c.dim, "{}: head_dim {} x {} heads != hidden_size {} (unsupported)", p,
+                 j["head_dim"].get<int>(), c.heads, c.dim);
+    if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+      const auto& rs = j["rope_scaling"];
+      const std::string type = rs.value("rope_type", rs.value("type", std::string()));
+      KVD_EXPECT(type == "llama3", "{}: rope_scaling type '{}' is not supported (only llama3)", p, type);
+      c.rope_scaling.factor = rs.at("factor").get<double>();
+      c.rope_scaling.low_freq_factor = rs.value("low_freq_factor", 1.0);
+      c.rope_scaling.high_freq_factor = rs.value("high_freq_factor", 4.0);
+      c.rope_scaling.original_max_position = rs.value("original_max_position_embeddings", 8192.0);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: {}", p, e.what());
+  }
+  c.validate(p);
+  return c;
+}
+
+/// Loads a Hugging Face Llama folder.
+inline Model load_hf(const std::filesystem::path& dir) {
+  Model m;
+  m.source = dir.string();
+  m.config = parse_hf_config(dir / "config.json");
+  const LlamaConfig& c = m.config;
+
+  // The files and which one holds each tensor.
+  std::vector<SafetensorsFile> files;
+  std::map<std::string, std::pair<const TensorInfo*, std::string>> where;  // tensor -> (info, file)
+  auto open = [&](const std::filesystem::path& p) {
+    files.emplace_back(p.string());
+  };
+  const auto index = dir / "model.safetensors.index.json";
+  if (std::filesystem::exists(index)) {
+    const nlohmann::json j = read_json(index);
+    KVD_EXPECT(j.contains("weight_map") && j["weight_map"].is_object(), "{}: missing 'weight_map'", index.string());
+    std::vector<std::string> shards;
+    for (auto& [name, shard] : j["weight_map"].items()) {
+      KVD_EXPECT(shard.is_string(), "{}: weight_map['{}'] is not a file name", index.string(), name);
+      const std::string s = shard.get<std::string>();
+      KVD_EXPECT(s.find('/') == std::string::npos && s.find("..") == std::string::npos, "{}: shard name '{}' leaves the folder",
+                 index.string(), s);
+      if (std::find(shards.begin(), shards.end(), s) == shards.end()) shards.push_back(s);
+    }
+    files.reserve(shards.size());
+    for (const auto& s : shards) open(dir / s);
+  } else {
+    KVD_EXPECT(std::filesystem::exists(dir / "model.safetensors"), "{}: neither model.safetensors nor model.safetensors.index.json",
+               dir.string());
+    files.reserve(1);
+    open(dir / "model.safetensors");
+  }
+  for (const auto& f : files)
+    for (const auto& [name, info] : f.tensors()) where[name] = {&info, f.path()};
+
+  // Each tensor: checked against config.json, then used in place (fp32) or converted.
+  const std::string torch_dtype = read_json(dir / "config.json").value("torch_dtype", std::string());
+  const std::string want_dtype = torch_dtype == "float32" ? "F32" : torch_dtype == "float16" ? "F16"
+                                 : torch_dtype == "bfloat16" ? "BF16" : "";
+  std::vector<std::shared_ptr<MappedFile>> keep;
+  for (const auto& f : files) keep.push_back(f.file());
+  auto tensor = [&](const std::string& name, std::vector<std::int64_t> shape) -> const float* {
+    auto it = where.find(name);
+    KVD_EXPECT(it != where.end(), "{}: tensor '{}' is missing", dir.string(), name);
+    const TensorInfo& t = *it->second.first;
+    const std::string& file = it->second.second;
+    KVD_EXPECT(want_dtype.empty() || t.dtype == want_dtype, "{}: tensor '{}' has dtype {} but config.json says torch_dtype {}",
+               file, name, t.dtype, torch_dtype);
+    KVD_EXPECT(t.shape == shape, "{}: tensor '{}' has shape [{}], config.json implies [{}]", file, name, fmt::join(t.shape, ", "),
+               fmt::join(shape, ", "));
+    const auto n = static_cast<std::size_t>(t.elements());
+    if (t.dtype == "F32") {
+      if (reinterpret_cast<std::uintptr_t>(t.data) % alignof(float) == 0) return reinterpret_cast<const float*>(t.data);
+      auto& v = m.owned.emplace_back(n);
+      std::memcpy(v.data(), t.data, n * sizeof(float));
+      return v.data();
+    }
+    KVD_EXPECT(t.dtype == "F16" || t.dtype == "BF16", "{}: tensor '{}' has dtype {}, expected F32, F16 or BF16", file, name, t.dtype);
+    auto& v = m.owned.emplace_back(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      std::uint16_t b;
+      std::memcpy(&b, t.data + 2 * i, 2);
+      v[i] = t.dtype == "F16" ? half_bits_to_float(b) : bf16_bits_to_float(b);
+    }
+    return v.data();
+  };
+  // owned vectors must not move while pointers into them are handed out
+  m.owned.reserve(where.size() + 1);
+  const std::int64_t D = c.dim, H = c.hidden_dim, KV = c.kv_dim(), V = c.vocab;
+  m.token_embedding = tensor("model.embed_tokens.weight", {V, D});
+  for (int l = 0; l < c.layers; ++l) {
+    const std::string pre = "model.layers." + std::to_string(l) + ".";
+    LayerWeights w;
+    w.rms_att = tensor(pre + "input_layernorm.weight", {D});
+    w.wq = tensor(pre + "self_attn.q_proj.weight", {D, D});
+    w.wk = tensor(pre + "self_attn.k_proj.weight", {KV, D});
+    w.wv = tensor(pre + "self_attn.v_proj.weight", {KV, D});
+    w.wo = tensor(pre + "self_attn.o_proj.weight", {D, D});
+    w.rms_ffn = tensor(pre + "post_attention_layernorm.weight", {D});
+    w.w1 = tensor(pre + "mlp.gate_proj.weight", {H, D});
+    w.w2 = tensor(pre + "mlp.down_proj.weight", {D, H});
+    w.w3 = tensor(pre + "mlp.up_proj.weight", {H, D});
+    m.layers.push_back(w);
+  }
+  m.rms_final = tensor("model.norm.weight", {D});
+  m.classifier = c.tied_embeddings || !where.count("lm_head.weight") ? m.token_embedding : tensor("lm_head.weight", {V, D});
+  KVD_EXPECT(c.tied_embeddings || where.count("lm_head.weight"),
+             "{}: tensor 'lm_head.weight' is missing (tie_word_embeddings is false)", dir.string());
+  m.files = std::move(keep);
+  return m;
+}
+
+}  // namespace kvdrive::llama
