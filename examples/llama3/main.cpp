@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -22,6 +23,7 @@
 #include "llama2c.hpp"
 #include "sampler.hpp"
 #include "synthetic.hpp"
+#include "tokenizer.hpp"
 
 using namespace kvdrive;
 using namespace kvdrive::llama;
@@ -31,6 +33,8 @@ namespace {
 struct Options {
   std::string model = "synthetic:tiny";
   ShapeOverrides shape;
+  std::string tokenizer;
+  std::string prompt;
   std::string prompt_ids;
   std::int64_t prompt_len = 0;
   int steps = 32;
@@ -96,15 +100,18 @@ int run(const Options& o, const Model& model, ThreadPool& pool) {
   KvManager<Index, eviction::Lru> kv(cfg, {}, {}, {}, {}, backend::Cpu({o.threads}));
   Decoder decoder(model, kv, pool, o.prefill_chunk);
 
-  // The prompt: ids, a seeded synthetic prompt, or BOS alone.
-  std::vector<int> prompt = parse_ids(o.prompt_ids, c.vocab);
+  // The prompt: text (with a tokenizer), ids, a seeded synthetic prompt, or BOS alone.
+  std::optional<Tokenizer> tokenizer;
+  if (!o.tokenizer.empty()) tokenizer.emplace(o.tokenizer, c.vocab);
+  KVD_EXPECT(o.prompt.empty() || tokenizer, "--prompt needs --tokenizer (or give --prompt-ids)");
+  std::vector<int> prompt = tokenizer && !o.prompt.empty() ? tokenizer->encode(o.prompt, true) : parse_ids(o.prompt_ids, c.vocab);
   if (o.prompt_len > 0) {
     std::mt19937_64 rng(o.seed);
     std::uniform_int_distribution<int> tok(3, c.vocab - 1);
     prompt.push_back(1);
     while (static_cast<std::int64_t>(prompt.size()) < o.prompt_len) prompt.push_back(tok(rng));
   }
-  if (prompt.empty()) prompt.push_back(1);  // BOS
+  if (prompt.empty()) prompt.push_back(tokenizer ? tokenizer->bos() : 1);  // BOS
 
   if (!o.print_ids)
     fmt::print("kvd-llama: {} ({} layers, dim {}, {}/{} heads, head_dim {}, vocab {}, {:.1f}M parameters)\n", model.source,
@@ -173,7 +180,17 @@ int run(const Options& o, const Model& model, ThreadPool& pool) {
   if (!o.print_ids) {
     std::string ids;
     for (std::size_t i = 0; i < generated.size() && i < 32; ++i) ids += fmt::format("{} ", generated[i]);
-    fmt::print("generated ids: {}{}\n\n", ids, generated.size() > 32 ? "..." : "");
+    fmt::print("generated ids: {}{}\n", ids, generated.size() > 32 ? "..." : "");
+    if (tokenizer) {
+      std::string text;
+      int prev = prompt.back();
+      for (int id : generated) {
+        text += tokenizer->decode(prev, id);
+        prev = id;
+      }
+      fmt::print("generated text: {}\n", text);
+    }
+    fmt::print("\n");
     fmt::print("summary\n");
     fmt::print("  prefill: {} tokens in {:.1f} s = {:.1f} tokens/s (causal attention {:.1f} s)\n", t.prefill_tokens,
                t.prefill_ms / 1000, j["prefill_tokens_per_s"].get<double>(), t.prefill_attention_ms / 1000);
@@ -206,6 +223,8 @@ int main(int argc, char** argv) {
   app.add_option("--head-dim", o.shape.head_dim, "synthetic models: head dimension")->check(CLI::Range(2, 1024));
   app.add_option("--hidden", o.shape.hidden, "synthetic models: FFN width")->check(CLI::Range(1, 1 << 20));
   app.add_option("--vocab", o.shape.vocab, "synthetic models: vocabulary size")->check(CLI::Range(4, 1 << 24));
+  app.add_option("--tokenizer", o.tokenizer, "llama2.c tokenizer.bin or Llama-3 tokenizer.model (tiktoken)");
+  app.add_option("--prompt", o.prompt, "prompt text (needs --tokenizer)");
   app.add_option("--prompt-ids", o.prompt_ids, "prompt as space-separated token ids");
   app.add_option("--prompt-len", o.prompt_len, "a seeded synthetic prompt of N tokens (BOS first), for long-context runs")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24));
