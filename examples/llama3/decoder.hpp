@@ -19,6 +19,7 @@
 #include "kvdrive/core/digest.hpp"
 #include "kvdrive/core/thread_pool.hpp"
 #include "kvdrive/core/view.hpp"
+#include "kvdrive/eval/trace.hpp"
 #include "kvdrive/manager.hpp"
 #include "linear.hpp"
 #include "model.hpp"
@@ -65,6 +66,9 @@ class Decoder {
   Decoder(const Decoder&) = delete;
   Decoder& operator=(const Decoder&) = delete;
   ~Decoder() { kv_.release(seq_); }
+
+  /// Records Q (after RoPE), K (after RoPE) and V of every layer and position from now on.
+  void record(eval::TraceWriter* trace) { trace_ = trace; }
 
   SeqId sequence() const { return seq_; }
   std::int64_t position() const { return pos_; }
@@ -119,6 +123,7 @@ class Decoder {
       });
       rope_.rotate(q_.data(), c_.heads, pos_);
       rope_.rotate(k_.data(), c_.kv_heads, pos_);
+      if (trace_) trace_->write(l, pos_, q_.data(), k_.data(), v_.data());
       kv_.attend(l, batch, make_view(q_, 1, c_.heads, d), make_view(k_, 1, c_.kv_heads, d),
                  make_view(v_, 1, c_.kv_heads, d), make_view(att_, 1, c_.heads, d));
       residual(w.wo, att_.data(), 1, dim);
@@ -209,6 +214,7 @@ class Decoder {
       for (std::int64_t i = 0; i < n; ++i) {
         rope_.rotate(q_.data() + i * dim, c_.heads, p0 + i);
         rope_.rotate(k_.data() + i * kvd, kvh, p0 + i);
+        if (trace_) trace_->write(l, p0 + i, q_.data() + i * dim, k_.data() + i * kvd, v_.data() + i * kvd);
       }
       // The prompt so far, per KV head, contiguous [tokens][head_dim] for the attention kernel.
       for (int h = 0; h < kvh; ++h) {
@@ -250,6 +256,7 @@ class Decoder {
   SeqId seq_ = 0;
   std::int64_t pos_ = 0;
   DecoderTimes times_;
+  eval::TraceWriter* trace_ = nullptr;
   std::vector<float> x_, xb_, q_, k_, v_, att_, tmp_, h1_, h3_, logits_;
   std::vector<std::vector<float>> prompt_k_, prompt_v_;  ///< [layer][kv_head] while prefilling
 };

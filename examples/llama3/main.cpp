@@ -47,6 +47,7 @@ struct Options {
   unsigned threads = 0;
   bool print_ids = false;
   std::string stats_json;
+  std::string record_trace;
   std::string dtype = "f16";
   int page_tokens = 8, sink_tokens = 4, local_tokens = 64, prefill_chunk = 256;
 };
@@ -99,6 +100,11 @@ int run(const Options& o, const Model& model, ThreadPool& pool) {
   cfg.budget = Budget::fraction(o.budget);
   KvManager<Index, eviction::Lru> kv(cfg, {}, {}, {}, {}, backend::Cpu({o.threads}));
   Decoder decoder(model, kv, pool, o.prefill_chunk);
+  std::optional<eval::TraceWriter> trace;
+  if (!o.record_trace.empty()) {
+    trace.emplace(o.record_trace, cfg.shape, cfg.dtype);
+    decoder.record(&*trace);
+  }
 
   // The prompt: text (with a tokenizer), ids, a seeded synthetic prompt, or BOS alone.
   std::optional<Tokenizer> tokenizer;
@@ -132,6 +138,7 @@ int run(const Options& o, const Model& model, ThreadPool& pool) {
     if (s + 1 < o.steps) logits = &decoder.step(next);
   }
 
+  if (trace) trace->close();
   if (o.print_ids) {
     std::string line;
     for (std::size_t i = 0; i < generated.size(); ++i) line += fmt::format("{}{}", i ? " " : "", generated[i]);
@@ -238,6 +245,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", o.threads, "CPU threads (0: all)");
   app.add_flag("--print-ids", o.print_ids, "print only the generated ids, space-separated, on one line of stdout");
   app.add_option("--stats-json", o.stats_json, "write the closing summary as JSON to this file");
+  app.add_option("--record-trace", o.record_trace, "write Q, K (after RoPE) and V per layer and position to this file (docs/trace-format.md)");
   app.add_option("--dtype", o.dtype, "KV cache dtype")->check(CLI::IsMember({"f32", "f16", "bf16"}));
   app.add_option("--page-tokens", o.page_tokens, "tokens per KV page")->check(CLI::Range(1, 4096));
   app.add_option("--sink-tokens", o.sink_tokens, "always-attended first tokens")->check(CLI::Range(0, 1 << 20));

@@ -14,6 +14,8 @@
 #include "kvdrive/core/stats.hpp"
 #include "kvdrive/core/thread_pool.hpp"
 #include "kvdrive/core/view.hpp"
+#include "kvdrive/core/xxhash.hpp"
+#include "kvdrive/eval/trace.hpp"
 #include "kvdrive/eviction/concept.hpp"
 #include "kvdrive/eviction/lru.hpp"
 #include "kvdrive/index/concept.hpp"

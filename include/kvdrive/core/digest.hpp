@@ -9,8 +9,7 @@
 
 #include <fmt/format.h>
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
+#include "kvdrive/core/xxhash.hpp"
 
 namespace kvdrive {
 

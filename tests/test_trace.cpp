@@ -1,0 +1,121 @@
+// Q/K/V traces: round trip, corruption and truncation, and what the decoder records.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "decoder.hpp"
+#include "kvdrive/kvdrive.hpp"
+#include "llama2c.hpp"
+#include "support.hpp"
+
+using namespace kvdrive;
+
+namespace {
+std::string temp(const char* name) { return (std::filesystem::temp_directory_path() / name).string(); }
+}  // namespace
+
+TEST_CASE("trace: written records read back; corrupt or truncated files are rejected") {
+  const ModelShape shape{3, 4, 2, 16};
+  const auto path = temp("kvd_test.trace");
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    {
+      eval::TraceWriter w(path, shape, dtype);
+      for (int pos = 0; pos < 5; ++pos)
+        for (int l = 0; l < 3; ++l) {
+          const auto q = test::random_floats(4 * 16, 100 * pos + l), k = test::random_floats(2 * 16, 200 * pos + l),
+                     v = test::random_floats(2 * 16, 300 * pos + l);
+          w.write(l, pos, q.data(), k.data(), v.data());
+        }
+      CHECK(w.records() == 15);
+    }
+    eval::TraceReader r(path);
+    CHECK(r.records() == 15);
+    CHECK(r.shape().q_heads == 4);
+    CHECK(r.dtype() == dtype);
+    CHECK(r.positions(2) == 5);
+    std::vector<float> q, k, v;
+    r.read(1, 3, q, k, v);
+    const auto want = test::random_floats(2 * 16, 300 * 3 + 1);
+    for (std::size_t i = 0; i < want.size(); ++i)
+      CHECK(v[i] == (dtype == DType::f32 ? want[i] : bf16_bits_to_float(float_to_bf16_bits(want[i]))));
+    CHECK_THROWS_WITH_AS(r.read(3, 0, q, k, v), doctest::Contains("no record for layer 3"), Error);
+  }
+  // One flipped byte in a record fails the checksum; a cut-off file has no footer.
+  std::vector<char> bytes(std::filesystem::file_size(path));
+  std::ifstream(path, std::ios::binary).read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  auto rewrite = [&](std::size_t size) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(size));
+  };
+  bytes[100] ^= 1;
+  rewrite(bytes.size());
+  CHECK_THROWS_WITH_AS(eval::TraceReader{path}, doctest::Contains("checksum mismatch"), Error);
+  bytes[100] ^= 1;
+  rewrite(bytes.size() - 30);
+  CHECK_THROWS_WITH_AS(eval::TraceReader{path}, doctest::Contains("no footer"), Error);
+  rewrite(10);
+  CHECK_THROWS_WITH_AS(eval::TraceReader{path}, doctest::Contains("too short"), Error);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("trace: the decoder records Q and K after RoPE and V, every layer and position") {
+  const std::string model_path = std::string(KVD_MODELS_DIR) + "/stories260K.bin";
+  if (!std::filesystem::exists(model_path)) {
+    MESSAGE("SKIPPED: " << model_path << " is absent");
+    return;
+  }
+  ThreadPool pool(2);
+  const llama::Model m = llama::load_llama2c(model_path);
+  const auto& c = m.config;
+  Config cfg;
+  cfg.shape = {c.layers, c.heads, c.kv_heads, c.head_dim()};
+  cfg.dtype = DType::f32;
+  cfg.budget = Budget::fraction(1.0);
+  const auto path = temp("kvd_decoder.trace");
+  {
+    KvManager<index::Dense, eviction::Lru> kv(cfg);
+    llama::Decoder dec(m, kv, pool, 2);
+    eval::TraceWriter w(path, cfg.shape, DType::f32);
+    dec.record(&w);
+    const int prompt[] = {1, 42, 7};
+    dec.prefill(prompt);
+    dec.step(99);
+    dec.step(5);
+  }
+  eval::TraceReader r(path);
+  CHECK(r.records() == static_cast<std::size_t>(c.layers) * 5);
+  for (int l = 0; l < c.layers; ++l) CHECK(r.positions(l) == 5);
+  // Layer 0, position 0 (RoPE is the identity there): k = Wk rmsnorm(embedding of BOS).
+  std::vector<float> q, k, v;
+  r.read(0, 0, q, k, v);
+  std::vector<double> x(m.token_embedding + c.dim, m.token_embedding + 2 * c.dim);
+  double ss = 0;
+  for (double e : x) ss += e * e;
+  const double inv = 1 / std::sqrt(ss / c.dim + 1e-5);
+  for (int r_ = 0; r_ < c.kv_dim(); ++r_) {
+    double want = 0;
+    for (int j = 0; j < c.dim; ++j) want += m.layers[0].wk[r_ * c.dim + j] * m.layers[0].rms_att[j] * x[static_cast<std::size_t>(j)] * inv;
+    CHECK(k[static_cast<std::size_t>(r_)] == doctest::Approx(want).epsilon(1e-4).scale(1));
+  }
+  // Position 1 (token 42): the recorded query is its projection rotated by RoPE, so each rotated
+  // pair (2i, 2i+1) keeps the length it had before the rotation, and V is not rotated at all.
+  r.read(0, 1, q, k, v);
+  std::vector<double> x1(m.token_embedding + 42 * c.dim, m.token_embedding + 43 * c.dim);
+  double ss1 = 0;
+  for (double e : x1) ss1 += e * e;
+  const double inv1 = 1 / std::sqrt(ss1 / c.dim + 1e-5);
+  auto project = [&](const float* w, int row) {
+    double y = 0;
+    for (int j = 0; j < c.dim; ++j) y += w[row * c.dim + j] * m.layers[0].rms_att[j] * x1[static_cast<std::size_t>(j)] * inv1;
+    return y;
+  };
+  for (int i = 0; i < c.dim; i += 2) {
+    const double a = project(m.layers[0].wq, i), b = project(m.layers[0].wq, i + 1);
+    CHECK(std::hypot(q[static_cast<std::size_t>(i)], q[static_cast<std::size_t>(i) + 1]) ==
+          doctest::Approx(std::hypot(a, b)).epsilon(1e-4).scale(1));
+  }
+  for (int i = 0; i < c.kv_dim(); ++i) CHECK(v[static_cast<std::size_t>(i)] == doctest::Approx(project(m.layers[0].wv, i)).epsilon(1e-4).scale(1));
+  std::filesystem::remove(path);
+}
