@@ -175,3 +175,51 @@ TEST_CASE("OracleMass picks the pages of largest summed attention mass; none bea
       }
     }
 }
+
+TEST_CASE("Quest: the bound is never below the true max q.k, and it ranks like brute force") {
+  for (int group : {1, 4})
+    for (int trial = 0; trial < 4 * test::scale(); ++trial) {
+      const int pages = 40, pt = 8, d = 64;
+      const Stream s = make_stream(pages, pt, d, group, 3000 + static_cast<std::uint64_t>(trial) * 10 + group);
+      index::Quest quest;
+      index::Quest::State st;
+      quest.build(st, {s.keys.data(), 0, 30, pt, d});
+      for (int p = 30; p < pages; ++p) quest.append(st, {s.keys.data() + static_cast<std::size_t>(p) * pt * d, p, 1, pt, d});
+      CHECK(quest.bytes(st) == static_cast<std::size_t>(pages) * 2 * d * sizeof(float));
+      // Independent expectation: bounds from the keys, scores in double, the GQA rule, top-k.
+      std::vector<std::vector<double>> est(group, std::vector<double>(pages));
+      for (int h = 0; h < group; ++h)
+        for (int p = 0; p < pages; ++p) {
+          double bound = 0, true_max = -INFINITY;
+          for (int i = 0; i < d; ++i) {
+            double lo = INFINITY, hi = -INFINITY;
+            for (int t = 0; t < pt; ++t) {
+              const double x = s.keys[(static_cast<std::size_t>(p) * pt + t) * d + i];
+              lo = std::min(lo, x);
+              hi = std::max(hi, x);
+            }
+            const double qi = s.q[static_cast<std::size_t>(h) * d + i];
+            bound += std::max(qi * lo, qi * hi);
+          }
+          for (int t = 0; t < pt; ++t)
+            true_max = std::max(true_max, dot(s.q.data() + h * d, s.keys.data() + (static_cast<std::size_t>(p) * pt + t) * d, d));
+          CHECK(bound >= true_max - 1e-4);
+          CHECK(index::quest_page_score(s.q.data() + h * d, st.lo.data() + static_cast<std::size_t>(p) * d,
+                                        st.hi.data() + static_cast<std::size_t>(p) * d, d) == doctest::Approx(bound).epsilon(1e-5));
+          est[h][p] = bound;
+        }
+      const int first = 1, end = pages - 2, budget = 6;
+      std::vector<double> score(end - first);
+      // Candidates exclude the first and last pages; head maxima over the candidates only.
+      std::vector<double> cand_max(group, -INFINITY);
+      for (int h = 0; h < group; ++h)
+        for (int i = first; i < end; ++i) cand_max[h] = std::max(cand_max[h], est[h][i]);
+      for (int i = 0; i < end - first; ++i) {
+        score[i] = -INFINITY;
+        for (int h = 0; h < group; ++h) score[i] = std::max(score[i], est[h][first + i] - cand_max[h]);
+      }
+      std::vector<std::uint32_t> got;
+      quest.select(st, query_for(s, first, end, budget), got);
+      CHECK(got == brute_top(score, first, budget));
+    }
+}

@@ -21,6 +21,7 @@
 #include "kvdrive/index/concept.hpp"
 #include "kvdrive/index/dense.hpp"
 #include "kvdrive/index/oracle.hpp"
+#include "kvdrive/index/quest.hpp"
 #include "kvdrive/index/selection.hpp"
 #include "kvdrive/manager.hpp"
 #include "kvdrive/pipeline/concept.hpp"
