@@ -67,6 +67,16 @@ class Decoder {
   Decoder& operator=(const Decoder&) = delete;
   ~Decoder() { kv_.release(seq_); }
 
+  /// For benchmarks of long contexts that a CPU cannot prefill: the caller has stored `tokens`
+  /// tokens of K/V for every layer straight into the manager (KvManager::prefill on sequence()),
+  /// and decoding continues from there.
+  void adopt_context(std::int64_t tokens) {
+    KVD_EXPECT(pos_ == 0, "adopt_context: the decoder has already run {} tokens", pos_);
+    for (int l = 0; l < c_.layers; ++l)
+      KVD_EXPECT(kv_.length(seq_, l) == tokens, "adopt_context: layer {} holds {} tokens, not {}", l, kv_.length(seq_, l), tokens);
+    pos_ = tokens;
+  }
+
   /// Records Q (after RoPE), K (after RoPE) and V of every layer and position from now on.
   void record(eval::TraceWriter* trace) { trace_ = trace; }
 

@@ -22,6 +22,7 @@
 #include "kvdrive/index/dense.hpp"
 #include "kvdrive/index/oracle.hpp"
 #include "kvdrive/index/quest.hpp"
+#include "kvdrive/index/row_store.hpp"
 #include "kvdrive/index/selection.hpp"
 #include "kvdrive/manager.hpp"
 #include "kvdrive/pipeline/concept.hpp"

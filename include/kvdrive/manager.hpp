@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <unordered_map>
@@ -326,7 +327,6 @@ class KvManager {
     std::size_t streams() const { return m_.plans_.size(); }
 
     void select(std::size_t i) {
-      const auto t0 = Clock::now();
       StepPlan& p = m_.plans_[i];
       Stream& st = *p.stream;
       const Config& c = m_.cfg_;
@@ -359,11 +359,9 @@ class KvManager {
                    "index '{}' selected page {} outside candidates [{}, {}) or out of order",
                    Index::name(), page, query.first_candidate, query.end_candidate);
       }
-      time(stats.time.select_ms, t0);
     }
 
     void classify(std::size_t i) {
-      const auto t0 = Clock::now();
       StepPlan& p = m_.plans_[i];
       const Stream& st = *p.stream;
       for (std::uint32_t page : p.selected) {
@@ -378,11 +376,9 @@ class KvManager {
         }
         if (!TierList::addressable(e.home)) p.through_cache.push_back(page);
       }
-      time(stats.time.classify_ms, t0);
     }
 
     void fetch(std::size_t i) {
-      const auto t0 = Clock::now();
       StepPlan& p = m_.plans_[i];
       if (!p.misses.empty()) {
         std::vector<tier::ReadRequest> reads;
@@ -401,17 +397,19 @@ class KvManager {
         // staged[] follows the tier loop's order; put it back in misses order.
         if (TierList::kCount > 2) sort_staged_by_page(p);
       }
-      time(stats.time.fetch_ms, t0);
     }
 
     void compute(std::size_t first, std::size_t last) {
-      const auto t0 = Clock::now();
       m_.backend_.parallel_for(last - first, [&](std::size_t j) { compute_one(m_.plans_[first + j]); });
-      time(stats.time.compute_ms, t0);
     }
 
+    /// Runs fn(i) for i in [0, n) on the backend's threads (for stages that are per stream).
+    void parallel_for(std::size_t n, const std::function<void(std::size_t)>& fn) { m_.backend_.parallel_for(n, fn); }
+
+    /// Where the pipeline records each stage's time.
+    StageTimes& times() { return stats.time; }
+
     void commit() {
-      const auto t0 = Clock::now();
       // Fallible part first: sealed pages go to their backing tier.
       for (StepPlan& p : m_.plans_) {
         if (!p.seals) continue;
@@ -454,7 +452,6 @@ class KvManager {
         fail("attend: a policy threw while committing layer {} ({}); sequences {} are now unusable: release them",
              layer_, e.what(), ids);
       }
-      time(stats.time.commit_ms, t0);
     }
 
     /// Applies one stream's step. Policies' append() and update() run here, after the point of
@@ -515,8 +512,6 @@ class KvManager {
     }
 
    private:
-    static void time(double& acc, Clock::time_point t0) { acc += ms_since(t0); }
-
     static void reset(StepPlan& p) {
       p.new_tail = -1;
       p.selected.clear();

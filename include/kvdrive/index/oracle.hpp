@@ -17,35 +17,29 @@
 #include "kvdrive/attention/cpu_kernels.hpp"
 #include "kvdrive/attention/math.hpp"
 #include "kvdrive/index/concept.hpp"
+#include "kvdrive/index/row_store.hpp"
 #include "kvdrive/index/selection.hpp"
 
 namespace kvdrive::index {
 
-/// Keeps all sealed keys of a stream in float; shared by both oracles. Stored in blocks of
-/// kBlockPages pages so that appending never moves what is already there.
+/// Keeps all sealed keys of a stream in float, one RowStore row per page; shared by both oracles.
 struct ExactKeys {
-  static constexpr std::int64_t kBlockPages = 1024;
-  std::vector<std::vector<float>> blocks;  ///< [block][page in block][page_tokens][head_dim]
+  RowStore keys;  ///< a row per page: [page_tokens][head_dim]
   std::int64_t pages = 0;
   int page_tokens = 0;
   int head_dim = 0;
 
-  std::size_t page_floats() const { return static_cast<std::size_t>(page_tokens) * head_dim; }
-  std::size_t bytes() const { return static_cast<std::size_t>(pages) * page_floats() * sizeof(float); }
+  std::size_t bytes() const { return keys.bytes(); }
 
   void add(const PageKeys& k) {
     if (pages == 0) {
       page_tokens = k.page_tokens;
       head_dim = k.head_dim;
+      keys = RowStore(static_cast<std::size_t>(k.page_tokens) * k.head_dim);
     }
-    for (std::int64_t i = 0; i < k.pages; ++i, ++pages) {
-      if (pages % kBlockPages == 0) blocks.emplace_back().reserve(kBlockPages * page_floats());
-      blocks.back().insert(blocks.back().end(), k.page(i), k.page(i) + page_floats());
-    }
+    for (std::int64_t i = 0; i < k.pages; ++i, ++pages) keys.push(k.page(i));
   }
-  const float* page(std::int64_t p) const {
-    return blocks[static_cast<std::size_t>(p / kBlockPages)].data() + static_cast<std::size_t>(p % kBlockPages) * page_floats();
-  }
+  const float* page(std::int64_t p) const { return keys.row(p); }
   /// Scaled q.k of every token of page p for each of the group's heads: s[group][rows], rows =
   /// attention::padded_rows(page_tokens).
   void scores(const float* q, int group, float scale, std::int64_t p, float* s) const {

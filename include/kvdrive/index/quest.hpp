@@ -13,6 +13,7 @@
 #include "kvdrive/attention/cpu_kernels.hpp"
 #include "kvdrive/core/host_device.hpp"
 #include "kvdrive/index/concept.hpp"
+#include "kvdrive/index/row_store.hpp"
 #include "kvdrive/index/selection.hpp"
 
 namespace kvdrive::index {
@@ -29,7 +30,7 @@ KVD_HOST_DEVICE float quest_page_score(const float* q, const float* lo, const fl
 
 struct Quest {
   struct State {
-    std::vector<float> lo, hi;  ///< [pages][head_dim]
+    RowStore lo, hi;  ///< a row of head_dim per page
     std::int64_t pages = 0;
     int head_dim = 0;
   };
@@ -38,7 +39,11 @@ struct Quest {
 
   void build(State& s, const PageKeys& k) const { append(s, k); }
   void append(State& s, const PageKeys& k) const {
-    s.head_dim = k.head_dim;
+    if (s.pages == 0) {
+      s.head_dim = k.head_dim;
+      s.lo = RowStore(static_cast<std::size_t>(k.head_dim));
+      s.hi = RowStore(static_cast<std::size_t>(k.head_dim));
+    }
     for (std::int64_t p = 0; p < k.pages; ++p) {
       const float* page = k.page(p);
       std::vector<float> lo(page, page + k.head_dim), hi(lo);
@@ -48,12 +53,12 @@ struct Quest {
           lo[static_cast<std::size_t>(i)] = x < lo[static_cast<std::size_t>(i)] ? x : lo[static_cast<std::size_t>(i)];
           hi[static_cast<std::size_t>(i)] = x > hi[static_cast<std::size_t>(i)] ? x : hi[static_cast<std::size_t>(i)];
         }
-      s.lo.insert(s.lo.end(), lo.begin(), lo.end());
-      s.hi.insert(s.hi.end(), hi.begin(), hi.end());
+      s.lo.push(lo.data());
+      s.hi.push(hi.data());
       ++s.pages;
     }
   }
-  std::size_t bytes(const State& s) const { return (s.lo.size() + s.hi.size()) * sizeof(float); }
+  std::size_t bytes(const State& s) const { return s.lo.bytes() + s.hi.bytes(); }
 
   void select(const State& s, const IndexQuery& q, std::vector<std::uint32_t>& out) const {
     const auto n = static_cast<std::size_t>(q.candidates());
@@ -65,8 +70,8 @@ struct Quest {
       const float* qh = q.q + static_cast<std::size_t>(h) * d;
       float* eh = est.data() + static_cast<std::size_t>(h) * n;
       for (std::size_t i = 0; i < n; ++i) {
-        const std::size_t p = static_cast<std::size_t>(q.first_candidate) + i;
-        eh[i] = bound(qh, s.lo.data() + p * d, s.hi.data() + p * d, d);
+        const std::int64_t p = q.first_candidate + static_cast<std::int64_t>(i);
+        eh[i] = bound(qh, s.lo.row(p), s.hi.row(p), d);
       }
     }
     gqa_scores(est.data(), q.group, n, score.data());

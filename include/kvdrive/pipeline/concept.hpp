@@ -5,30 +5,40 @@
 //   fetch(i)    tiers  -> staging slots for the misses          (per stream, commits nothing)
 //   compute(a, b) attention for streams [a, b) over page pointers
 //   commit()    append K/V, seal, extend the index, update eviction: all or nothing
-// A pipeline may interleave select/classify/fetch of different streams, but must run compute for
-// a stream only after its fetch, and commit once after every compute. If any stage throws, the
-// pipeline stops, joins its threads, and lets the exception reach attend(), which rolls back.
+// A pipeline may interleave select/classify/fetch of different streams, or run one stage for
+// many streams at once on the backend's threads (parallel_for; select and classify of different
+// streams are independent), but must run compute for a stream only after its fetch, and commit
+// once after every compute. It records each stage's wall time in times(). If any stage throws,
+// the pipeline stops, joins its threads, and lets the exception reach attend(), which rolls back.
 #pragma once
 
 #include <concepts>
 #include <cstddef>
+#include <functional>
 #include <string_view>
+
+#include "kvdrive/core/stats.hpp"
 
 namespace kvdrive::pipeline {
 
 template <class S>
-concept StepStages = requires(S& s, std::size_t i) {
+concept StepStages = requires(S& s, std::size_t i, const std::function<void(std::size_t)>& fn) {
   { s.streams() } -> std::convertible_to<std::size_t>;
   s.select(i);
   s.classify(i);
   s.fetch(i);
   s.compute(i, i);
   s.commit();
+  s.parallel_for(i, fn);
+  { s.times() } -> std::same_as<StageTimes&>;
 };
 
 /// The smallest type satisfying StepStages; used to check pipelines against the concept.
 struct StagesArchetype {
+  StageTimes t;
   std::size_t streams() { return 0; }
+  void parallel_for(std::size_t, const std::function<void(std::size_t)>&) {}
+  StageTimes& times() { return t; }
   void select(std::size_t) {}
   void classify(std::size_t) {}
   void fetch(std::size_t) {}

@@ -1,7 +1,9 @@
-// pipeline::Serial: every stage for every stream, one stage after another, then compute for the
-// whole batch and commit. The reference every other pipeline must match bit for bit.
+// pipeline::Serial: one stage after another for the whole batch: select (streams in parallel),
+// classify, fetch, compute (streams in parallel), commit. No overlap between stages: the
+// reference every other pipeline must match bit for bit.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <string_view>
 
@@ -15,11 +17,20 @@ struct Serial {
   template <StepStages S>
   void run(S& s) const {
     const std::size_t n = s.streams();
-    for (std::size_t i = 0; i < n; ++i) s.select(i);
-    for (std::size_t i = 0; i < n; ++i) s.classify(i);
-    for (std::size_t i = 0; i < n; ++i) s.fetch(i);
-    s.compute(0, n);
-    s.commit();
+    StageTimes& t = s.times();
+    timed(t.select_ms, [&] { s.parallel_for(n, [&](std::size_t i) { s.select(i); }); });
+    timed(t.classify_ms, [&] { for (std::size_t i = 0; i < n; ++i) s.classify(i); });
+    timed(t.fetch_ms, [&] { for (std::size_t i = 0; i < n; ++i) s.fetch(i); });
+    timed(t.compute_ms, [&] { s.compute(0, n); });
+    timed(t.commit_ms, [&] { s.commit(); });
+  }
+
+ private:
+  template <class F>
+  static void timed(double& ms, F&& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
 };
 static_assert(PipelinePolicy<Serial>);
