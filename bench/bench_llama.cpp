@@ -1,6 +1,7 @@
 // The reference decoder's CPU math (examples/llama3), on Llama-3-8B shapes:
 //   BM_Gemv               decode projections: GB/s of fp32 weights read (a 32768 x 4096 matrix,
 //                         512 MiB, beyond the caches), next to memcpy bandwidth in the same run
+//   BM_GemvOpenBLAS       the same with OpenBLAS's cblas_sgemv, when OpenBLAS is installed
 //   BM_Gemm               prefill projections, 256 tokens x 4096 x 4096: GFLOP/s
 //   BM_CausalAttention    prefill attention of a 256-token chunk after 8K tokens, 32/8 heads,
 //                         head_dim 128: GFLOP/s (scores and values, 4 flops per head-dim-key)
@@ -10,6 +11,10 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#ifdef KVD_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
 
 #include "linear.hpp"
 #include "prefill_attention.hpp"
@@ -41,6 +46,25 @@ void BM_Gemv(benchmark::State& state) {
   state.counters["weights_read"] = bench::rate(bytes);
 }
 BENCHMARK(BM_Gemv)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+#ifdef KVD_HAVE_OPENBLAS
+/// The same product with OpenBLAS's cblas_sgemv, for comparison.
+void BM_GemvOpenBLAS(benchmark::State& state) {
+  constexpr std::size_t kOut = 32768, kIn = 4096;
+  static const std::vector<float> w = noise(kOut * kIn, 1), x = noise(kIn, 2);
+  std::vector<float> y(kOut);
+  openblas_set_num_threads(static_cast<int>(state.range(0)));
+  double bytes = 0;
+  for (auto _ : state) {
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(kOut), static_cast<int>(kIn), 1.0f, w.data(),
+                static_cast<int>(kIn), x.data(), 1, 0.0f, y.data(), 1);
+    benchmark::DoNotOptimize(y.data());
+    bytes += static_cast<double>(w.size() * sizeof(float));
+  }
+  state.counters["weights_read"] = bench::rate(bytes);
+}
+BENCHMARK(BM_GemvOpenBLAS)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+#endif
 
 void BM_Gemm(benchmark::State& state) {
   constexpr std::size_t kTokens = 256, kOut = 4096, kIn = 4096;
@@ -107,6 +131,10 @@ int main(int argc, char** argv) {
     if (reporter.has(gemv) && reporter.has(mem))
       std::printf("  GEMV threads %s: %6.2f GiB/s of weights vs memcpy %6.2f GiB/s (bytes copied/s)  ratio %.2f\n", t,
                   reporter.rate[gemv] / (1u << 30), reporter.rate[mem] / (1u << 30), reporter.rate[gemv] / reporter.rate[mem]);
+    const std::string blas = std::string("BM_GemvOpenBLAS/") + t + "/real_time";
+    if (reporter.has(gemv) && reporter.has(blas))
+      std::printf("  GEMV threads %s: kvdrive loop %6.2f GiB/s vs OpenBLAS sgemv %6.2f GiB/s  ratio %.2f\n", t,
+                  reporter.rate[gemv] / (1u << 30), reporter.rate[blas] / (1u << 30), reporter.rate[gemv] / reporter.rate[blas]);
     for (const char* k : {"BM_Gemm", "BM_CausalAttention"}) {
       const std::string name = std::string(k) + "/" + t + "/real_time";
       if (reporter.has(name)) std::printf("  %-18s threads %s: %6.1f GFLOP/s\n", k, t, reporter.rate[name] / 1e9);

@@ -538,3 +538,30 @@ TEST_CASE("Hugging Face folders: malformed files give errors naming the file and
   { std::ofstream(dir.path / "config.json") << "{\"hidden_size\": 64}"; }
   expect_error("missing or non-integer 'intermediate_size'");
 }
+
+TEST_CASE("sampler: greedy, temperature, top-p and seeds") {
+  const std::vector<float> logits{std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
+  CHECK(Sampler::argmax({1.0f, 3.0f, 3.0f, 2.0f}) == 1);
+  Sampler greedy(0.0f, 1.0f, 1);
+  CHECK(greedy.sample(logits) == 0);
+  Sampler nucleus_tiny(1.0f, 1e-6f, 1);
+  for (int i = 0; i < 100; ++i) CHECK(nucleus_tiny.sample(logits) == 0);
+  // Temperature 1: the draws follow the softmax; top-p 0.7 keeps {0, 1} (mass 0.8), renormalised.
+  const int n = 40000;
+  std::vector<int> full(4), nucleus(4);
+  Sampler a(1.0f, 1.0f, 7), b(1.0f, 0.7f, 7);
+  for (int i = 0; i < n; ++i) {
+    ++full[static_cast<std::size_t>(a.sample(logits))];
+    ++nucleus[static_cast<std::size_t>(b.sample(logits))];
+  }
+  const double p[] = {0.5, 0.3, 0.15, 0.05}, q[] = {0.625, 0.375, 0, 0};
+  for (int i = 0; i < 4; ++i) {
+    CHECK(full[i] / double(n) == doctest::Approx(p[i]).epsilon(0.02).scale(1));
+    CHECK(nucleus[i] / double(n) == doctest::Approx(q[i]).epsilon(0.02).scale(1));
+  }
+  // The same seed gives the same draws.
+  Sampler c(0.8f, 0.9f, 42), d(0.8f, 0.9f, 42);
+  for (int i = 0; i < 50; ++i) CHECK(c.sample(logits) == d.sample(logits));
+  CHECK_THROWS_AS(Sampler(-1.0f, 1.0f, 1), Error);
+  CHECK_THROWS_AS(Sampler(1.0f, 0.0f, 1), Error);
+}
