@@ -213,6 +213,9 @@ TEST_CASE("llama2.c loader: malformed checkpoints give clear errors") {
   CHECK_THROWS_WITH_AS(load_llama2c(write("header.bin", {8, 16, 1}, 0)), doctest::Contains("shorter than the 28-byte"), Error);
   CHECK_THROWS_WITH_AS(load_llama2c(write("heads.bin", {8, 16, 1, 3, 1, 10, 4}, good)), doctest::Contains("not a multiple"), Error);
   CHECK_THROWS_WITH_AS(load_llama2c((dir / "missing.bin").string()), doctest::Contains("cannot open"), Error);
+  // Sizes whose byte count wraps around 2^64 to the file's size must not be accepted.
+  CHECK_THROWS_WITH_AS(load_llama2c(write("wrap.bin", {1048576, 699048, 1048576, 524288, 1, 2097151, 1}, 2)),
+                       doctest::Contains("overflow"), Error);
   std::filesystem::remove_all(dir);
 }
 
@@ -238,17 +241,22 @@ TEST_CASE("chunked prefill gives the logits of decoding the prompt token by toke
   std::vector<int> prompt(150);
   for (auto& t : prompt) t = static_cast<int>(rng() % 512);
   const Config cfg = kv_config(m.config, Budget::fraction(1.0));
-  KvManager<index::Dense, eviction::Lru> a(cfg), b(cfg);
-  Decoder chunked(m, a, pool, 64);
-  const std::vector<float> got = chunked.prefill(prompt);
+  KvManager<index::Dense, eviction::Lru> b(cfg);
   Decoder stepped(m, b, pool);
   std::vector<float> want = stepped.prefill(std::span<const int>(prompt).first(1));
   for (std::size_t i = 1; i < prompt.size(); ++i) want = stepped.step(prompt[i]);
-  double worst = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(got[i] - want[i])));
-  CHECK(worst < 1e-3);
-  // Then both decode the same.
-  CHECK(Sampler::argmax(chunked.step(7)) == Sampler::argmax(stepped.step(7)));
+  const int next = Sampler::argmax(stepped.step(7));
+  // Chunks that do and do not line up with the 16-token query tiles and 64-key blocks.
+  for (int chunk : {1, 7, 16, 37, 64, 150, 256}) {
+    CAPTURE(chunk);
+    KvManager<index::Dense, eviction::Lru> a(cfg);
+    Decoder chunked(m, a, pool, chunk);
+    const std::vector<float> got = chunked.prefill(prompt);
+    double worst = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(got[i] - want[i])));
+    CHECK(worst < 1e-4);
+    CHECK(Sampler::argmax(chunked.step(7)) == next);  // then both decode the same
+  }
 }
 
 TEST_CASE("stories260K: dense greedy decoding matches an independent double-precision forward pass") {
@@ -533,8 +541,20 @@ TEST_CASE("Hugging Face folders: malformed files give errors naming the file and
   write_safetensors(file, hf_tensors(src, "F16"));  // config.json says float32
   expect_error("has dtype F16 but config.json says torch_dtype float32");
 
+  write_safetensors(file, good, [](nlohmann::json& h) {
+    h["model.norm.weight"]["shape"] = {4294967296LL, 4294967296LL};  // 2^64 elements in 0 bytes
+    h["model.norm.weight"]["data_offsets"] = {0, 0};
+  });
+  expect_error("too many elements");
+
   write_safetensors(file, good);
   CHECK_NOTHROW(load_hf(dir.path));
+  {
+    nlohmann::json j = read_json(dir.path / "config.json");
+    j["hidden_size"] = 4294967360LL;  // would truncate to 64 as an int
+    std::ofstream(dir.path / "config.json") << j.dump();
+  }
+  expect_error("'hidden_size' is 4294967360");
   { std::ofstream(dir.path / "config.json") << "{\"hidden_size\": 64}"; }
   expect_error("missing or non-integer 'intermediate_size'");
 }

@@ -90,6 +90,7 @@ TEST_CASE("llama2.c tokenizer: merges by score, byte fallback, and round-trips")
     CHECK(out == text);  // the dummy-prefix space after BOS is dropped
   }
   CHECK_THROWS_WITH_AS(Tokenizer(path.string(), vocab + 5), doctest::Contains("truncated at token"), Error);
+  CHECK_THROWS_WITH_AS(Llama2cTokenizer(path.string(), 5), doctest::Contains("too small"), Error);
   std::filesystem::remove(path);
 }
 
@@ -121,5 +122,18 @@ TEST_CASE("Llama-3 tokenizer: pre-tokenizer pattern, byte-level BPE by rank, spe
     std::ofstream(path) << "aGVsbG8= notanumber\n";
   }
   CHECK_THROWS_WITH_AS(TiktokenTokenizer(path.string()), doctest::Contains("invalid rank"), Error);
+  {
+    std::ofstream(path) << "QQ== 100000000\n";  // one token at a huge rank: gaps are rejected, nothing huge allocated
+  }
+  CHECK_THROWS_WITH_AS(TiktokenTokenizer(path.string()), doctest::Contains("without gaps"), Error);
+  {
+    std::ofstream f(path, std::ios::binary);  // CRLF line ends
+    for (int b = 0; b < 256; ++b) f << base64(std::string(1, static_cast<char>(b))) << ' ' << b << "\r\n";
+  }
+  CHECK(Tokenizer(path.string(), 1000).encode("ab", false) == std::vector<int>{'a', 'b'});
+  // Long texts stay linear: many special tokens and a long ordinary run.
+  std::string long_text;
+  for (int i = 0; i < 20000; ++i) long_text += "<|eot_id|>ab ";
+  CHECK(Tokenizer(path.string(), 1000).encode(long_text, false).size() == 20000u * 4);
   std::filesystem::remove(path);
 }

@@ -3,7 +3,9 @@
 
 #include <cmath>
 #include <filesystem>
+#include <cstring>
 #include <fstream>
+#include <stdexcept>
 #include <vector>
 
 #include "decoder.hpp"
@@ -57,6 +59,31 @@ TEST_CASE("trace: written records read back; corrupt or truncated files are reje
   CHECK_THROWS_WITH_AS(eval::TraceReader{path}, doctest::Contains("no footer"), Error);
   rewrite(10);
   CHECK_THROWS_WITH_AS(eval::TraceReader{path}, doctest::Contains("too short"), Error);
+  // A footer claiming 2^60 records of 208 bytes (2^60 x 208 wraps to 0 in 64 bits) over no records.
+  {
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    eval::TraceHeader h{};
+    std::memcpy(h.magic, eval::kTraceMagic, 8);
+    h.version = 1;
+    h.layers = h.q_heads = h.kv_heads = 1;
+    h.head_dim = 16;
+    eval::TraceFooter t{};
+    std::memcpy(t.magic, eval::kTraceEnd, 8);
+    t.records = std::uint64_t{1} << 60;
+    t.checksum = XXH3_64bits(nullptr, 0);
+    f.write(reinterpret_cast<const char*>(&h), sizeof h);
+    f.write(reinterpret_cast<const char*>(&t), sizeof t);
+  }
+  CHECK_THROWS_WITH_AS(eval::TraceReader{path}, doctest::Contains("expected 1152921504606846976 records"), Error);
+  // A writer destroyed by an exception leaves no footer: the trace is not mistaken for complete.
+  try {
+    eval::TraceWriter w(path, shape, DType::f32);
+    const auto q = test::random_floats(4 * 16, 1), k = test::random_floats(2 * 16, 2);
+    w.write(0, 0, q.data(), k.data(), k.data());
+    throw std::runtime_error("the run failed");
+  } catch (const std::runtime_error&) {
+  }
+  CHECK_THROWS_WITH_AS(eval::TraceReader{path}, doctest::Contains("no footer"), Error);
   std::filesystem::remove(path);
 }
 
@@ -111,10 +138,13 @@ TEST_CASE("trace: the decoder records Q and K after RoPE and V, every layer and 
     for (int j = 0; j < c.dim; ++j) y += w[row * c.dim + j] * m.layers[0].rms_att[j] * x1[static_cast<std::size_t>(j)] * inv1;
     return y;
   };
+  const int hd = c.head_dim();
   for (int i = 0; i < c.dim; i += 2) {
+    // Interleaved RoPE at position 1: the pair (i, i+1) turns by 10000^(-(i mod hd)/hd) radians.
     const double a = project(m.layers[0].wq, i), b = project(m.layers[0].wq, i + 1);
-    CHECK(std::hypot(q[static_cast<std::size_t>(i)], q[static_cast<std::size_t>(i) + 1]) ==
-          doctest::Approx(std::hypot(a, b)).epsilon(1e-4).scale(1));
+    const double angle = std::pow(10000.0, -static_cast<double>(i % hd) / hd);
+    CHECK(q[static_cast<std::size_t>(i)] == doctest::Approx(a * std::cos(angle) - b * std::sin(angle)).epsilon(1e-4).scale(1));
+    CHECK(q[static_cast<std::size_t>(i) + 1] == doctest::Approx(a * std::sin(angle) + b * std::cos(angle)).epsilon(1e-4).scale(1));
   }
   for (int i = 0; i < c.kv_dim(); ++i) CHECK(v[static_cast<std::size_t>(i)] == doctest::Approx(project(m.layers[0].wv, i)).epsilon(1e-4).scale(1));
   std::filesystem::remove(path);

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -39,7 +41,13 @@ inline LlamaConfig parse_hf_config(const std::filesystem::path& path) {
   const std::string p = path.string();
   auto get_int = [&](const char* key) -> int {
     KVD_EXPECT(j.contains(key) && j[key].is_number_integer(), "{}: missing or non-integer '{}'", p, key);
-    return j[key].get<int>();
+    const auto v = j[key].get<std::int64_t>();
+    KVD_EXPECT(v > 0 && v <= (std::int64_t{1} << 30), "{}: '{}' is {}, expected 1..2^30", p, key, v);
+    return static_cast<int>(v);
+  };
+  auto positive = [&](double v, const char* key) {
+    KVD_EXPECT(std::isfinite(v) && v > 0, "{}: '{}' is {}, expected a positive number", p, key, v);
+    return v;
   };
   LlamaConfig c;
   try {
@@ -50,8 +58,8 @@ inline LlamaConfig parse_hf_config(const std::filesystem::path& path) {
     c.kv_heads = j.contains("num_key_value_heads") ? get_int("num_key_value_heads") : c.heads;
     c.vocab = get_int("vocab_size");
     c.max_seq = j.contains("max_position_embeddings") ? get_int("max_position_embeddings") : 4096;
-    c.rope_theta = j.value("rope_theta", 10000.0);
-    c.rms_eps = j.value("rms_norm_eps", 1e-5f);
+    c.rope_theta = positive(j.value("rope_theta", 10000.0), "rope_theta");
+    c.rms_eps = static_cast<float>(positive(j.value("rms_norm_eps", 1e-5), "rms_norm_eps"));
     c.tied_embeddings = j.value("tie_word_embeddings", false);
     c.rope_layout = RopeLayout::half;
     if (j.contains("head_dim") && !j["head_dim"].is_null())
@@ -61,10 +69,13 @@ inline LlamaConfig parse_hf_config(const std::filesystem::path& path) {
       const auto& rs = j["rope_scaling"];
       const std::string type = rs.value("rope_type", rs.value("type", std::string()));
       KVD_EXPECT(type == "llama3", "{}: rope_scaling type '{}' is not supported (only llama3)", p, type);
-      c.rope_scaling.factor = rs.at("factor").get<double>();
-      c.rope_scaling.low_freq_factor = rs.value("low_freq_factor", 1.0);
-      c.rope_scaling.high_freq_factor = rs.value("high_freq_factor", 4.0);
-      c.rope_scaling.original_max_position = rs.value("original_max_position_embeddings", 8192.0);
+      c.rope_scaling.factor = positive(rs.at("factor").get<double>(), "rope_scaling.factor");
+      c.rope_scaling.low_freq_factor = positive(rs.value("low_freq_factor", 1.0), "rope_scaling.low_freq_factor");
+      c.rope_scaling.high_freq_factor = positive(rs.value("high_freq_factor", 4.0), "rope_scaling.high_freq_factor");
+      c.rope_scaling.original_max_position =
+          positive(rs.value("original_max_position_embeddings", 8192.0), "rope_scaling.original_max_position_embeddings");
+      KVD_EXPECT(c.rope_scaling.high_freq_factor > c.rope_scaling.low_freq_factor,
+                 "{}: rope_scaling.high_freq_factor must exceed low_freq_factor", p);
     }
   } catch (const nlohmann::json::exception& e) {
     fail("{}: {}", p, e.what());

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <string>
 
@@ -48,9 +49,21 @@ inline Model load_llama2c(const std::string& path) {
              L = static_cast<std::uint64_t>(c.layers), V = static_cast<std::uint64_t>(c.vocab),
              KV = static_cast<std::uint64_t>(c.kv_dim()), S = static_cast<std::uint64_t>(c.max_seq),
              HD = static_cast<std::uint64_t>(c.head_dim());
-  const std::uint64_t floats = V * D + L * D + L * D * D + 2 * L * KV * D + L * D * D + L * D + 3 * L * H * D + D +
-                               2 * S * HD / 2 + (c.tied_embeddings ? 0 : V * D);
-  const std::uint64_t expect = kHeader + floats * sizeof(float);
+  // Checked arithmetic: crafted headers must not wrap around to a size that matches.
+  auto mul = [&](std::uint64_t a, std::uint64_t b) {
+    std::uint64_t r = 0;
+    KVD_EXPECT(!__builtin_mul_overflow(a, b, &r), "{}: the header's sizes overflow", path);
+    return r;
+  };
+  auto add = [&](std::initializer_list<std::uint64_t> terms) {
+    std::uint64_t r = 0;
+    for (std::uint64_t t : terms) KVD_EXPECT(!__builtin_add_overflow(r, t, &r), "{}: the header's sizes overflow", path);
+    return r;
+  };
+  const std::uint64_t floats =
+      add({mul(V, D), mul(L, D), mul(mul(L, D), D), mul(mul(mul(2, L), KV), D), mul(mul(L, D), D), mul(L, D),
+           mul(mul(mul(3, L), H), D), D, mul(S, HD), c.tied_embeddings ? 0 : mul(V, D)});
+  const std::uint64_t expect = add({kHeader, mul(floats, sizeof(float))});
   KVD_EXPECT(file->size() >= expect, "{}: the file has {} bytes but its header implies {} (truncated?)", path, file->size(), expect);
   KVD_EXPECT(file->size() == expect, "{}: the file has {} bytes but its header implies {} (not a llama2.c checkpoint?)",
              path, file->size(), expect);

@@ -113,8 +113,8 @@ int run(const Options& o, const Model& model, ThreadPool& pool) {
   std::vector<int> prompt = tokenizer && !o.prompt.empty() ? tokenizer->encode(o.prompt, true) : parse_ids(o.prompt_ids, c.vocab);
   if (o.prompt_len > 0) {
     std::mt19937_64 rng(o.seed);
-    std::uniform_int_distribution<int> tok(3, c.vocab - 1);
-    prompt.push_back(1);
+    std::uniform_int_distribution<int> tok(std::min(3, c.vocab - 1), c.vocab - 1);
+    if (prompt.empty()) prompt.push_back(tokenizer ? tokenizer->bos() : 1);
     while (static_cast<std::int64_t>(prompt.size()) < o.prompt_len) prompt.push_back(tok(rng));
   }
   if (prompt.empty()) prompt.push_back(tokenizer ? tokenizer->bos() : 1);  // BOS
@@ -268,6 +268,9 @@ int main(int argc, char** argv) {
     if (o.index == "quest") return run<index::Quest>(o, model, pool);
     return run<index::Oracle>(o, model, pool);
   } catch (const Error& e) {
+    fmt::print(stderr, "kvd-llama: error: {}\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {  // out of memory, mostly
     fmt::print(stderr, "kvd-llama: error: {}\n", e.what());
     return 1;
   }

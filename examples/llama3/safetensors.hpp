@@ -25,9 +25,11 @@ struct TensorInfo {
   std::uint64_t begin = 0, end = 0;  ///< byte range in the data region
   const std::byte* data = nullptr;   ///< start of the tensor's bytes in the mapped file
 
+  /// The element count, or -1 if it overflows.
   std::int64_t elements() const {
     std::int64_t n = 1;
-    for (auto d : shape) n *= d;
+    for (auto d : shape)
+      if (__builtin_mul_overflow(n, d, &n)) return -1;
     return n;
   }
 };
@@ -76,6 +78,7 @@ class SafetensorsFile {
         KVD_EXPECT(info.begin <= info.end && info.end <= data_size,
                    "{}: tensor '{}': data_offsets [{}, {}) out of range of the {}-byte data region", p, name, info.begin,
                    info.end, data_size);
+        KVD_EXPECT(info.elements() >= 0, "{}: tensor '{}': shape has too many elements", p, name);
         KVD_EXPECT(info.end - info.begin == static_cast<std::uint64_t>(info.elements()) * es,
                    "{}: tensor '{}': {} bytes for shape of {} {} elements", p, name, info.end - info.begin, info.elements(),
                    info.dtype);

@@ -32,7 +32,8 @@ class Llama2cTokenizer {
       std::memcpy(dst, p, n);
       p += n;
     };
-    KVD_EXPECT(vocab > 0, "{}: vocabulary size {} must be positive", path, vocab);
+    KVD_EXPECT(vocab >= kFirstByteToken + 256, "{}: vocabulary size {} is too small for <unk>, <s>, </s> and the 256 byte tokens",
+               path, vocab);
     std::int32_t max_len = 0;
     read(&max_len, 4, "max_token_length", -1);
     KVD_EXPECT(max_len > 0 && max_len < 65536, "{}: max_token_length {} is implausible", path, max_len);

@@ -8,6 +8,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <limits>
@@ -15,6 +16,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "kvdrive/core/error.hpp"
@@ -30,7 +32,9 @@ class TiktokenTokenizer {
     std::ifstream f(path);
     KVD_EXPECT(f.good(), "{}: cannot open", path);
     std::string line;
+    std::vector<std::pair<long, std::string>> entries;
     for (int lineno = 1; std::getline(f, line); ++lineno) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();  // CRLF files
       if (line.empty()) continue;
       const auto sp = line.find(' ');
       KVD_EXPECT(sp != std::string::npos, "{}:{}: expected 'base64 rank'", path, lineno);
@@ -45,10 +49,15 @@ class TiktokenTokenizer {
       }
       KVD_EXPECT(rank >= 0 && rank < (1L << 30), "{}:{}: invalid rank '{}'", path, lineno, line.substr(sp + 1));
       KVD_EXPECT(ranks_.emplace(bytes, static_cast<int>(rank)).second, "{}:{}: duplicate token", path, lineno);
-      if (static_cast<std::size_t>(rank) >= pieces_.size()) pieces_.resize(static_cast<std::size_t>(rank) + 1);
-      pieces_[static_cast<std::size_t>(rank)] = bytes;
+      entries.emplace_back(rank, std::move(bytes));
     }
     KVD_EXPECT(!ranks_.empty(), "{}: no tokens", path);
+    // Ranks are token ids: they must be exactly 0 .. n-1.
+    std::sort(entries.begin(), entries.end());
+    for (std::size_t i = 0; i < entries.size(); ++i)
+      KVD_EXPECT(entries[i].first == static_cast<long>(i), "{}: ranks are not 0..{} without gaps (rank {} missing)", path,
+                 entries.size() - 1, i);
+    for (auto& e : entries) pieces_.push_back(std::move(e.second));
     base_ = static_cast<int>(pieces_.size());
     // Llama-3's special tokens, in order after the base vocabulary.
     const char* named[] = {"<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
@@ -78,19 +87,22 @@ class TiktokenTokenizer {
   std::vector<int> encode(std::string_view text, bool bos_first) const {
     std::vector<int> ids;
     if (bos_first) ids.push_back(bos());
-    std::size_t start = 0;
-    while (start <= text.size()) {
-      // The next special token, if any.
-      std::size_t at = std::string_view::npos, which = 0;
-      for (std::size_t i = 0; i < specials_.size(); ++i) {
-        const auto p = text.find(specials_[i], start);
-        if (p < at) at = p, which = i;
+    std::size_t start = 0, from = 0;
+    for (;;) {
+      // The next special token: a "<|...|>" that names one (one scan, whatever their number).
+      const std::size_t open = text.find("<|", from);
+      const std::size_t close = open == std::string_view::npos ? open : text.find("|>", open + 2);
+      if (close == std::string_view::npos) break;
+      const auto it = special_ids_.find(std::string(text.substr(open, close + 2 - open)));
+      if (it == special_ids_.end()) {
+        from = open + 2;
+        continue;
       }
-      encode_ordinary(text.substr(start, at == std::string_view::npos ? text.size() - start : at - start), ids);
-      if (at == std::string_view::npos) break;
-      ids.push_back(base_ + static_cast<int>(which));
-      start = at + specials_[which].size();
+      encode_ordinary(text.substr(start, open - start), ids);
+      ids.push_back(it->second);
+      start = from = close + 2;
     }
+    encode_ordinary(text.substr(start), ids);
     return ids;
   }
 
@@ -119,7 +131,10 @@ class TiktokenTokenizer {
     void operator()(pcre2_match_data* d) const { pcre2_match_data_free(d); }
   };
 
-  void add_special(std::string s) { specials_.push_back(std::move(s)); }
+  void add_special(std::string s) {
+    special_ids_.emplace(s, base_ + static_cast<int>(specials_.size()));
+    specials_.push_back(std::move(s));
+  }
 
   void encode_ordinary(std::string_view text, std::vector<int>& ids) const {
     for_each_piece(text, [&](std::string_view p) { bpe(p, ids); });
@@ -131,7 +146,9 @@ class TiktokenTokenizer {
     std::unique_ptr<pcre2_match_data, DataFree> md(pcre2_match_data_create_from_pattern(re_.get(), nullptr));
     PCRE2_SIZE at = 0;
     while (at < text.size()) {
-      const int rc = pcre2_match(re_.get(), reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), at, 0, md.get(), nullptr);
+      // The first match checks the whole text is UTF-8; later ones need not check it again.
+      const std::uint32_t options = at == 0 ? 0 : PCRE2_NO_UTF_CHECK;
+      const int rc = pcre2_match(re_.get(), reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), at, options, md.get(), nullptr);
       KVD_EXPECT(rc > 0, "tiktoken: the pre-tokenizer failed at byte {} (PCRE2 {}; invalid UTF-8?)", at, rc);
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());
       KVD_EXPECT(ov[1] > ov[0], "tiktoken: empty pre-tokenizer match at byte {}", at);
@@ -197,6 +214,7 @@ class TiktokenTokenizer {
   std::unordered_map<std::string, int> ranks_;
   std::vector<std::string> pieces_;
   std::vector<std::string> specials_;
+  std::unordered_map<std::string, int> special_ids_;
   int base_ = 0;
   std::unique_ptr<pcre2_code, CodeFree> re_;
 };

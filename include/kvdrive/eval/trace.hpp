@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <string>
 #include <utility>
@@ -59,7 +60,13 @@ class TraceWriter {
   }
   TraceWriter(const TraceWriter&) = delete;
   TraceWriter& operator=(const TraceWriter&) = delete;
+  /// Closes the trace, except while an exception unwinds: then the footer is left out, so the
+  /// unfinished trace is rejected by readers rather than mistaken for a complete one.
   ~TraceWriter() {
+    if (std::uncaught_exceptions() > 0) {
+      if (f_) std::fclose(f_);
+      return;
+    }
     try {
       close();
     } catch (const Error&) {  // a destructor must not throw; close() explicitly to see errors
@@ -147,8 +154,8 @@ class TraceReader {
     KVD_EXPECT(std::memcmp(t.magic, kTraceEnd, 8) == 0, "{}: no footer: the trace is truncated or was not closed", path);
     const std::size_t body = bytes.size() - sizeof h - sizeof t;
     record_bytes_ = 16 + static_cast<std::size_t>(shape_.q_heads + 2 * shape_.kv_heads) * shape_.head_dim * dtype_size(dtype_);
-    KVD_EXPECT(body == t.records * record_bytes_, "{}: {} bytes of records, expected {} records x {} bytes", path, body,
-               t.records, record_bytes_);
+    KVD_EXPECT(body % record_bytes_ == 0 && body / record_bytes_ == t.records,
+               "{}: {} bytes of records, expected {} records x {} bytes", path, body, t.records, record_bytes_);
     KVD_EXPECT(XXH3_64bits(bytes.data() + sizeof h, body) == t.checksum, "{}: checksum mismatch: the trace is corrupt", path);
     body_.assign(bytes.begin() + sizeof h, bytes.end() - sizeof t);
     for (std::uint64_t r = 0; r < t.records; ++r) {
