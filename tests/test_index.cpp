@@ -222,3 +222,79 @@ TEST_CASE("Quest: the bound is never below the true max q.k, and it ranks like b
       CHECK(got == brute_top(score, first, budget));
     }
 }
+
+TEST_CASE("MeanKey ranks pages by q . mean key under the GQA rule, like brute force") {
+  for (int group : {1, 4})
+    for (int trial = 0; trial < 4 * test::scale(); ++trial) {
+      const int pages = 40, pt = 8, d = 64, first = 2, end = 37, budget = 7;
+      const Stream s = make_stream(pages, pt, d, group, 4000 + static_cast<std::uint64_t>(trial) * 10 + group);
+      index::MeanKey mk;
+      index::MeanKey::State st;
+      mk.build(st, {s.keys.data(), 0, 25, pt, d});
+      for (int p = 25; p < pages; ++p) mk.append(st, {s.keys.data() + static_cast<std::size_t>(p) * pt * d, p, 1, pt, d});
+      CHECK(mk.bytes(st) == static_cast<std::size_t>(pages) * d * sizeof(float));
+      std::vector<std::vector<double>> est(group, std::vector<double>(pages));
+      std::vector<double> cand_max(group, -INFINITY);
+      for (int h = 0; h < group; ++h)
+        for (int p = first; p < end; ++p) {
+          double e = 0;
+          for (int i = 0; i < d; ++i) {
+            double mean = 0;
+            for (int t = 0; t < pt; ++t) mean += s.keys[(static_cast<std::size_t>(p) * pt + t) * d + i];
+            e += s.q[static_cast<std::size_t>(h) * d + i] * mean / pt;
+          }
+          est[h][p] = e;
+          cand_max[h] = std::max(cand_max[h], e);
+        }
+      std::vector<double> score(end - first, -INFINITY);
+      for (int h = 0; h < group; ++h)
+        for (int i = 0; i < end - first; ++i) score[i] = std::max(score[i], est[h][first + i] - cand_max[h]);
+      std::vector<std::uint32_t> got;
+      mk.select(st, query_for(s, first, end, budget), got);
+      CHECK(got == brute_top(score, first, budget));
+    }
+}
+
+TEST_CASE("metrics: top-k recall, mass recall (mean and min over heads), relative error") {
+  CHECK(eval::topk_recall(std::vector<std::uint32_t>{1, 4, 9}, std::vector<std::uint32_t>{9, 2, 1, 7}) == 0.5);
+  CHECK(eval::topk_recall(std::vector<std::uint32_t>{}, std::vector<std::uint32_t>{}) == 1.0);
+  CHECK(eval::relative_error(std::vector<float>{3, 4}, std::vector<float>{0, 4}) == doctest::Approx(0.75));
+
+  // Mass recall from dense attention's per-page log-sum-exp, against softmax sums in double.
+  const int pages = 12, pt = 4, d = 32, group = 3;
+  const Stream s = make_stream(pages, pt, d, group, 77);
+  std::vector<float> values(s.keys.size(), 0.0f);
+  std::vector<attention::PageRef> refs;
+  for (int p = 0; p < pages; ++p)
+    refs.push_back({s.keys.data() + static_cast<std::size_t>(p) * pt * d, values.data() + static_cast<std::size_t>(p) * pt * d, pt});
+  std::vector<float> out(static_cast<std::size_t>(group) * d), lse(group), page_lse(static_cast<std::size_t>(pages) * group);
+  attention::DecodeArgs a;
+  a.q = s.q.data();
+  a.group = group;
+  a.head_dim = d;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(d));
+  a.pages = refs;
+  a.out = out.data();
+  a.lse = lse.data();
+  a.page_lse = page_lse.data();
+  attention::sparse_decode<float>(a);
+  const std::vector<std::uint32_t> attended{0, 3, 4, 11};
+  std::vector<double> per_head;
+  for (int h = 0; h < group; ++h) {
+    std::vector<double> w(static_cast<std::size_t>(pages) * pt);
+    double m = -INFINITY, z = 0, in = 0;
+    for (std::size_t t = 0; t < w.size(); ++t)
+      m = std::max(m, w[t] = dot(s.q.data() + h * d, s.keys.data() + t * d, d) / std::sqrt(static_cast<double>(d)));
+    for (auto& x : w) z += (x = std::exp(x - m));
+    for (std::uint32_t p : attended)
+      for (int t = 0; t < pt; ++t) in += w[static_cast<std::size_t>(p) * pt + t];
+    per_head.push_back(in / z);
+  }
+  const eval::MassRecall r = eval::mass_recall(page_lse, lse, group, attended);
+  CHECK(r.mean == doctest::Approx((per_head[0] + per_head[1] + per_head[2]) / 3).epsilon(1e-5));
+  CHECK(r.min == doctest::Approx(*std::min_element(per_head.begin(), per_head.end())).epsilon(1e-5));
+  std::vector<std::uint32_t> all(pages);
+  std::iota(all.begin(), all.end(), 0u);
+  CHECK(eval::mass_recall(page_lse, lse, group, all).min == doctest::Approx(1.0).epsilon(1e-5));
+  CHECK_THROWS_WITH_AS(eval::mass_recall(page_lse, lse, group, std::vector<std::uint32_t>{12}), doctest::Contains("page 12 out of range"), Error);
+}

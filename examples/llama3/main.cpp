@@ -241,7 +241,7 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed, "sampling and synthetic-prompt seed");
   app.add_option("--mode", o.mode, "dense or sparse attention")->check(CLI::IsMember({"dense", "sparse"}));
   app.add_option("--budget", o.budget, "sparse budget: fraction of candidate pages, in (0, 1]");
-  app.add_option("--index", o.index, "sparse index: quest, oracle, oracle-mass")->check(CLI::IsMember({"quest", "oracle", "oracle-mass", "dense"}));
+  app.add_option("--index", o.index, "sparse index: quest, mean-key, oracle, oracle-mass")->check(CLI::IsMember({"quest", "mean-key", "oracle", "oracle-mass", "dense"}));
   app.add_option("--threads", o.threads, "CPU threads (0: all)");
   app.add_flag("--print-ids", o.print_ids, "print only the generated ids, space-separated, on one line of stdout");
   app.add_option("--stats-json", o.stats_json, "write the closing summary as JSON to this file");
@@ -266,6 +266,7 @@ int main(int argc, char** argv) {
     if (o.mode == "dense" || o.index == "dense") return run<index::Dense>(o, model, pool);
     if (o.index == "oracle-mass") return run<index::OracleMass>(o, model, pool);
     if (o.index == "quest") return run<index::Quest>(o, model, pool);
+    if (o.index == "mean-key") return run<index::MeanKey>(o, model, pool);
     return run<index::Oracle>(o, model, pool);
   } catch (const Error& e) {
     fmt::print(stderr, "kvd-llama: error: {}\n", e.what());
