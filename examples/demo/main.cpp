@@ -84,15 +84,6 @@ class Synthetic {
   std::vector<float> dirs_;
 };
 
-double relative_error(const std::vector<float>& a, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    num += (static_cast<double>(a[i]) - ref[i]) * (static_cast<double>(a[i]) - ref[i]);
-    den += static_cast<double>(ref[i]) * ref[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -164,7 +155,7 @@ int main(int argc, char** argv) {
         dense.attend(l, db, qv, kv1, vv1, make_view(out_d, 1, sh.q_heads, sh.head_dim));
         ss += sparse.last_stats();
         ds += dense.last_stats();
-        step_error = std::max(step_error, relative_error(out_s, out_d));
+        step_error = std::max(step_error, eval::relative_error(out_s, out_d));
       }
       const double other = ss.time.classify_ms + ss.time.fetch_ms + ss.time.commit_ms;
       fmt::print("{:>4}  {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f}  {:>10.1f} {:>9.0f}  {:>9.2f}  {:>10.2e}\n", step,

@@ -113,7 +113,6 @@ class Decoder {
   /// Decodes one token at the next position; returns the logits that follow it.
   const std::vector<float>& step(int token) {
     check_tokens(std::span<const int>(&token, 1));
-    KVD_EXPECT(pos_ < c_.max_seq, "decode: position {} reaches the model's context {}", pos_, c_.max_seq);
     const auto t0 = Clock::now();
     const int dim = c_.dim, d = c_.head_dim(), kvd = c_.kv_dim();
     x_.assign(m_.token_embedding + static_cast<std::size_t>(token) * dim, m_.token_embedding + static_cast<std::size_t>(token + 1) * dim);

@@ -15,7 +15,6 @@
 #pragma once
 
 #include <algorithm>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -295,11 +294,6 @@ class KvManager {
     /// The fast slot of the page the new token goes to.
     Slot tail_slot() const { return new_tail >= 0 ? new_tail : stream->pages.back().slot; }
   };
-
-  using Clock = std::chrono::steady_clock;
-  static double ms_since(Clock::time_point t0) {
-    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  }
 
   /// The StepStages that the pipeline drives for one attend().
   class Step {
