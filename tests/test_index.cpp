@@ -204,7 +204,7 @@ TEST_CASE("Quest: the bound is never below the true max q.k, and it ranks like b
           for (int t = 0; t < pt; ++t)
             true_max = std::max(true_max, dot(s.q.data() + h * d, s.keys.data() + (static_cast<std::size_t>(p) * pt + t) * d, d));
           CHECK(bound >= true_max - 1e-4);
-          CHECK(index::quest_page_score(s.q.data() + h * d, st.lo.row(p), st.hi.row(p), d) == doctest::Approx(bound).epsilon(1e-5));
+          CHECK(index::quest_page_score(s.q.data() + h * d, st.lo.row<float>(p), st.hi.row<float>(p), d) == doctest::Approx(bound).epsilon(1e-5));
           est[h][p] = bound;
         }
       const int first = 1, end = pages - 2, budget = 6;

@@ -706,6 +706,7 @@ class KvManager {
     pk.pages = n;
     pk.page_tokens = cfg_.page_tokens;
     pk.head_dim = cfg_.shape.head_dim;
+    pk.dtype = cfg_.dtype;
     return pk;
   }
 

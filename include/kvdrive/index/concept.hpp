@@ -12,16 +12,20 @@
 #include <string_view>
 #include <vector>
 
+#include "kvdrive/core/dtype.hpp"
+
 namespace kvdrive::index {
 
 /// The keys of consecutive sealed pages of one stream, as float, in the KV dtype's precision:
-/// [pages][page_tokens][head_dim], page ids first_page .. first_page + pages - 1.
+/// [pages][page_tokens][head_dim], page ids first_page .. first_page + pages - 1. `dtype` is the
+/// KV dtype: indices store their data in it (Decision: index data costs what the KV costs).
 struct PageKeys {
   const float* data = nullptr;
   std::int64_t first_page = 0;
   std::int64_t pages = 0;
   int page_tokens = 0;
   int head_dim = 0;
+  DType dtype = DType::f32;
 
   const float* page(std::int64_t i) const {
     return data + static_cast<std::size_t>(i) * page_tokens * head_dim;

@@ -39,7 +39,7 @@ struct ExactKeys {
     }
     for (std::int64_t i = 0; i < k.pages; ++i, ++pages) keys.push(k.page(i));
   }
-  const float* page(std::int64_t p) const { return keys.row(p); }
+  const float* page(std::int64_t p) const { return keys.row<float>(p); }
   /// Scaled q.k of every token of page p for each of the group's heads: s[group][rows], rows =
   /// attention::padded_rows(page_tokens).
   void scores(const float* q, int group, float scale, std::int64_t p, float* s) const {
