@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <memory>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "kvdrive/kvdrive.hpp"
@@ -297,4 +299,214 @@ TEST_CASE("metrics: top-k recall, mass recall (mean and min over heads), relativ
   std::iota(all.begin(), all.end(), 0u);
   CHECK(eval::mass_recall(page_lse, lse, group, all).min == doctest::Approx(1.0).epsilon(1e-5));
   CHECK_THROWS_WITH_AS(eval::mass_recall(page_lse, lse, group, std::vector<std::uint32_t>{12}), doctest::Contains("page 12 out of range"), Error);
+}
+
+// ---- clustered indices, dtype storage, and the rules every index follows ----------------------
+
+namespace {
+
+/// Keys with topic structure: runs of tokens share a topic direction (plus noise), and the
+/// queries lean toward a few topics, so a good index beats random selection clearly.
+Stream make_topic_stream(int pages, int pt, int d, int group, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> n01(0.0f, 1.0f);
+  const int topics = 12;
+  std::vector<float> dirs(static_cast<std::size_t>(topics) * d);
+  for (auto& x : dirs) x = n01(rng);
+  Stream s{pages, pt, d, group, std::vector<float>(static_cast<std::size_t>(pages) * pt * d), std::vector<float>(static_cast<std::size_t>(group) * d)};
+  int topic = 0;
+  for (int t = 0; t < pages * pt; ++t) {
+    if (t % (pt * 3) == 0 && rng() % 2 == 0) topic = static_cast<int>(rng() % topics);
+    for (int j = 0; j < d; ++j) s.keys[static_cast<std::size_t>(t) * d + j] = dirs[static_cast<std::size_t>(topic) * d + j] + 0.7f * n01(rng);
+  }
+  for (int h = 0; h < group; ++h) {
+    const int a = static_cast<int>(rng() % topics), b = static_cast<int>(rng() % topics);
+    for (int j = 0; j < d; ++j)
+      s.q[static_cast<std::size_t>(h) * d + j] = 1.5f * dirs[static_cast<std::size_t>(a) * d + j] + 0.8f * dirs[static_cast<std::size_t>(b) * d + j] + 0.3f * n01(rng);
+  }
+  return s;
+}
+
+template <class T>
+void round_keys(std::vector<float>& keys) {
+  for (float& x : keys) x = to_float(from_float<T>(x));
+}
+
+std::vector<std::unique_ptr<eval::AnyIndex>> every_index() {
+  std::vector<std::unique_ptr<eval::AnyIndex>> v;
+  v.push_back(eval::make_any_index(index::Oracle{}));
+  v.push_back(eval::make_any_index(index::OracleMass{}));
+  v.push_back(eval::make_any_index(index::Quest{}));
+  v.push_back(eval::make_any_index(index::MeanKey{}));
+  v.push_back(eval::make_any_index(index::Centroid{index::CentroidParams{.pages_per_cluster = 4, .segment_pages = 32}}));
+  v.push_back(eval::make_any_index(index::Hierarchical{index::HierarchicalParams{.pages_per_cluster = 4}}));
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("every index returns at most the budget, unique ascending candidate pages") {
+  for (DType dt : {DType::f32, DType::f16, DType::bf16})
+    for (int trial = 0; trial < 2 * test::scale(); ++trial) {
+      const int pages = 150, pt = 8, d = 64, group = 4;
+      Stream s = make_topic_stream(pages, pt, d, group, 7000 + static_cast<std::uint64_t>(trial));
+      for (auto& ix : every_index()) {
+        CAPTURE(ix->name());
+        ix->build({s.keys.data(), 0, 100, pt, d, dt});
+        for (int p = 100; p < pages; ++p) ix->append({s.keys.data() + static_cast<std::size_t>(p) * pt * d, p, 1, pt, d, dt});
+        for (auto [first, end, budget] : {std::tuple{1, 148, 10}, std::tuple{3, 90, 1}, std::tuple{1, 149, 148}, std::tuple{20, 40, 20}, std::tuple{0, 150, 37}}) {
+          std::vector<std::uint32_t> got;
+          ix->select(query_for(s, first, end, budget), got);
+          CHECK(static_cast<int>(got.size()) == std::min(budget, end - first));
+          CHECK(std::is_sorted(got.begin(), got.end()));
+          CHECK(std::adjacent_find(got.begin(), got.end()) == got.end());
+          for (std::uint32_t p : got) CHECK((static_cast<int>(p) >= first && static_cast<int>(p) < end));
+        }
+        CHECK(ix->bytes() > 0);
+      }
+    }
+}
+
+TEST_CASE("index data is stored in the KV dtype: 16-bit KV halves the bytes; Quest stays a bound") {
+  const int pages = 50, pt = 8, d = 64, group = 4;
+  Stream s = make_topic_stream(pages, pt, d, group, 42);
+  round_keys<half>(s.keys);
+  index::Quest quest;
+  index::Quest::State q32, q16;
+  quest.build(q32, {s.keys.data(), 0, pages, pt, d, DType::f32});
+  quest.build(q16, {s.keys.data(), 0, pages, pt, d, DType::f16});
+  CHECK(quest.bytes(q16) * 2 == quest.bytes(q32));
+  CHECK(quest.bytes(q16) == static_cast<std::size_t>(pages) * 2 * d * 2);
+  for (int h = 0; h < group; ++h)
+    for (int p = 0; p < pages; ++p) {
+      double true_max = -INFINITY;
+      for (int t = 0; t < pt; ++t)
+        true_max = std::max(true_max, dot(s.q.data() + h * d, s.keys.data() + (static_cast<std::size_t>(p) * pt + t) * d, d));
+      // The bounds are key values, so storing them in f16 loses nothing.
+      CHECK(index::quest_page_score(s.q.data() + h * d, q16.lo.row<half>(p), q16.hi.row<half>(p), d) >= true_max - 1e-3);
+    }
+  index::MeanKey mk;
+  index::MeanKey::State m32, m16;
+  mk.build(m32, {s.keys.data(), 0, pages, pt, d, DType::f32});
+  mk.build(m16, {s.keys.data(), 0, pages, pt, d, DType::bf16});
+  CHECK(mk.bytes(m16) * 2 == mk.bytes(m32));
+}
+
+TEST_CASE("Hierarchical with one page per cluster selects exactly what MeanKey selects") {
+  for (DType dt : {DType::f32, DType::f16})
+    for (int trial = 0; trial < 3 * test::scale(); ++trial) {
+      const int pages = 120, pt = 8, d = 64, group = 4;
+      Stream s = make_topic_stream(pages, pt, d, group, 8000 + static_cast<std::uint64_t>(trial));
+      index::Hierarchical hi{index::HierarchicalParams{.pages_per_cluster = 1}};
+      index::MeanKey mk;
+      index::Hierarchical::State hs;
+      index::MeanKey::State ms;
+      hi.build(hs, {s.keys.data(), 0, 70, pt, d, dt});
+      mk.build(ms, {s.keys.data(), 0, 70, pt, d, dt});
+      for (int p = 70; p < pages; ++p) {
+        hi.append(hs, {s.keys.data() + static_cast<std::size_t>(p) * pt * d, p, 1, pt, d, dt});
+        mk.append(ms, {s.keys.data() + static_cast<std::size_t>(p) * pt * d, p, 1, pt, d, dt});
+      }
+      for (int budget : {1, 5, 12, 40}) {
+        std::vector<std::uint32_t> a, b;
+        hi.select(hs, query_for(s, 1, 112, budget), a);
+        mk.select(ms, query_for(s, 1, 112, budget), b);
+        CHECK(a == b);
+      }
+    }
+}
+
+TEST_CASE("Hierarchical: clusters partition the pages, keep neighbours together, and bound their members") {
+  const int pages = 400, pt = 8, d = 32, group = 2, cpc = 8;
+  Stream s = make_topic_stream(pages, pt, d, group, 99);
+  index::HierarchicalParams params{.pages_per_cluster = cpc};
+  index::Hierarchical hi{params};
+  index::Hierarchical::State st;
+  hi.build(st, {s.keys.data(), 0, 300, pt, d});
+  // After a full clustering a page has moved at most `neighbourhood` runs away from its own run,
+  // so a cluster's pages span at most 2 x neighbourhood + 1 runs.
+  for (const auto& cl : st.clusters)
+    CHECK(cl.max_page - cl.min_page < static_cast<std::uint32_t>((2 * params.neighbourhood + 1) * cpc));
+  for (int p = 300; p < pages; ++p) hi.append(st, {s.keys.data() + static_cast<std::size_t>(p) * pt * d, p, 1, pt, d});
+  std::vector<int> seen(pages, 0);
+  for (std::size_t c = 0; c < st.clusters.size(); ++c) {
+    const auto& cl = st.clusters[c];
+    CHECK(!cl.pages.empty());
+    CHECK(cl.pages.size() <= static_cast<std::size_t>(params.split_factor * cpc));
+    for (std::uint32_t p : cl.pages) {
+      ++seen[p];
+      CHECK(index::Hierarchical::cluster_of(st, p) == c);
+    }
+    // The radius bounds every member: q.m <= q.c + |q| r (Cauchy-Schwarz), the level-1 score.
+    for (int h = 0; h < group; ++h) {
+      const float* q = s.q.data() + h * d;
+      const double qn = std::sqrt(dot(q, q, d));
+      const double qc = dot(q, reinterpret_cast<const float*>(st.centroids.data()) + c * d, d);
+      for (std::size_t j = 0; j < cl.pages.size(); ++j)
+        CHECK(dot(q, reinterpret_cast<const float*>(cl.means.data()) + j * d, d) <= qc + qn * st.radius[c] + 1e-4);
+    }
+  }
+  for (int p = 0; p < pages; ++p) CHECK(seen[p] == 1);
+  // Bytes: means and centroids (f32 here), two u32 per page, radius and page range per cluster.
+  CHECK(hi.bytes(st) == static_cast<std::size_t>(pages) * (d * 4 + 8) + st.clusters.size() * (d * 4 + 4 + 8));
+}
+
+TEST_CASE("growing page by page vs building at once: Centroid identical, Hierarchical within tolerance") {
+  const int pages = 260, pt = 8, d = 64, group = 4, first = 1, end = 252, budget = 16;
+  for (int trial = 0; trial < 2 * test::scale(); ++trial) {
+    Stream s = make_topic_stream(pages, pt, d, group, 9100 + static_cast<std::uint64_t>(trial));
+    auto grow = [&](auto policy) {
+      typename decltype(policy)::State one, all;
+      policy.build(all, s.page_keys());
+      policy.build(one, {s.keys.data(), 0, 1, pt, d});
+      for (int p = 1; p < pages; ++p) policy.append(one, {s.keys.data() + static_cast<std::size_t>(p) * pt * d, p, 1, pt, d});
+      std::vector<std::uint32_t> a, b;
+      policy.select(one, query_for(s, first, end, budget), a);
+      policy.select(all, query_for(s, first, end, budget), b);
+      return std::pair{a, b};
+    };
+    const auto [c_one, c_all] = grow(index::Centroid{index::CentroidParams{.pages_per_cluster = 4, .segment_pages = 64}});
+    CHECK(c_one == c_all);
+    // Hierarchical re-clusters when it doubles, so the two differ by the pages joined since:
+    // the documented tolerance is 0.05 of mass recall.
+    const auto [h_one, h_all] = grow(index::Hierarchical{index::HierarchicalParams{.pages_per_cluster = 4}});
+    CHECK(std::abs(mean_mass_recall(s, h_one) - mean_mass_recall(s, h_all)) <= 0.05);
+  }
+}
+
+TEST_CASE("clustered indices beat random selection clearly") {
+  const int pages = 300, pt = 8, d = 64, group = 4, budget = 20;
+  std::mt19937_64 rng(5);
+  double random = 0, hier = 0, cent = 0;
+  const int trials = 4 * test::scale();
+  for (int trial = 0; trial < trials; ++trial) {
+    Stream s = make_topic_stream(pages, pt, d, group, 9300 + static_cast<std::uint64_t>(trial));
+    index::Hierarchical hi{index::HierarchicalParams{.pages_per_cluster = 8}};
+    index::Centroid ce{index::CentroidParams{.pages_per_cluster = 8, .segment_pages = 128}};
+    index::Hierarchical::State hs;
+    index::Centroid::State cs;
+    hi.build(hs, s.page_keys());
+    ce.build(cs, s.page_keys());
+    std::vector<std::uint32_t> a, b, r(pages);
+    hi.select(hs, query_for(s, 0, pages, budget), a);
+    ce.select(cs, query_for(s, 0, pages, budget), b);
+    std::iota(r.begin(), r.end(), 0u);
+    std::shuffle(r.begin(), r.end(), rng);
+    r.resize(budget);
+    hier += mean_mass_recall(s, a) / trials;
+    cent += mean_mass_recall(s, b) / trials;
+    random += mean_mass_recall(s, r) / trials;
+  }
+  MESSAGE("mass recall at " << budget << "/" << pages << " pages: hierarchical " << hier << ", centroid " << cent << ", random " << random);
+  CHECK(hier > 2 * random);
+  CHECK(cent > 1.5 * random);
+}
+
+TEST_CASE("bad index parameters throw a clear kvdrive::Error") {
+  CHECK_THROWS_WITH_AS(index::Hierarchical(index::HierarchicalParams{.pages_per_cluster = 0}),
+                       doctest::Contains("pages_per_cluster is 0"), Error);
+  CHECK_THROWS_AS(index::Hierarchical(index::HierarchicalParams{.expand = 0.5}), Error);
+  CHECK_THROWS_AS(index::Hierarchical(index::HierarchicalParams{.split_factor = 1}), Error);
+  CHECK_THROWS_WITH_AS(index::Centroid(index::CentroidParams{.pages_per_cluster = 0}), doctest::Contains("pages_per_cluster is 0"), Error);
+  CHECK_THROWS_AS(index::Centroid(index::CentroidParams{.pages_per_cluster = 16, .segment_pages = 8}), Error);
 }

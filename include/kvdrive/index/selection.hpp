@@ -62,4 +62,27 @@ inline void top_pages(std::span<const float> score, std::int64_t first_page, std
     out.push_back(static_cast<std::uint32_t>(first_page + order[i]));
 }
 
+/// Like top_pages for scores of arbitrary pages: the k best of (score[i], pages[i]) (NaN lowest,
+/// ties to the lower page id), appended to out as ascending page ids.
+inline void top_pages_of(std::span<const float> score, std::span<const std::uint32_t> pages, std::int64_t k,
+                         std::vector<std::uint32_t>& out) {
+  const std::size_t n = score.size();
+  const std::size_t take = static_cast<std::size_t>(std::clamp<std::int64_t>(k, 0, static_cast<std::int64_t>(n)));
+  thread_local std::vector<std::uint32_t> order;
+  order.resize(n);
+  std::iota(order.begin(), order.end(), 0u);
+  auto key = [&](std::uint32_t i) {
+    const float s = score[i];
+    return std::isnan(s) ? -std::numeric_limits<float>::infinity() : s;
+  };
+  auto better = [&](std::uint32_t a, std::uint32_t b) {
+    const float ka = key(a), kb = key(b);
+    return ka > kb || (ka == kb && pages[a] < pages[b]);
+  };
+  if (take < n) std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(take), order.end(), better);
+  const std::size_t at = out.size();
+  for (std::size_t i = 0; i < take; ++i) out.push_back(pages[order[i]]);
+  std::sort(out.begin() + static_cast<std::ptrdiff_t>(at), out.end());
+}
+
 }  // namespace kvdrive::index

@@ -1,0 +1,358 @@
+// index::Hierarchical: KVDrive's two-level index. Each page is represented by its mean key; page
+// means are grouped under cluster centroids by a clustering that keeps neighbouring pages
+// together (clusters start as runs of pages_per_cluster consecutive pages, then a few k-means
+// iterations let a page move only to clusters of nearby runs). Selection has two levels:
+//   1. score every centroid: q . c + radius_weight * |q| * r, where r is the cluster's radius
+//      (the largest distance from the centroid to a member mean), so the score bounds q . m for
+//      every member m when radius_weight is 1; rank clusters by the GQA rule (Decision 4);
+//   2. expand the best clusters until they hold expand x budget pages, score their members'
+//      means, and keep the top pages (GQA rule) within the budget.
+// Growth: pages sealed during decode join the cluster with the nearest centroid, and a cluster
+// that grows past split_factor x pages_per_cluster splits in two (with one page per cluster,
+// every page is a cluster of its own, and the index selects exactly what MeanKey selects). When the index has doubled
+// since its last full clustering (the manager prefills in chunks), it re-clusters everything;
+// so build-at-once and page-by-page growth differ only by the pages joined since then.
+// Stored (KV dtype unless noted): member means (head_dim elements per page) kept per cluster,
+// contiguous, so expanding a cluster streams one block; member page ids and cluster_of(page)
+// (u32 each, 8 bytes per page); per cluster a centroid (head_dim elements), a float radius and
+// its lowest and highest page id. cluster_of() serves the SSD layout (pages of a cluster are
+// stored together).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <numeric>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "kvdrive/core/error.hpp"
+#include "kvdrive/index/clustering.hpp"
+#include "kvdrive/index/concept.hpp"
+#include "kvdrive/index/page_summary.hpp"
+#include "kvdrive/index/row_store.hpp"
+#include "kvdrive/index/scoring.hpp"
+#include "kvdrive/index/selection.hpp"
+
+namespace kvdrive::index {
+
+struct HierarchicalParams {
+  int pages_per_cluster = 16;  ///< cluster size at a full clustering
+  double expand = 3.0;         ///< expand clusters until they hold expand x budget pages
+  float radius_weight = 1.0f;  ///< weight of |q| x radius in a centroid's score (0: centroid only)
+  int neighbourhood = 2;       ///< a page may move to clusters up to this many runs away
+  int iterations = 4;          ///< k-means iterations of a full clustering
+  int split_factor = 2;        ///< a cluster splits past split_factor x pages_per_cluster pages
+
+  void validate() const {
+    KVD_EXPECT(pages_per_cluster >= 1 && pages_per_cluster <= (1 << 20),
+               "Hierarchical: pages_per_cluster is {}, expected 1..1048576", pages_per_cluster);
+    KVD_EXPECT(expand >= 1.0 && std::isfinite(expand), "Hierarchical: expand is {}, expected a finite value >= 1", expand);
+    KVD_EXPECT(radius_weight >= 0.0f && std::isfinite(radius_weight),
+               "Hierarchical: radius_weight is {}, expected a finite value >= 0", radius_weight);
+    KVD_EXPECT(neighbourhood >= 0, "Hierarchical: neighbourhood is {}, expected >= 0", neighbourhood);
+    KVD_EXPECT(iterations >= 0 && iterations <= 100, "Hierarchical: iterations is {}, expected 0..100", iterations);
+    KVD_EXPECT(split_factor >= 2, "Hierarchical: split_factor is {}, expected >= 2", split_factor);
+  }
+};
+
+struct Hierarchical {
+  using Params = HierarchicalParams;
+
+  struct Cluster {
+    std::vector<std::uint32_t> pages;  ///< member page ids, ascending
+    std::vector<std::byte> means;      ///< member means [members][head_dim], in the KV dtype
+    std::uint32_t min_page = 0, max_page = 0;
+  };
+
+  struct State {
+    DType dtype = DType::f32;
+    int head_dim = 0;
+    std::int64_t pages = 0;
+    std::int64_t clustered_at = 0;       ///< pages at the last full clustering
+    std::vector<Cluster> clusters;
+    std::vector<std::byte> centroids;    ///< [clusters][head_dim], in the KV dtype
+    std::vector<float> radius;           ///< per cluster
+    std::vector<std::uint32_t> cluster_of;  ///< per page
+  };
+
+  Params params;
+
+  Hierarchical() = default;
+  explicit Hierarchical(const Params& p) : params(p) { params.validate(); }
+
+  static constexpr std::string_view name() { return "hierarchical"; }
+
+  /// The cluster that holds page p (p < pages indexed).
+  static std::uint32_t cluster_of(const State& s, std::uint32_t p) { return s.cluster_of[p]; }
+  static std::size_t clusters(const State& s) { return s.clusters.size(); }
+
+  void build(State& s, const PageKeys& k) const { append(s, k); }
+
+  void append(State& s, const PageKeys& k) const {
+    if (k.pages <= 0) return;
+    if (s.pages == 0) {
+      s.dtype = k.dtype;
+      s.head_dim = k.head_dim;
+    }
+    const auto d = static_cast<std::size_t>(s.head_dim);
+    std::vector<float> fresh(static_cast<std::size_t>(k.pages) * d);
+    for (std::int64_t p = 0; p < k.pages; ++p) page_mean(k, p, fresh.data() + static_cast<std::size_t>(p) * d);
+    // Means are kept in the KV dtype; cluster on the values the index actually stores.
+    round_to_dtype(s.dtype, fresh);
+    if (s.pages + k.pages >= 2 * s.clustered_at) {
+      std::vector<float> all = means_in_page_order(s);
+      all.insert(all.end(), fresh.begin(), fresh.end());
+      recluster(s, all);
+      return;
+    }
+    for (std::int64_t p = 0; p < k.pages; ++p) join_nearest(s, fresh.data() + static_cast<std::size_t>(p) * d);
+  }
+
+  std::size_t bytes(const State& s) const {
+    std::size_t b = s.cluster_of.size() * sizeof(std::uint32_t) + s.centroids.size() + s.radius.size() * sizeof(float);
+    for (const Cluster& c : s.clusters) b += c.pages.size() * sizeof(std::uint32_t) + c.means.size() + 2 * sizeof(std::uint32_t);
+    return b;
+  }
+
+  void select(const State& s, const IndexQuery& q, std::vector<std::uint32_t>& out) const {
+    const std::int64_t cand = q.candidates();
+    if (q.budget_pages >= cand) {
+      for (std::int64_t p = q.first_candidate; p < q.end_candidate; ++p) out.push_back(static_cast<std::uint32_t>(p));
+      return;
+    }
+    const int g = q.group, d = q.head_dim;
+    const std::size_t nc = s.clusters.size();
+    thread_local std::vector<float> cest, est, cscore, pest, pscore;
+    thread_local std::vector<std::uint32_t> eligible, order, ids, keep;
+    // Level 1: centroids of the clusters that hold candidate pages.
+    cest.resize(static_cast<std::size_t>(g) * nc);
+    dispatch_dtype(s.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      dot_rows(q.q, g, reinterpret_cast<const T*>(s.centroids.data()), static_cast<std::int64_t>(nc), d, cest.data(), nc);
+    });
+    eligible.clear();
+    for (std::uint32_t c = 0; c < nc; ++c)
+      if (s.clusters[c].max_page >= q.first_candidate && s.clusters[c].min_page < q.end_candidate) eligible.push_back(c);
+    const std::size_t ne = eligible.size();
+    est.resize(static_cast<std::size_t>(g) * ne);
+    for (int h = 0; h < g; ++h) {
+      const float* qh = q.q + static_cast<std::size_t>(h) * d;
+      float norm = 0;
+      for (int j = 0; j < d; ++j) norm += qh[j] * qh[j];
+      const float reach = params.radius_weight * std::sqrt(norm);
+      for (std::size_t e = 0; e < ne; ++e)
+        est[static_cast<std::size_t>(h) * ne + e] =
+            cest[static_cast<std::size_t>(h) * nc + eligible[e]] + reach * s.radius[eligible[e]];
+    }
+    cscore.resize(ne);
+    gqa_scores(est.data(), g, ne, cscore.data());
+    order.resize(ne);
+    std::iota(order.begin(), order.end(), 0u);
+    std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
+      const float ka = std::isnan(cscore[a]) ? -INFINITY : cscore[a], kb = std::isnan(cscore[b]) ? -INFINITY : cscore[b];
+      return ka > kb || (ka == kb && a < b);
+    });
+    // Level 2: the members of the best clusters, until they hold expand x budget pages.
+    const auto target = static_cast<std::size_t>(std::ceil(params.expand * static_cast<double>(q.budget_pages)));
+    std::size_t take = 0, members = 0;
+    while (take < ne && members < target) members += s.clusters[eligible[order[take++]]].pages.size();
+    pest.resize(static_cast<std::size_t>(g) * members);
+    ids.clear();
+    dispatch_dtype(s.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      for (std::size_t i = 0; i < take; ++i) {
+        const Cluster& c = s.clusters[eligible[order[i]]];
+        dot_rows(q.q, g, reinterpret_cast<const T*>(c.means.data()), static_cast<std::int64_t>(c.pages.size()), d,
+                 pest.data() + ids.size(), members);
+        ids.insert(ids.end(), c.pages.begin(), c.pages.end());
+      }
+    });
+    // Only candidate pages compete (the clusters of the sink and local pages hold others).
+    keep.clear();
+    for (std::uint32_t j = 0; j < ids.size(); ++j)
+      if (ids[j] >= q.first_candidate && ids[j] < q.end_candidate) keep.push_back(j);
+    const std::size_t nk = keep.size();
+    std::vector<float> kest(static_cast<std::size_t>(g) * nk);
+    std::vector<std::uint32_t> kids(nk);
+    for (std::size_t j = 0; j < nk; ++j) {
+      kids[j] = ids[keep[j]];
+      for (int h = 0; h < g; ++h) kest[static_cast<std::size_t>(h) * nk + j] = pest[static_cast<std::size_t>(h) * members + keep[j]];
+    }
+    pscore.resize(nk);
+    gqa_scores(kest.data(), g, nk, pscore.data());
+    top_pages_of(pscore, kids, q.budget_pages, out);
+  }
+
+ private:
+  static void round_to_dtype(DType t, std::vector<float>& v) {
+    if (t == DType::f32) return;
+    dispatch_dtype(t, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      for (float& x : v) x = to_float(from_float<T>(x));
+    });
+  }
+
+  /// Every page's mean as float, in page order.
+  static std::vector<float> means_in_page_order(const State& s) {
+    const auto d = static_cast<std::size_t>(s.head_dim);
+    std::vector<float> all(static_cast<std::size_t>(s.pages) * d);
+    dispatch_dtype(s.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      for (const Cluster& c : s.clusters) {
+        const T* rows = reinterpret_cast<const T*>(c.means.data());
+        for (std::size_t j = 0; j < c.pages.size(); ++j)
+          for (std::size_t i = 0; i < d; ++i) all[c.pages[j] * d + i] = to_float(rows[j * d + i]);
+      }
+    });
+    return all;
+  }
+
+  /// A full clustering of every page: runs of pages_per_cluster pages, then local k-means.
+  void recluster(State& s, const std::vector<float>& means) const {
+    const int d = s.head_dim;
+    const auto n = static_cast<std::int64_t>(means.size() / static_cast<std::size_t>(d));
+    const std::int64_t cpc = params.pages_per_cluster;
+    const int k = static_cast<int>((n + cpc - 1) / cpc);
+    std::vector<std::uint32_t> assign(static_cast<std::size_t>(n));
+    for (std::int64_t p = 0; p < n; ++p) assign[static_cast<std::size_t>(p)] = static_cast<std::uint32_t>(p / cpc);
+    const std::int64_t r = params.neighbourhood;
+    std::vector<float> centroids;
+    local_lloyd(means.data(), n, d, k, assign, params.iterations,
+                [&](std::int64_t p) {
+                  const std::int64_t run = p / cpc;
+                  return std::pair<std::int64_t, std::int64_t>{std::max<std::int64_t>(0, run - r), std::min<std::int64_t>(k - 1, run + r)};
+                },
+                centroids);
+    s.clusters.assign(static_cast<std::size_t>(k), Cluster{});
+    s.cluster_of = assign;
+    s.pages = n;
+    s.clustered_at = n;
+    const std::size_t row = static_cast<std::size_t>(d) * dtype_size(s.dtype);
+    for (std::int64_t p = 0; p < n; ++p) {
+      Cluster& c = s.clusters[assign[static_cast<std::size_t>(p)]];
+      c.pages.push_back(static_cast<std::uint32_t>(p));
+      const std::size_t at = c.means.size();
+      c.means.resize(at + row);
+      store_row(s.dtype, means.data() + static_cast<std::size_t>(p) * d, c.means.data() + at, static_cast<std::size_t>(d));
+    }
+    s.centroids.assign(static_cast<std::size_t>(k) * row, std::byte{});
+    s.radius.assign(static_cast<std::size_t>(k), 0.0f);
+    for (int c = 0; c < k; ++c) refresh(s, static_cast<std::uint32_t>(c));
+    for (std::uint32_t c = 0; c < s.clusters.size(); ++c)
+      while (too_big(s.clusters[c])) split(s, c);
+  }
+
+  bool too_big(const Cluster& c) const {
+    return c.pages.size() > static_cast<std::size_t>(params.split_factor) * static_cast<std::size_t>(params.pages_per_cluster);
+  }
+
+  /// Recomputes cluster c's centroid, radius and page range from its members.
+  static void refresh(State& s, std::uint32_t c) {
+    Cluster& cl = s.clusters[c];
+    const auto d = static_cast<std::size_t>(s.head_dim);
+    const std::size_t n = cl.pages.size();
+    std::vector<float> m(n * d), centroid(d, 0.0f);
+    dispatch_dtype(s.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* rows = reinterpret_cast<const T*>(cl.means.data());
+      for (std::size_t i = 0; i < n * d; ++i) m[i] = to_float(rows[i]);
+    });
+    for (std::size_t j = 0; j < n; ++j)
+      for (std::size_t i = 0; i < d; ++i) centroid[i] += m[j * d + i];
+    for (float& x : centroid) x /= static_cast<float>(n);
+    const std::size_t row = d * dtype_size(s.dtype);
+    store_row(s.dtype, centroid.data(), s.centroids.data() + c * row, d);
+    // The radius is measured from the stored (rounded) centroid, so it bounds what is scored.
+    std::vector<float> stored(d);
+    dispatch_dtype(s.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* cr = reinterpret_cast<const T*>(s.centroids.data() + c * row);
+      for (std::size_t i = 0; i < d; ++i) stored[i] = to_float(cr[i]);
+    });
+    float r2 = 0;
+    for (std::size_t j = 0; j < n; ++j) r2 = std::max(r2, l2_squared(m.data() + j * d, stored.data(), static_cast<int>(d)));
+    s.radius[c] = std::sqrt(r2) * (1.0f + 1e-6f);
+    cl.min_page = cl.pages.front();
+    cl.max_page = cl.pages.back();
+  }
+
+  /// A new page (the next page id) joins the cluster with the nearest centroid; with one page
+  /// per cluster it is a cluster of its own.
+  void join_nearest(State& s, const float* mean) const {
+    const auto d = static_cast<std::size_t>(s.head_dim);
+    const std::size_t row = d * dtype_size(s.dtype);
+    if (params.pages_per_cluster == 1) {
+      const auto c = static_cast<std::uint32_t>(s.clusters.size());
+      Cluster& cl = s.clusters.emplace_back();
+      cl.pages.push_back(static_cast<std::uint32_t>(s.pages++));
+      cl.means.resize(row);
+      store_row(s.dtype, mean, cl.means.data(), d);
+      s.centroids.resize(s.centroids.size() + row);
+      s.radius.push_back(0.0f);
+      s.cluster_of.push_back(c);
+      refresh(s, c);
+      return;
+    }
+    std::vector<float> c(d);
+    std::uint32_t best = 0;
+    float best_d = INFINITY;
+    for (std::uint32_t i = 0; i < s.clusters.size(); ++i) {
+      dispatch_dtype(s.dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* cr = reinterpret_cast<const T*>(s.centroids.data() + i * row);
+        for (std::size_t j = 0; j < d; ++j) c[j] = to_float(cr[j]);
+      });
+      const float dist = l2_squared(mean, c.data(), static_cast<int>(d));
+      if (dist < best_d) best_d = dist, best = i;
+    }
+    Cluster& cl = s.clusters[best];
+    const auto page = static_cast<std::uint32_t>(s.pages++);
+    cl.pages.push_back(page);
+    const std::size_t at = cl.means.size();
+    cl.means.resize(at + row);
+    store_row(s.dtype, mean, cl.means.data() + at, d);
+    s.cluster_of.push_back(best);
+    refresh(s, best);
+    if (too_big(cl)) split(s, best);
+  }
+
+  /// Splits cluster c in two: its lower and upper halves by page id, refined by 2-means.
+  void split(State& s, std::uint32_t c) const {
+    const auto d = static_cast<std::size_t>(s.head_dim);
+    const std::size_t row = d * dtype_size(s.dtype);
+    Cluster old = std::move(s.clusters[c]);
+    const std::size_t n = old.pages.size();
+    std::vector<float> m(n * d);
+    dispatch_dtype(s.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* rows = reinterpret_cast<const T*>(old.means.data());
+      for (std::size_t i = 0; i < n * d; ++i) m[i] = to_float(rows[i]);
+    });
+    std::vector<std::uint32_t> assign(n);
+    for (std::size_t j = 0; j < n; ++j) assign[j] = j < n / 2 ? 0u : 1u;
+    std::vector<float> centroids;
+    local_lloyd(m.data(), static_cast<std::int64_t>(n), static_cast<int>(d), 2, assign, params.iterations,
+                [](std::int64_t) { return std::pair<std::int64_t, std::int64_t>{0, 1}; }, centroids);
+    const auto fresh = static_cast<std::uint32_t>(s.clusters.size());
+    Cluster halves[2];
+    for (std::size_t j = 0; j < n; ++j) {
+      Cluster& h = halves[assign[j]];
+      h.pages.push_back(old.pages[j]);
+      h.means.insert(h.means.end(), old.means.begin() + static_cast<std::ptrdiff_t>(j * row),
+                     old.means.begin() + static_cast<std::ptrdiff_t>((j + 1) * row));
+      s.cluster_of[old.pages[j]] = assign[j] == 0 ? c : fresh;
+    }
+    s.clusters[c] = std::move(halves[0]);
+    s.clusters.push_back(std::move(halves[1]));
+    s.centroids.resize(s.centroids.size() + row);
+    s.radius.push_back(0.0f);
+    refresh(s, c);
+    refresh(s, fresh);
+  }
+};
+static_assert(IndexPolicy<Hierarchical>);
+
+}  // namespace kvdrive::index
