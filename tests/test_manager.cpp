@@ -510,3 +510,31 @@ TEST_CASE("release frees every page in every tier") {
   CHECK(kv.tiers().get<1>().inner().stored_pages() == 0);
   CHECK(kv.index_bytes() == 0);
 }
+
+TEST_CASE("every index policy runs inside KvManager; at budget 1 each attends exactly what Dense does") {
+  Workload w;
+  w.cfg = small_config(DType::f16);
+  w.prompt = {150, 61};
+  w.steps = 9;  // seals pages during decode, so append() runs too
+  auto outputs = [&](auto index, double budget) {
+    Workload x = w;
+    x.cfg.budget = Budget::fraction(budget);
+    KvManager<decltype(index), eviction::Lru> kv(x.cfg, index);
+    return run(kv, x);
+  };
+  const auto dense = outputs(index::Dense{}, 1.0);
+  auto check_index = [&](auto index) {
+    CAPTURE(decltype(index)::name());
+    CHECK(outputs(index, 1.0) == dense);
+    for (float x : outputs(index, 0.25)) REQUIRE(std::isfinite(x));
+  };
+  check_index(index::Quest{});
+  check_index(index::MeanKey{});
+  check_index(index::Hierarchical{index::HierarchicalParams{.pages_per_cluster = 4}});
+  check_index(index::Centroid{index::CentroidParams{.pages_per_cluster = 4, .segment_pages = 16}});
+  check_index(index::SimHash{});
+  check_index(index::ProductQuant{index::ProductQuant::Params{.M = 8, .C = 16, .train_pages = 16}});
+  // Parameters that do not fit the model's head_dim are refused when the manager is built.
+  CHECK_THROWS_WITH_AS((KvManager<index::ProductQuant, eviction::Lru>(w.cfg, index::ProductQuant{index::ProductQuant::Params{.M = 7}})),
+                       doctest::Contains("do not divide head_dim"), Error);
+}

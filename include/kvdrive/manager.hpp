@@ -61,6 +61,7 @@ class KvManager {
         pipeline_(std::move(pipeline)),
         backend_(std::move(backend)) {
     cfg_.validate();
+    index::check_for_head_dim(index_, cfg_.shape.head_dim);
     tiers_.open(tier::TierGeometry{cfg_.page_bytes()});
   }
 

@@ -53,6 +53,7 @@ class AnyIndex {
   virtual ~AnyIndex() = default;
   virtual std::string name() const = 0;
   virtual void reset() = 0;  ///< a fresh state for the next stream
+  virtual void check(int head_dim) const = 0;  ///< throws if the policy does not fit head_dim
   virtual void build(const index::PageKeys& k) = 0;
   virtual void append(const index::PageKeys& k) = 0;
   virtual void select(const index::IndexQuery& q, std::vector<std::uint32_t>& out) const = 0;
@@ -66,6 +67,7 @@ class IndexAdapter final : public AnyIndex {
   explicit IndexAdapter(I policy = {}, std::string label = {}) : policy_(std::move(policy)), label_(std::move(label)) {}
   std::string name() const override { return label_.empty() ? std::string(I::name()) : label_; }
   void reset() override { state_ = typename I::State{}; }
+  void check(int head_dim) const override { index::check_for_head_dim(policy_, head_dim); }
   void build(const index::PageKeys& k) override { policy_.build(state_, k); }
   void append(const index::PageKeys& k) override { policy_.append(state_, k); }
   void select(const index::IndexQuery& q, std::vector<std::uint32_t>& out) const override { policy_.select(state_, q, out); }
@@ -131,6 +133,7 @@ inline std::vector<IndexTally> evaluate_stream(const StreamTrace& tr, std::vecto
   std::vector<IndexTally> tally(indices.size());
   for (std::size_t i = 0; i < indices.size(); ++i) {
     tally[i].name = indices[i]->name();
+    indices[i]->check(tr.head_dim);
     indices[i]->reset();
   }
   dispatch_dtype(set.dtype, [&](auto tag) {

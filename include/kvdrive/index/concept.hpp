@@ -59,4 +59,12 @@ concept IndexPolicy =
       { index.bytes(cstate) } -> std::convertible_to<std::size_t>;
     };
 
+/// Policies whose parameters depend on the head dimension (ProductQuant's subspaces must divide
+/// it) may define `void check(int head_dim) const`, throwing kvdrive::Error when they do not fit.
+/// KvManager calls it when it is constructed, since build() and append() must not throw.
+template <class I>
+void check_for_head_dim(const I& index, int head_dim) {
+  if constexpr (requires { index.check(head_dim); }) index.check(head_dim);
+}
+
 }  // namespace kvdrive::index

@@ -97,7 +97,10 @@ inline void quest_rows(const float* q, int group, const T* lo, const T* hi, std:
                        std::size_t stride) {
 #if KVD_CPU_AVX2
   if (d % 8 == 0) {
-    if (group % 2 == 0) {
+    if (group % 4 == 0) {  // each row's bounds converted once for four heads
+      for (int h0 = 0; h0 < group; h0 += 4)
+        for (std::int64_t i0 = 0; i0 < n; i0 += 2) detail::quest_block<4, 2>(q, lo, hi, d, h0, i0, n, est, stride);
+    } else if (group % 2 == 0) {
       for (int h0 = 0; h0 < group; h0 += 2)
         for (std::int64_t i0 = 0; i0 < n; i0 += 4) detail::quest_block<2, 4>(q, lo, hi, d, h0, i0, n, est, stride);
     } else {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <span>
@@ -29,37 +30,55 @@ KVD_HOST_DEVICE float gqa_page_score(const float* est, const float* head_max, in
 
 /// est: [group][n] per-head estimates of n pages; writes the GQA score of each page to out[n].
 inline void gqa_scores(const float* est, int group, std::size_t n, float* out) {
-  std::vector<float> head_max(static_cast<std::size_t>(group), -INFINITY);
-  for (int h = 0; h < group; ++h)
-    for (std::size_t p = 0; p < n; ++p)
-      head_max[h] = std::max(head_max[h], est[static_cast<std::size_t>(h) * n + p]);
-  for (std::size_t p = 0; p < n; ++p) out[p] = gqa_page_score(est + p, head_max.data(), group, n);
+  // The same arithmetic as gqa_page_score, head by head so each loop runs over contiguous pages
+  // (and vectorises): NaN estimates are skipped, as there.
+  for (std::size_t p = 0; p < n; ++p) out[p] = -INFINITY;
+  for (int h = 0; h < group; ++h) {
+    const float* e = est + static_cast<std::size_t>(h) * n;
+    float m = -INFINITY;
+    for (std::size_t p = 0; p < n; ++p) m = e[p] > m ? e[p] : m;
+    for (std::size_t p = 0; p < n; ++p) {
+      const float v = e[p] - m;
+      out[p] = v > out[p] ? v : out[p];
+    }
+  }
 }
 
+namespace detail {
+/// NaN ranks lowest.
+inline float rank_key(float s) { return std::isnan(s) ? -std::numeric_limits<float>::infinity() : s; }
+
+/// The k-th largest rank key of score (1 <= k <= n): the threshold a top-k keeps.
+inline float kth_largest(std::span<const float> score, std::size_t k) {
+  thread_local std::vector<float> tmp;
+  tmp.resize(score.size());
+  for (std::size_t i = 0; i < score.size(); ++i) tmp[i] = rank_key(score[i]);
+  std::nth_element(tmp.begin(), tmp.begin() + static_cast<std::ptrdiff_t>(k - 1), tmp.end(), std::greater<float>());
+  return tmp[k - 1];
+}
+}  // namespace detail
+
 /// The k pages with the highest score (NaN counts as lowest; ties to the lower page id), as
-/// ascending page ids first_page + i appended to out.
+/// ascending page ids first_page + i appended to out. A selection by threshold: the k-th
+/// largest score, then one pass in page order, so no sort of the result is needed.
 inline void top_pages(std::span<const float> score, std::int64_t first_page, std::int64_t k,
                       std::vector<std::uint32_t>& out) {
   const std::size_t n = score.size();
   const std::size_t take = static_cast<std::size_t>(std::clamp<std::int64_t>(k, 0, static_cast<std::int64_t>(n)));
   if (take == n) {
-    for (std::size_t i = 0; i < n; ++i) out.push_back(static_cast<std::uint32_t>(first_page + i));
+    for (std::size_t i = 0; i < n; ++i) out.push_back(static_cast<std::uint32_t>(first_page + static_cast<std::int64_t>(i)));
     return;
   }
-  std::vector<std::uint32_t> order(n);
-  std::iota(order.begin(), order.end(), 0u);
-  auto key = [&](std::uint32_t i) {
-    const float s = score[i];
-    return std::isnan(s) ? -std::numeric_limits<float>::infinity() : s;
-  };
-  auto better = [&](std::uint32_t a, std::uint32_t b) {
-    const float ka = key(a), kb = key(b);
-    return ka > kb || (ka == kb && a < b);
-  };
-  std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(take), order.end(), better);
-  std::sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(take));
-  for (std::size_t i = 0; i < take; ++i)
-    out.push_back(static_cast<std::uint32_t>(first_page + order[i]));
+  if (take == 0) return;
+  const float thr = detail::kth_largest(score, take);
+  std::size_t above = 0;
+  for (std::size_t i = 0; i < n; ++i) above += detail::rank_key(score[i]) > thr;
+  std::size_t ties = take - above;  // pages at the threshold that fit, lowest ids first
+  for (std::size_t i = 0; i < n; ++i) {
+    const float key = detail::rank_key(score[i]);
+    if (key > thr || (key == thr && ties > 0 && ties--))
+      out.push_back(static_cast<std::uint32_t>(first_page + static_cast<std::int64_t>(i)));
+  }
 }
 
 /// Like top_pages for scores of arbitrary pages: the k best of (score[i], pages[i]) (NaN lowest,
@@ -68,20 +87,21 @@ inline void top_pages_of(std::span<const float> score, std::span<const std::uint
                          std::vector<std::uint32_t>& out) {
   const std::size_t n = score.size();
   const std::size_t take = static_cast<std::size_t>(std::clamp<std::int64_t>(k, 0, static_cast<std::int64_t>(n)));
-  thread_local std::vector<std::uint32_t> order;
-  order.resize(n);
-  std::iota(order.begin(), order.end(), 0u);
-  auto key = [&](std::uint32_t i) {
-    const float s = score[i];
-    return std::isnan(s) ? -std::numeric_limits<float>::infinity() : s;
-  };
-  auto better = [&](std::uint32_t a, std::uint32_t b) {
-    const float ka = key(a), kb = key(b);
-    return ka > kb || (ka == kb && pages[a] < pages[b]);
-  };
-  if (take < n) std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(take), order.end(), better);
+  if (take == 0) return;
   const std::size_t at = out.size();
-  for (std::size_t i = 0; i < take; ++i) out.push_back(pages[order[i]]);
+  const float thr = detail::kth_largest(score, take);
+  thread_local std::vector<std::uint32_t> tied;
+  tied.clear();
+  for (std::size_t i = 0; i < n; ++i) {
+    const float key = detail::rank_key(score[i]);
+    if (key > thr)
+      out.push_back(pages[i]);
+    else if (key == thr)
+      tied.push_back(pages[i]);
+  }
+  const std::size_t need = take - (out.size() - at);
+  std::partial_sort(tied.begin(), tied.begin() + static_cast<std::ptrdiff_t>(need), tied.end());
+  out.insert(out.end(), tied.begin(), tied.begin() + static_cast<std::ptrdiff_t>(need));
   std::sort(out.begin() + static_cast<std::ptrdiff_t>(at), out.end());
 }
 
