@@ -55,7 +55,7 @@ const std::vector<std::string>& all_index_names() {
   return names;
 }
 
-std::unique_ptr<eval::AnyIndex> make_index(const std::string& name, const Options& o) {
+std::unique_ptr<eval::AnyIndex> make_index(const std::string& name, const Options& o, int head_dim) {
   if (name == "oracle-mass") return eval::make_any_index(index::OracleMass{});
   if (name == "oracle") return eval::make_any_index(index::Oracle{});
   if (name == "dense") return eval::make_any_index(index::Dense{});
@@ -74,7 +74,13 @@ std::unique_ptr<eval::AnyIndex> make_index(const std::string& name, const Option
     return eval::make_any_index(index::Centroid{p});
   }
   if (name == "simhash") return eval::make_any_index(index::SimHash{});
-  if (name == "product-quant") return eval::make_any_index(index::ProductQuant{});
+  if (name == "product-quant") {
+    // The default 16 subspaces where they divide head_dim; else the largest number that does
+    // (head_dim 8, as stories260K's, gets 8 subspaces of one channel).
+    index::ProductQuant::Params p;
+    while (head_dim % p.M != 0) --p.M;
+    return eval::make_any_index(index::ProductQuant{p}, p.M == index::ProductQuant::Params{}.M ? "" : fmt::format("product-quant/M{}", p.M));
+  }
   std::string known = "dense";
   for (const auto& n : all_index_names()) known += ", " + n;
   fail("--index: unknown index '{}' (known: all, {})", name, known);
@@ -171,7 +177,7 @@ int run(const Source& source, const Options& o, const std::string& label, std::i
   set.validate();
   const std::vector<std::string> names = split_names(o.indices);
   std::vector<std::unique_ptr<eval::AnyIndex>> prototypes;
-  for (const auto& n : names) prototypes.push_back(make_index(n, o));
+  for (const auto& n : names) prototypes.push_back(make_index(n, o, shape.head_dim));
 
   const double bandwidth = memcpy_bytes_per_second();
   const auto list = eval::trace_stats_streams(shape, o.streams);
@@ -187,7 +193,7 @@ int run(const Source& source, const Options& o, const std::string& label, std::i
   });
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::vector<eval::IndexTally> total(names.size());
-  for (std::size_t j = 0; j < names.size(); ++j) total[j].name = names[j];
+  for (std::size_t j = 0; j < names.size(); ++j) total[j].name = prototypes[j]->name();
   for (const auto& s : per_stream)
     for (std::size_t j = 0; j < s.size(); ++j) total[j].add(s[j]);
 
@@ -197,12 +203,12 @@ int run(const Source& source, const Options& o, const std::string& label, std::i
   fmt::print("pages of {} tokens, sink {} + local {} tokens, budget {:.4g}%, KV and index dtype {}; memcpy {:.1f} GB/s (one thread); "
              "{:.1f} s on {} threads\n",
              o.page_tokens, o.sink_tokens, o.local_tokens, 100 * o.budget, o.dtype, bandwidth / 1e9, seconds, pool.threads());
-  fmt::print("{:<14} {:>11} {:>15} {:>11} {:>8} {:>21} {:>10} {:>15}\n", "index", "mass_recall", "mass_recall_min", "topk_recall",
+  fmt::print("{:<16} {:>11} {:>15} {:>11} {:>8} {:>21} {:>10} {:>15}\n", "index", "mass_recall", "mass_recall_min", "topk_recall",
              "out_err", "index_bytes_per_token", "select_us", "select_floor_us");
   nlohmann::json rows = nlohmann::json::array();
   for (const eval::IndexTally& t : total) {
     const double floor_us = t.mean_bytes() / bandwidth * 1e6;
-    fmt::print("{:<14} {:>11.4f} {:>15.4f} {:>11.4f} {:>8.4f} {:>21.2f} {:>10.1f} {:>15.1f}\n", t.name, t.mean(t.mass_recall),
+    fmt::print("{:<16} {:>11.4f} {:>15.4f} {:>11.4f} {:>8.4f} {:>21.2f} {:>10.1f} {:>15.1f}\n", t.name, t.mean(t.mass_recall),
                t.mean(t.mass_recall_min), t.mean(t.topk_recall), t.mean(t.out_err), t.bytes_per_token(), t.select_us(), floor_us);
     rows.push_back({{"index", t.name},
                     {"mass_recall", t.mean(t.mass_recall)},

@@ -43,7 +43,7 @@ struct Options {
   std::uint64_t seed = 1;
   std::string mode = "sparse";
   double budget = 0.0625;
-  std::string index = "quest";
+  std::string index = "hierarchical";
   unsigned threads = 0;
   bool print_ids = false;
   std::string stats_json;
@@ -241,7 +241,8 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed, "sampling and synthetic-prompt seed");
   app.add_option("--mode", o.mode, "dense or sparse attention")->check(CLI::IsMember({"dense", "sparse"}));
   app.add_option("--budget", o.budget, "sparse budget: fraction of candidate pages, in (0, 1]");
-  app.add_option("--index", o.index, "sparse index: quest, mean-key, oracle, oracle-mass")->check(CLI::IsMember({"quest", "mean-key", "oracle", "oracle-mass", "dense"}));
+  app.add_option("--index", o.index, "sparse index: hierarchical (KVDrive), quest, mean-key, centroid, simhash, product-quant, oracle, oracle-mass")
+      ->check(CLI::IsMember({"hierarchical", "quest", "mean-key", "centroid", "simhash", "product-quant", "oracle", "oracle-mass", "dense"}));
   app.add_option("--threads", o.threads, "CPU threads (0: all)");
   app.add_flag("--print-ids", o.print_ids, "print only the generated ids, space-separated, on one line of stdout");
   app.add_option("--stats-json", o.stats_json, "write the closing summary as JSON to this file");
@@ -267,6 +268,10 @@ int main(int argc, char** argv) {
     if (o.index == "oracle-mass") return run<index::OracleMass>(o, model, pool);
     if (o.index == "quest") return run<index::Quest>(o, model, pool);
     if (o.index == "mean-key") return run<index::MeanKey>(o, model, pool);
+    if (o.index == "hierarchical") return run<index::Hierarchical>(o, model, pool);
+    if (o.index == "centroid") return run<index::Centroid>(o, model, pool);
+    if (o.index == "simhash") return run<index::SimHash>(o, model, pool);
+    if (o.index == "product-quant") return run<index::ProductQuant>(o, model, pool);
     return run<index::Oracle>(o, model, pool);
   } catch (const Error& e) {
     fmt::print(stderr, "kvd-llama: error: {}\n", e.what());

@@ -12,10 +12,10 @@ int main() {
   cfg.dtype = DType::f16;                  // KV stored in fp16, math in fp32
   cfg.budget = Budget::fraction(0.0625);   // attend 6.25% of the pages (+ sink and local)
 
-  // Index, eviction, tiers, pipeline: each a policy. Here the exact oracle selects the pages,
+  // Index, eviction, tiers, pipeline: each a policy. Here KVDrive's hierarchical index selects the pages,
   // LRU manages the fast-tier cache (window 3), host DRAM is the only tier.
-  KvManager<index::Oracle, eviction::Lru, Tiers<tier::HostTier>, pipeline::Serial> kv(
-      cfg, index::Oracle{}, eviction::Lru{.window = 3});
+  KvManager<index::Hierarchical, eviction::Lru, Tiers<tier::HostTier>, pipeline::Serial> kv(
+      cfg, index::Hierarchical{}, eviction::Lru{.window = 3});
 
   const int prompt = 4096, d = 128;
   std::vector<float> k(prompt * 8 * d, 0.01f), v(prompt * 8 * d, 0.02f);

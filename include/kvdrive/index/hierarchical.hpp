@@ -40,8 +40,8 @@ namespace kvdrive::index {
 
 struct HierarchicalParams {
   int pages_per_cluster = 16;  ///< cluster size at a full clustering
-  double expand = 3.0;         ///< expand clusters until they hold expand x budget pages
-  float radius_weight = 1.0f;  ///< weight of |q| x radius in a centroid's score (0: centroid only)
+  double expand = 4.0;         ///< expand clusters until they hold expand x budget pages
+  float radius_weight = 0.5f;  ///< weight of |q| x radius in a centroid's score (0: centroid only)
   int neighbourhood = 2;       ///< a page may move to clusters up to this many runs away
   int iterations = 4;          ///< k-means iterations of a full clustering
   int split_factor = 2;        ///< a cluster splits past split_factor x pages_per_cluster pages
