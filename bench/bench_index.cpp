@@ -23,6 +23,7 @@
 #include "kvdrive/index/product_quant.hpp"
 #include "kvdrive/index/simhash.hpp"
 #include "kvdrive/kvdrive.hpp"
+#include "memcpy_rate.hpp"
 #include "support.hpp"
 
 using namespace kvdrive;
@@ -74,18 +75,7 @@ const std::vector<eval::IndexTally>& quality(std::int64_t context, double budget
 }
 
 double memcpy_rate() {
-  static const double rate = [] {
-    const std::size_t n = 256u << 20;
-    std::vector<char> src(n, 1), dst(n, 0);
-    double best = 0;
-    for (int r = 0; r < 3; ++r) {
-      const auto t0 = std::chrono::steady_clock::now();
-      std::memcpy(dst.data(), src.data(), n);
-      benchmark::DoNotOptimize(dst.data());
-      best = std::max(best, static_cast<double>(n) / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-    return best;
-  }();
+  static const double rate = bench::memcpy_bytes_per_second();
   return rate;
 }
 

@@ -26,6 +26,7 @@
 #include "kvdrive/eval/trace_stats.hpp"
 #include "kvdrive/index/product_quant.hpp"
 #include "kvdrive/index/simhash.hpp"
+#include "memcpy_rate.hpp"
 
 using namespace kvdrive;
 
@@ -125,21 +126,6 @@ std::optional<SyntheticSpec> parse_synthetic(const std::string& spec) {
   return s;
 }
 
-/// Bytes copied per second by one thread's memcpy of a 256 MiB buffer (best of 3).
-double memcpy_bytes_per_second() {
-  const std::size_t n = 256u << 20;
-  std::vector<char> src(n, 1), dst(n, 0);
-  double best = 0;
-  for (int r = 0; r < 3; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    std::memcpy(dst.data(), src.data(), n);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::max(best, static_cast<double>(n) / s);
-    src[static_cast<std::size_t>(r)] = dst[n - 1 - static_cast<std::size_t>(r)];  // keep the copies observable
-  }
-  return best;
-}
-
 DType parse_dtype(const std::string& s) {
   if (s == "f32") return DType::f32;
   if (s == "f16") return DType::f16;
@@ -179,7 +165,7 @@ int run(const Source& source, const Options& o, const std::string& label, std::i
   std::vector<std::unique_ptr<eval::AnyIndex>> prototypes;
   for (const auto& n : names) prototypes.push_back(make_index(n, o, shape.head_dim));
 
-  const double bandwidth = memcpy_bytes_per_second();
+  const double bandwidth = bench::memcpy_bytes_per_second();
   const auto list = eval::trace_stats_streams(shape, o.streams);
   std::vector<std::vector<eval::IndexTally>> per_stream(list.size());
   const unsigned threads = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());

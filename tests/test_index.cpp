@@ -10,71 +10,23 @@
 #include <vector>
 
 #include "kvdrive/kvdrive.hpp"
+#include "index_support.hpp"
 #include "support.hpp"
 
 using namespace kvdrive;
 
 namespace {
 
-struct Stream {
-  int pages, page_tokens, d, group;
-  std::vector<float> keys;  // [pages][page_tokens][d]
-  std::vector<float> q;     // [group][d]
-  index::PageKeys page_keys() const { return {keys.data(), 0, pages, page_tokens, d}; }
-};
+using test::Stream;
+using test::brute_top;
+using test::dot;
+using test::mean_mass_recall;
+using test::query_for;
 
 Stream make_stream(int pages, int pt, int d, int group, std::uint64_t seed) {
   Stream s{pages, pt, d, group, test::random_floats(static_cast<std::size_t>(pages) * pt * d, seed),
            test::random_floats(static_cast<std::size_t>(group) * d, seed + 1)};
   return s;
-}
-
-double dot(const float* a, const float* b, int d) {
-  double s = 0;
-  for (int j = 0; j < d; ++j) s += static_cast<double>(a[j]) * b[j];
-  return s;
-}
-
-/// Brute-force ranking: score each candidate page, take the k best (ties to lower id), ascending.
-std::vector<std::uint32_t> brute_top(const std::vector<double>& score, int first, int k) {
-  std::vector<int> order(score.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return score[a] > score[b]; });
-  std::vector<std::uint32_t> out;
-  for (int i = 0; i < k; ++i) out.push_back(static_cast<std::uint32_t>(first + order[i]));
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-index::IndexQuery query_for(const Stream& s, int first, int end, int budget) {
-  index::IndexQuery q;
-  q.q = s.q.data();
-  q.group = s.group;
-  q.head_dim = s.d;
-  q.scale = 1.0f / std::sqrt(static_cast<float>(s.d));
-  q.first_candidate = first;
-  q.end_candidate = end;
-  q.budget_pages = budget;
-  return q;
-}
-
-/// Mean over heads of the attention mass (softmax over all pages' tokens) on `selected`.
-double mean_mass_recall(const Stream& s, const std::vector<std::uint32_t>& selected) {
-  double total = 0;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(s.d));
-  for (int h = 0; h < s.group; ++h) {
-    const float* q = s.q.data() + static_cast<std::size_t>(h) * s.d;
-    std::vector<double> w(static_cast<std::size_t>(s.pages) * s.page_tokens);
-    double m = -INFINITY;
-    for (std::size_t t = 0; t < w.size(); ++t) m = std::max(m, w[t] = dot(q, s.keys.data() + t * s.d, s.d) * scale);
-    double z = 0;
-    for (auto& x : w) z += (x = std::exp(x - m));
-    double in = 0;
-    for (std::uint32_t p : selected)
-      for (int t = 0; t < s.page_tokens; ++t) in += w[static_cast<std::size_t>(p) * s.page_tokens + t];
-    total += in / z;
-  }
-  return total / s.group;
 }
 
 }  // namespace

@@ -13,23 +13,17 @@
 #include <vector>
 
 #include "kvdrive/kvdrive.hpp"
+#include "index_support.hpp"
 #include "support.hpp"
 
 using namespace kvdrive;
 
 namespace {
 
-struct Stream {
-  int pages, page_tokens, d, group;
-  std::vector<float> keys;  // [pages][page_tokens][d]
-  std::vector<float> q;     // [group][d]
-  DType dtype = DType::f32;
-
-  index::PageKeys range(int first, int n) const {
-    return {keys.data() + static_cast<std::size_t>(first) * page_tokens * d, first, n, page_tokens, d, dtype};
-  }
-  index::PageKeys all() const { return range(0, pages); }
-};
+using test::Stream;
+using test::dot;
+using test::mean_mass_recall;
+using test::query_for;
 
 /// Keys from a few topic directions: each page belongs to one topic (in runs of a few pages, as
 /// a document's sections), its tokens are the topic direction at a per-page strength plus noise.
@@ -67,47 +61,10 @@ Stream random_stream(int pages, int pt, int d, int group, std::uint64_t seed) {
           test::random_floats(static_cast<std::size_t>(group) * d, seed + 1)};
 }
 
-double dot(const float* a, const float* b, int d) {
-  double s = 0;
-  for (int j = 0; j < d; ++j) s += static_cast<double>(a[j]) * b[j];
-  return s;
-}
-
 double norm(const float* x, int d) { return std::sqrt(dot(x, x, d)); }
 
 /// Float dot products against double: within 1e-5 of |q| |x| (which bounds the sum of |q_i x_i|).
 doctest::Approx near(double expect, double magnitude) { return doctest::Approx(expect).epsilon(1e-5).scale(magnitude); }
-
-index::IndexQuery query_for(const Stream& s, std::int64_t first, std::int64_t end, std::int64_t budget) {
-  index::IndexQuery q;
-  q.q = s.q.data();
-  q.group = s.group;
-  q.head_dim = s.d;
-  q.scale = 1.0f / std::sqrt(static_cast<float>(s.d));
-  q.first_candidate = first;
-  q.end_candidate = end;
-  q.budget_pages = budget;
-  return q;
-}
-
-/// Mean over heads of the attention mass (softmax over all pages' tokens) on `selected`.
-double mean_mass_recall(const Stream& s, const std::vector<std::uint32_t>& selected) {
-  double total = 0;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(s.d));
-  for (int h = 0; h < s.group; ++h) {
-    const float* q = s.q.data() + static_cast<std::size_t>(h) * s.d;
-    std::vector<double> w(static_cast<std::size_t>(s.pages) * s.page_tokens);
-    double m = -INFINITY;
-    for (std::size_t t = 0; t < w.size(); ++t) m = std::max(m, w[t] = dot(q, s.keys.data() + t * s.d, s.d) * scale);
-    double z = 0;
-    for (auto& x : w) z += (x = std::exp(x - m));
-    double in = 0;
-    for (std::uint32_t p : selected)
-      for (int t = 0; t < s.page_tokens; ++t) in += w[static_cast<std::size_t>(p) * s.page_tokens + t];
-    total += in / z;
-  }
-  return total / s.group;
-}
 
 template <class I>
 std::vector<std::uint32_t> pick(const I& index, const typename I::State& st, const index::IndexQuery& q) {
