@@ -45,18 +45,14 @@ struct Quest {
 
   void select(const State& s, const IndexQuery& q, std::vector<std::uint32_t>& out) const {
     const auto n = static_cast<std::size_t>(q.candidates());
-    thread_local std::vector<float> est, score;
-    est.resize(static_cast<std::size_t>(q.group) * n);
-    score.resize(n);
-    dispatch_dtype(s.lo.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      s.lo.for_runs<T>(q.first_candidate, q.end_candidate, [&](std::int64_t first, std::int64_t count, const T* lo) {
-        const std::size_t at = static_cast<std::size_t>(first - q.first_candidate);
-        quest_rows(q.q, q.group, lo, s.hi.row<T>(first), count, q.head_dim, est.data() + at, n);
+    select_by_estimates(q, out, [&](float* est) {
+      dispatch_dtype(s.lo.dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        s.lo.for_runs<T>(q.first_candidate, q.end_candidate, [&](std::int64_t first, std::int64_t count, const T* lo) {
+          quest_rows(q.q, q.group, lo, s.hi.row<T>(first), count, q.head_dim, est + (first - q.first_candidate), n);
+        });
       });
     });
-    gqa_scores(est.data(), q.group, n, score.data());
-    top_pages(score, q.first_candidate, q.budget_pages, out);
   }
 };
 static_assert(IndexPolicy<Quest>);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kvdrive/core/host_device.hpp"
+#include "kvdrive/index/concept.hpp"
 
 namespace kvdrive::index {
 
@@ -103,6 +104,20 @@ inline void top_pages_of(std::span<const float> score, std::span<const std::uint
   std::partial_sort(tied.begin(), tied.begin() + static_cast<std::ptrdiff_t>(need), tied.end());
   out.insert(out.end(), tied.begin(), tied.begin() + static_cast<std::ptrdiff_t>(need));
   std::sort(out.begin() + static_cast<std::ptrdiff_t>(at), out.end());
+}
+
+/// The select() of an index that estimates every candidate page: estimate(est) fills
+/// est[h * n + i] with head h's estimate for candidate i (n = q.candidates()); the GQA rule and
+/// the top-k follow.
+template <class Estimate>
+void select_by_estimates(const IndexQuery& q, std::vector<std::uint32_t>& out, Estimate&& estimate) {
+  const auto n = static_cast<std::size_t>(q.candidates());
+  thread_local std::vector<float> est, score;
+  est.resize(static_cast<std::size_t>(q.group) * n);
+  score.resize(n);
+  estimate(est.data());
+  gqa_scores(est.data(), q.group, n, score.data());
+  top_pages(score, q.first_candidate, q.budget_pages, out);
 }
 
 }  // namespace kvdrive::index

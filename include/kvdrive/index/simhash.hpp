@@ -259,13 +259,7 @@ class SimHash {
   }
 
   void select(const State& s, const IndexQuery& q, std::vector<std::uint32_t>& out) const {
-    const auto n = static_cast<std::size_t>(q.candidates());
-    thread_local std::vector<float> est, score;
-    est.resize(static_cast<std::size_t>(q.group) * n);
-    score.resize(n);
-    estimate(s, q, est.data());
-    gqa_scores(est.data(), q.group, n, score.data());
-    top_pages(score, q.first_candidate, q.budget_pages, out);
+    select_by_estimates(q, out, [&](float* est) { estimate(s, q, est); });
   }
 
  private:
