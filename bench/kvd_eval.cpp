@@ -72,6 +72,7 @@ std::unique_ptr<eval::AnyIndex> make_index(const std::string& name, const Option
   if (name == "centroid") {
     index::CentroidParams p;
     p.pages_per_cluster = o.cluster_pages;
+    p.segment_pages = std::max(p.segment_pages, o.cluster_pages);  // a segment holds at least one cluster
     return eval::make_any_index(index::Centroid{p});
   }
   if (name == "simhash") return eval::make_any_index(index::SimHash{});
@@ -257,10 +258,16 @@ int main(int argc, char** argv) {
   app.add_flag("--trace-stats", o.trace_stats, "print the trace's statistics instead of comparing indices");
   CLI11_PARSE(app, argc, argv);
   try {
+    if (!o.json.empty()) {  // a bad path fails now, not after the run
+      std::ofstream probe(o.json, std::ios::app);
+      KVD_EXPECT(probe.good(), "--json {}: cannot write there", o.json);
+    }
     if (const auto spec = parse_synthetic(o.trace)) {
       const eval::SyntheticTrace source(eval::synthetic_preset(spec->preset), spec->seed, o.context, o.steps);
       return run(source, o, fmt::format("synthetic:{}:seed={}", spec->preset, spec->seed), o.context);
     }
+    KVD_EXPECT(app.count("--context") == 0,
+               "--context applies to synthetic traces; a recorded trace's context is its positions minus --steps");
     const eval::RecordedTrace source(o.trace, o.steps);
     return run(source, o, o.trace, source.positions() - o.steps);
   } catch (const std::exception& e) {

@@ -292,6 +292,10 @@ std::vector<std::unique_ptr<eval::AnyIndex>> every_index() {
   v.push_back(eval::make_any_index(index::MeanKey{}));
   v.push_back(eval::make_any_index(index::Centroid{index::CentroidParams{.pages_per_cluster = 4, .segment_pages = 32}}));
   v.push_back(eval::make_any_index(index::Hierarchical{index::HierarchicalParams{.pages_per_cluster = 4}}));
+  // Large clusters expanded to exactly the budget: candidate ranges cut through clusters.
+  v.push_back(eval::make_any_index(index::Hierarchical{index::HierarchicalParams{.pages_per_cluster = 16, .expand = 1.0}}));
+  v.push_back(eval::make_any_index(index::SimHash{}));
+  v.push_back(eval::make_any_index(index::ProductQuant{index::ProductQuant::Params{.M = 8, .C = 32, .train_pages = 64}}));
   return v;
 }
 
@@ -306,7 +310,9 @@ TEST_CASE("every index returns at most the budget, unique ascending candidate pa
         CAPTURE(ix->name());
         ix->build({s.keys.data(), 0, 100, pt, d, dt});
         for (int p = 100; p < pages; ++p) ix->append({s.keys.data() + static_cast<std::size_t>(p) * pt * d, p, 1, pt, d, dt});
-        for (auto [first, end, budget] : {std::tuple{1, 148, 10}, std::tuple{3, 90, 1}, std::tuple{1, 149, 148}, std::tuple{20, 40, 20}, std::tuple{0, 150, 37}}) {
+        for (auto [first, end, budget] : {std::tuple{1, 148, 10}, std::tuple{3, 90, 1}, std::tuple{1, 149, 148}, std::tuple{20, 40, 20},
+                                                 std::tuple{0, 150, 37}, std::tuple{1, 49, 3}, std::tuple{5, 27, 7}, std::tuple{17, 33, 2},
+                                                 std::tuple{9, 120, 8}}) {
           std::vector<std::uint32_t> got;
           ix->select(query_for(s, first, end, budget), got);
           CHECK(static_cast<int>(got.size()) == std::min(budget, end - first));
@@ -461,4 +467,63 @@ TEST_CASE("bad index parameters throw a clear kvdrive::Error") {
   CHECK_THROWS_AS(index::Hierarchical(index::HierarchicalParams{.split_factor = 1}), Error);
   CHECK_THROWS_WITH_AS(index::Centroid(index::CentroidParams{.pages_per_cluster = 0}), doctest::Contains("pages_per_cluster is 0"), Error);
   CHECK_THROWS_AS(index::Centroid(index::CentroidParams{.pages_per_cluster = 16, .segment_pages = 8}), Error);
+}
+
+namespace {
+
+/// A tiny stream trace with random keys, values and queries.
+eval::StreamTrace tiny_trace(std::int64_t prefix, std::int64_t steps, int d, int group, std::uint64_t seed) {
+  eval::StreamTrace t;
+  t.head_dim = d;
+  t.group = group;
+  t.prefix = prefix;
+  t.steps = steps;
+  t.keys = test::random_floats(static_cast<std::size_t>(prefix + steps) * d, seed);
+  t.values = test::random_floats(t.keys.size(), seed + 1);
+  t.queries = test::random_floats(static_cast<std::size_t>(steps) * group * d, seed + 2, 2.0f);
+  return t;
+}
+
+/// A broken policy: selects one page past the candidates.
+struct PastTheEnd {
+  struct State {};
+  static constexpr std::string_view name() { return "past-the-end"; }
+  void build(State&, const index::PageKeys&) const {}
+  void append(State&, const index::PageKeys&) const {}
+  void select(const State&, const index::IndexQuery& q, std::vector<std::uint32_t>& out) const {
+    out.push_back(static_cast<std::uint32_t>(q.end_candidate));
+  }
+  std::size_t bytes(const State&) const { return 0; }
+};
+
+}  // namespace
+
+TEST_CASE("evaluate_stream: dense and budget 1 recall everything; a broken index is reported by name") {
+  const eval::StreamTrace t = tiny_trace(300, 12, 32, 4, 77);
+  eval::EvalSettings set;
+  set.dtype = DType::f32;
+  set.budget = 1.0;
+  std::vector<std::unique_ptr<eval::AnyIndex>> all;
+  all.push_back(eval::make_any_index(index::Dense{}));
+  all.push_back(eval::make_any_index(index::Quest{}));
+  all.push_back(eval::make_any_index(index::Hierarchical{}));
+  for (const eval::IndexTally& r : eval::evaluate_stream(t, all, set)) {
+    CAPTURE(r.name);
+    CHECK(r.steps == 12);
+    CHECK(r.mean(r.mass_recall) == doctest::Approx(1.0).epsilon(1e-5));
+    CHECK(r.mean(r.topk_recall) == 1.0);
+    CHECK(r.mean(r.out_err) < 1e-5);
+  }
+  set.budget = 0.1;
+  std::vector<std::unique_ptr<eval::AnyIndex>> broken;
+  broken.push_back(eval::make_any_index(PastTheEnd{}));
+  CHECK_THROWS_WITH_AS(eval::evaluate_stream(t, broken, set), doctest::Contains("index past-the-end selected page"), Error);
+}
+
+TEST_CASE("the GQA rule: a +inf estimate at a head's maximum scores 0, not NaN") {
+  const float est[] = {INFINITY, 1.0f, 0.0f, 3.0f};  // head 0: pages 0, 1; head 1: pages 0, 1
+  float score[2];
+  index::gqa_scores(est, 2, 2, score);
+  CHECK(score[0] == 0.0f);
+  CHECK(score[1] == 0.0f);  // head 1's best
 }

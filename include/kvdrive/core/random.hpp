@@ -1,7 +1,8 @@
 // A small seeded generator for the library's own randomised structures (SimHash hyperplanes,
 // k-means initial codewords). SplitMix64 (Steele, Lea and Flood, 2014) and a Box-Muller normal
 // sampler written here rather than <random>'s distributions, whose output the standard leaves
-// to each implementation: the same seed gives the same index on every compiler and library.
+// to each implementation: the integer stream is the same everywhere, and the normals differ
+// between C libraries only by the last bits of std::log and std::cos.
 #pragma once
 
 #include <cmath>

@@ -59,6 +59,7 @@ class AnyIndex {
   virtual void select(const index::IndexQuery& q, std::vector<std::uint32_t>& out) const = 0;
   virtual std::size_t bytes() const = 0;
   virtual std::unique_ptr<AnyIndex> clone() const = 0;  ///< same policy, fresh state
+  virtual bool ignores_budget() const = 0;              ///< Dense: every candidate
 };
 
 template <index::IndexPolicy I>
@@ -73,6 +74,10 @@ class IndexAdapter final : public AnyIndex {
   void select(const index::IndexQuery& q, std::vector<std::uint32_t>& out) const override { policy_.select(state_, q, out); }
   std::size_t bytes() const override { return policy_.bytes(state_); }
   std::unique_ptr<AnyIndex> clone() const override { return std::make_unique<IndexAdapter>(policy_, label_); }
+  bool ignores_budget() const override {
+    if constexpr (requires { I::kIgnoresBudget; }) return I::kIgnoresBudget;
+    return false;
+  }
   const I& policy() const { return policy_; }
   const typename I::State& state() const { return state_; }
 
@@ -92,6 +97,7 @@ struct IndexTally {
   std::string name;
   double mass_recall = 0, mass_recall_min = 0, topk_recall = 0, out_err = 0;
   double select_ns = 0;
+  std::int64_t selects = 0;  ///< steps with candidates, where select() ran
   double index_bytes = 0;   ///< summed over steps, the index's bytes at that step
   double tokens = 0;        ///< summed over steps, the stream's tokens at that step
   std::int64_t steps = 0;
@@ -102,13 +108,14 @@ struct IndexTally {
     topk_recall += o.topk_recall;
     out_err += o.out_err;
     select_ns += o.select_ns;
+    selects += o.selects;
     index_bytes += o.index_bytes;
     tokens += o.tokens;
     steps += o.steps;
   }
   double mean(double sum) const { return steps > 0 ? sum / static_cast<double>(steps) : 0.0; }
   double bytes_per_token() const { return tokens > 0 ? index_bytes / tokens : 0.0; }
-  double select_us() const { return mean(select_ns) / 1e3; }
+  double select_us() const { return selects > 0 ? select_ns / static_cast<double>(selects) / 1e3 : 0.0; }
   double mean_bytes() const { return mean(index_bytes); }
 };
 
@@ -199,7 +206,15 @@ inline std::vector<IndexTally> evaluate_stream(const StreamTrace& tr, std::vecto
           const auto t0 = std::chrono::steady_clock::now();
           indices[i]->select(q, selected);
           tally[i].select_ns += std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+          ++tally[i].selects;
         }
+        // The rules KvManager enforces too: ascending unique candidates within the budget.
+        for (std::size_t j = 0; j < selected.size(); ++j)
+          KVD_EXPECT(selected[j] >= q.first_candidate && selected[j] < q.end_candidate && (j == 0 || selected[j] > selected[j - 1]),
+                     "eval: index {} selected page {} (position {}): not an ascending, unique candidate in [{}, {})",
+                     tally[i].name, selected[j], j, q.first_candidate, q.end_candidate);
+        KVD_EXPECT(indices[i]->ignores_budget() || static_cast<std::int64_t>(selected.size()) <= want,
+                   "eval: index {} selected {} pages, over its budget of {}", tally[i].name, selected.size(), want);
         attended_ids.clear();
         for (std::int64_t p = 0; p < r.sink_end; ++p) attended_ids.push_back(static_cast<std::uint32_t>(p));
         attended_ids.insert(attended_ids.end(), selected.begin(), selected.end());

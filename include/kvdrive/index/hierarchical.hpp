@@ -126,7 +126,13 @@ struct Hierarchical {
     const int g = q.group, d = q.head_dim;
     const std::size_t nc = s.clusters.size();
     thread_local std::vector<float> cest, est, cscore, pest, pscore;
-    thread_local std::vector<std::uint32_t> eligible, order, ids, keep;
+    thread_local std::vector<std::uint32_t> order, ids;
+    // A cluster's candidate members are a contiguous run of its (ascending) member list, and so
+    // are their means: [first, last) per eligible cluster.
+    struct Span {
+      std::uint32_t cluster, first, last;
+    };
+    thread_local std::vector<Span> eligible;
     // Level 1: centroids of the clusters that hold candidate pages.
     cest.resize(static_cast<std::size_t>(g) * nc);
     dispatch_dtype(s.dtype, [&](auto tag) {
@@ -134,8 +140,14 @@ struct Hierarchical {
       dot_rows(q.q, g, reinterpret_cast<const T*>(s.centroids.data()), static_cast<std::int64_t>(nc), d, cest.data(), nc);
     });
     eligible.clear();
-    for (std::uint32_t c = 0; c < nc; ++c)
-      if (s.clusters[c].max_page >= q.first_candidate && s.clusters[c].min_page < q.end_candidate) eligible.push_back(c);
+    for (std::uint32_t c = 0; c < nc; ++c) {
+      const Cluster& cl = s.clusters[c];
+      if (cl.max_page < q.first_candidate || cl.min_page >= q.end_candidate) continue;
+      const auto lo = std::lower_bound(cl.pages.begin(), cl.pages.end(), static_cast<std::uint32_t>(q.first_candidate));
+      const auto hi = std::lower_bound(lo, cl.pages.end(), static_cast<std::uint32_t>(q.end_candidate));
+      if (lo != hi)
+        eligible.push_back({c, static_cast<std::uint32_t>(lo - cl.pages.begin()), static_cast<std::uint32_t>(hi - cl.pages.begin())});
+    }
     const std::size_t ne = eligible.size();
     est.resize(static_cast<std::size_t>(g) * ne);
     for (int h = 0; h < g; ++h) {
@@ -145,7 +157,7 @@ struct Hierarchical {
       const float reach = params.radius_weight * std::sqrt(norm);
       for (std::size_t e = 0; e < ne; ++e)
         est[static_cast<std::size_t>(h) * ne + e] =
-            cest[static_cast<std::size_t>(h) * nc + eligible[e]] + reach * s.radius[eligible[e]];
+            cest[static_cast<std::size_t>(h) * nc + eligible[e].cluster] + reach * s.radius[eligible[e].cluster];
     }
     cscore.resize(ne);
     gqa_scores(est.data(), g, ne, cscore.data());
@@ -155,35 +167,29 @@ struct Hierarchical {
       const float ka = std::isnan(cscore[a]) ? -INFINITY : cscore[a], kb = std::isnan(cscore[b]) ? -INFINITY : cscore[b];
       return ka > kb || (ka == kb && a < b);
     });
-    // Level 2: the members of the best clusters, until they hold expand x budget pages.
+    // Level 2: the candidate members of the best clusters, until there are expand x budget of
+    // them (at least the budget, since expand >= 1).
     const auto target = static_cast<std::size_t>(std::ceil(params.expand * static_cast<double>(q.budget_pages)));
     std::size_t take = 0, members = 0;
-    while (take < ne && members < target) members += s.clusters[eligible[order[take++]]].pages.size();
+    while (take < ne && members < target) {
+      const Span& sp = eligible[order[take++]];
+      members += sp.last - sp.first;
+    }
     pest.resize(static_cast<std::size_t>(g) * members);
     ids.clear();
     dispatch_dtype(s.dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
       for (std::size_t i = 0; i < take; ++i) {
-        const Cluster& c = s.clusters[eligible[order[i]]];
-        dot_rows(q.q, g, reinterpret_cast<const T*>(c.means.data()), static_cast<std::int64_t>(c.pages.size()), d,
-                 pest.data() + ids.size(), members);
-        ids.insert(ids.end(), c.pages.begin(), c.pages.end());
+        const Span& sp = eligible[order[i]];
+        const Cluster& c = s.clusters[sp.cluster];
+        dot_rows(q.q, g, reinterpret_cast<const T*>(c.means.data()) + static_cast<std::size_t>(sp.first) * d,
+                 static_cast<std::int64_t>(sp.last - sp.first), d, pest.data() + ids.size(), members);
+        ids.insert(ids.end(), c.pages.begin() + sp.first, c.pages.begin() + sp.last);
       }
     });
-    // Only candidate pages compete (the clusters of the sink and local pages hold others).
-    keep.clear();
-    for (std::uint32_t j = 0; j < ids.size(); ++j)
-      if (ids[j] >= q.first_candidate && ids[j] < q.end_candidate) keep.push_back(j);
-    const std::size_t nk = keep.size();
-    std::vector<float> kest(static_cast<std::size_t>(g) * nk);
-    std::vector<std::uint32_t> kids(nk);
-    for (std::size_t j = 0; j < nk; ++j) {
-      kids[j] = ids[keep[j]];
-      for (int h = 0; h < g; ++h) kest[static_cast<std::size_t>(h) * nk + j] = pest[static_cast<std::size_t>(h) * members + keep[j]];
-    }
-    pscore.resize(nk);
-    gqa_scores(kest.data(), g, nk, pscore.data());
-    top_pages_of(pscore, kids, q.budget_pages, out);
+    pscore.resize(members);
+    gqa_scores(pest.data(), g, members, pscore.data());
+    top_pages_of(pscore, ids, q.budget_pages, out);
   }
 
  private:

@@ -492,7 +492,7 @@ class ProductQuant {
     const int M = s.subspaces, C = params_.C;
     const std::vector<float> book = pq::detail::train_unchecked(points.data(), take, s.head_dim, M, C, params_.iterations, params_.seed);
     const std::vector<float> rows = pq::detail::transpose_codebook(book.data(), s.head_dim, M, C);
-    s.codebook = RowStore(static_cast<std::size_t>(C), s.dtype);
+    s.codebook = RowStore(static_cast<std::size_t>(C), s.dtype, s.head_dim);  // exactly head_dim rows
     for (int r = 0; r < s.head_dim; ++r) s.codebook.push(rows.data() + static_cast<std::size_t>(r) * C);
     s.codes = CodeStore<std::uint8_t>(static_cast<std::size_t>(M));
     const std::vector<float> cwt = codebook_transposed(s);  // encode against the codebooks as stored (rounded)

@@ -1,8 +1,9 @@
 // RowStore: fixed-width rows appended one page at a time and stored in an element dtype (the KV
-// dtype, per the rule that index data costs what the KV costs). Rows live in blocks of kBlockRows
-// rows, so growing never moves (or re-faults) what is already stored: a decode step that seals a
-// page must not copy the whole index. Rows within a block are contiguous, which the scoring
-// loops rely on to stream them.
+// dtype, per the rule that index data costs what the KV costs). Rows live in blocks of
+// block_rows rows (kBlockRows unless the owner knows its final size), so growing never moves (or
+// re-faults) what is already stored: a decode step that seals a page must not copy the whole
+// index. Rows within a block are contiguous, which the scoring loops rely on to stream them.
+// bytes() counts the rows stored, not the unused tail of the last block.
 #pragma once
 
 #include <cstddef>
@@ -28,8 +29,8 @@ class RowStore {
   static constexpr std::int64_t kBlockRows = 1024;
 
   RowStore() = default;
-  explicit RowStore(std::size_t width, DType dtype = DType::f32)
-      : width_(width), dtype_(dtype), row_bytes_(width * dtype_size(dtype)) {}
+  explicit RowStore(std::size_t width, DType dtype = DType::f32, std::int64_t block_rows = kBlockRows)
+      : width_(width), dtype_(dtype), row_bytes_(width * dtype_size(dtype)), block_rows_(block_rows > 0 ? block_rows : 1) {}
 
   std::size_t width() const { return width_; }
   DType dtype() const { return dtype_; }
@@ -39,14 +40,14 @@ class RowStore {
 
   /// Appends one row of width() floats, converted to the store's dtype.
   void push(const float* row) {
-    if (rows_ % kBlockRows == 0)
-      blocks_.push_back(std::make_unique_for_overwrite<std::byte[]>(static_cast<std::size_t>(kBlockRows) * row_bytes_));
-    store_row(dtype_, row, blocks_.back().get() + static_cast<std::size_t>(rows_ % kBlockRows) * row_bytes_, width_);
+    if (rows_ % block_rows_ == 0)
+      blocks_.push_back(std::make_unique_for_overwrite<std::byte[]>(static_cast<std::size_t>(block_rows_) * row_bytes_));
+    store_row(dtype_, row, blocks_.back().get() + static_cast<std::size_t>(rows_ % block_rows_) * row_bytes_, width_);
     ++rows_;
   }
 
   const std::byte* row_data(std::int64_t i) const {
-    return blocks_[static_cast<std::size_t>(i / kBlockRows)].get() + static_cast<std::size_t>(i % kBlockRows) * row_bytes_;
+    return blocks_[static_cast<std::size_t>(i / block_rows_)].get() + static_cast<std::size_t>(i % block_rows_) * row_bytes_;
   }
   /// Row i as elements of T, which must be the store's dtype.
   template <class T>
@@ -66,7 +67,7 @@ class RowStore {
   template <class T, class F>
   void for_runs(std::int64_t begin, std::int64_t end, F&& f) const {
     while (begin < end) {
-      const std::int64_t block_end = (begin / kBlockRows + 1) * kBlockRows;
+      const std::int64_t block_end = (begin / block_rows_ + 1) * block_rows_;
       const std::int64_t stop = block_end < end ? block_end : end;
       f(begin, stop - begin, row<T>(begin));
       begin = stop;
@@ -77,6 +78,7 @@ class RowStore {
   std::size_t width_ = 0;
   DType dtype_ = DType::f32;
   std::size_t row_bytes_ = 0;
+  std::int64_t block_rows_ = kBlockRows;
   std::int64_t rows_ = 0;
   std::vector<std::unique_ptr<std::byte[]>> blocks_;
 };

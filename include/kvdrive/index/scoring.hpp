@@ -1,8 +1,8 @@
-// Page scoring shared by the index policies. The per-row arithmetic is in KVD_HOST_DEVICE
-// functions (templated on the element type the index stores, the KV dtype), so the CUDA kernels
-// compute exactly what the CPU tests check; the CPU batch loops below call the same formulas
-// in AVX2 form where the compiler targets it, reading each stored row once for all the GQA
-// group's query heads.
+// Page scoring shared by the index policies. The per-row formulas are KVD_HOST_DEVICE functions
+// (templated on the element type the index stores, the KV dtype), which the CUDA kernels call
+// and the CPU tests check; the CPU batch loops below compute the same formulas in AVX2 form
+// where the compiler targets it (FMA, another summation order: equal within rounding, not
+// bitwise), reading each stored row once for all the GQA group's query heads.
 #pragma once
 
 #include <cstddef>

@@ -23,7 +23,8 @@ KVD_HOST_DEVICE float gqa_page_score(const float* est, const float* head_max, in
                                      std::size_t stride) {
   float best = -INFINITY;
   for (int h = 0; h < group; ++h) {
-    const float v = est[static_cast<std::size_t>(h) * stride] - head_max[h];
+    const float e = est[static_cast<std::size_t>(h) * stride];
+    const float v = e == head_max[h] ? 0.0f : e - head_max[h];  // +inf at the max scores 0, not NaN
     best = v > best ? v : best;
   }
   return best;
@@ -39,7 +40,7 @@ inline void gqa_scores(const float* est, int group, std::size_t n, float* out) {
     float m = -INFINITY;
     for (std::size_t p = 0; p < n; ++p) m = e[p] > m ? e[p] : m;
     for (std::size_t p = 0; p < n; ++p) {
-      const float v = e[p] - m;
+      const float v = e[p] == m ? 0.0f : e[p] - m;
       out[p] = v > out[p] ? v : out[p];
     }
   }

@@ -267,7 +267,7 @@ class SimHash {
   void init(State& s, int head_dim, DType dtype) const {
     s.head_dim = head_dim;
     const auto d = static_cast<std::size_t>(head_dim);
-    s.planes = RowStore(d, dtype);
+    s.planes = RowStore(d, dtype, bits());  // exactly B rows
     s.codes = CodeStore<std::uint64_t>(static_cast<std::size_t>(words()));
     s.norms = RowStore(1, dtype);
     SplitMix64 rng(params_.seed);
