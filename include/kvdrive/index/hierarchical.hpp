@@ -9,9 +9,10 @@
 //      means, and keep the top pages (GQA rule) within the budget.
 // Growth: pages sealed during decode join the cluster with the nearest centroid, and a cluster
 // that grows past split_factor x pages_per_cluster splits in two (with one page per cluster,
-// every page is a cluster of its own, and the index selects exactly what MeanKey selects). When the index has doubled
-// since its last full clustering (the manager prefills in chunks), it re-clusters everything;
-// so build-at-once and page-by-page growth differ only by the pages joined since then.
+// every page is a cluster of its own, and the index selects exactly what MeanKey selects). When
+// a chunk of pages arrives (the manager prefills in chunks of 32 pages) and the index has
+// doubled since its last full clustering, it re-clusters everything; single pages sealed during
+// decode only join and split, so no decode step pays for a full clustering of a long stream.
 // Stored (KV dtype unless noted): member means (head_dim elements per page) kept per cluster,
 // contiguous, so expanding a cluster streams one block; member page ids and cluster_of(page)
 // (u32 each, 8 bytes per page); per cluster a centroid (head_dim elements), a float radius and
@@ -102,7 +103,10 @@ struct Hierarchical {
     for (std::int64_t p = 0; p < k.pages; ++p) page_mean(k, p, fresh.data() + static_cast<std::size_t>(p) * d);
     // Means are kept in the KV dtype; cluster on the values the index actually stores.
     round_to_dtype(s.dtype, fresh);
-    if (s.pages + k.pages >= 2 * s.clustered_at) {
+    // Chunks (prefill) re-cluster everything once the index has doubled since its last full
+    // clustering; single pages (decode) only join and split, so a decode step never stalls on a
+    // full clustering of a long stream.
+    if (s.clusters.empty() || (k.pages > 1 && s.pages + k.pages >= 2 * s.clustered_at)) {
       std::vector<float> all = means_in_page_order(s);
       all.insert(all.end(), fresh.begin(), fresh.end());
       recluster(s, all);
