@@ -126,7 +126,7 @@ struct Centroid {
     order.resize(ni);
     std::iota(order.begin(), order.end(), 0u);
     std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
-      const float ka = std::isnan(score[a]) ? -INFINITY : score[a], kb = std::isnan(score[b]) ? -INFINITY : score[b];
+      const float ka = detail::rank_key(score[a]), kb = detail::rank_key(score[b]);
       return ka > kb || (ka == kb && a < b);
     });
     const std::size_t at = out.size();

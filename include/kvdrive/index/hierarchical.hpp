@@ -102,7 +102,7 @@ struct Hierarchical {
     std::vector<float> fresh(static_cast<std::size_t>(k.pages) * d);
     for (std::int64_t p = 0; p < k.pages; ++p) page_mean(k, p, fresh.data() + static_cast<std::size_t>(p) * d);
     // Means are kept in the KV dtype; cluster on the values the index actually stores.
-    round_to_dtype(s.dtype, fresh);
+    round_to_dtype(s.dtype, fresh.data(), fresh.size());
     // Chunks (prefill) re-cluster everything once the index has doubled since its last full
     // clustering; single pages (decode) only join and split, so a decode step never stalls on a
     // full clustering of a long stream.
@@ -168,7 +168,7 @@ struct Hierarchical {
     order.resize(ne);
     std::iota(order.begin(), order.end(), 0u);
     std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
-      const float ka = std::isnan(cscore[a]) ? -INFINITY : cscore[a], kb = std::isnan(cscore[b]) ? -INFINITY : cscore[b];
+      const float ka = detail::rank_key(cscore[a]), kb = detail::rank_key(cscore[b]);
       return ka > kb || (ka == kb && a < b);
     });
     // Level 2: the candidate members of the best clusters, until there are expand x budget of
@@ -197,14 +197,6 @@ struct Hierarchical {
   }
 
  private:
-  static void round_to_dtype(DType t, std::vector<float>& v) {
-    if (t == DType::f32) return;
-    dispatch_dtype(t, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      for (float& x : v) x = to_float(from_float<T>(x));
-    });
-  }
-
   /// Every page's mean as float, in page order.
   static std::vector<float> means_in_page_order(const State& s) {
     const auto d = static_cast<std::size_t>(s.head_dim);

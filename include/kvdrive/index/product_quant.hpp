@@ -379,7 +379,7 @@ class ProductQuant {
       std::vector<std::uint8_t> code(static_cast<std::size_t>(s.subspaces));
       for (std::int64_t p = 0; p < k.pages; ++p, ++s.pages) {
         page_mean(k, p, mean.data());
-        round_to(s.dtype, mean.data(), d);
+        round_to_dtype(s.dtype, mean.data(), d);
         enc.encode(mean.data(), code.data());
         s.codes.push(code.data());
       }
@@ -465,13 +465,6 @@ class ProductQuant {
   }
 
  private:
-  static void round_to(DType t, float* x, std::size_t n) {
-    dispatch_dtype(t, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      for (std::size_t i = 0; i < n; ++i) x[i] = to_float(from_float<T>(x[i]));
-    });
-  }
-
   void init(State& s, int head_dim, DType dtype) const {
     s.head_dim = head_dim;
     s.dtype = dtype;

@@ -24,6 +24,16 @@ inline void store_row(DType t, const float* src, std::byte* dst, std::size_t n) 
   });
 }
 
+/// Rounds n floats in place to what dtype `t` stores (identity for f32): index data is computed
+/// on the values the index actually keeps.
+inline void round_to_dtype(DType t, float* x, std::size_t n) {
+  if (t == DType::f32) return;
+  dispatch_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    for (std::size_t i = 0; i < n; ++i) x[i] = to_float(from_float<T>(x[i]));
+  });
+}
+
 class RowStore {
  public:
   static constexpr std::int64_t kBlockRows = 1024;
