@@ -4,6 +4,12 @@
 // time, and the selection floor (index bytes / this machine's memcpy bandwidth, measured in the
 // same run). --trace-stats prints the trace's own statistics instead (cross-step overlap, window
 // coverage, attention entropy, top-token mass).
+//
+// With --eviction, each index's selections are also replayed through fast-tier caches (eviction
+// policy x window plan, at equal cache bytes): hit_rate, the clairvoyant Belady cache's hit rate
+// at the same capacity, and the bytes fetched per decode step. --window knapsack profiles every
+// stream on a calibration trace (by default the same preset with the next seed) and gives each
+// its own W within the bytes of the uniform plan; both are printed side by side.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -48,7 +54,41 @@ struct Options {
   int cluster_pages = index::HierarchicalParams{}.pages_per_cluster;
   double expand = index::HierarchicalParams{}.expand;
   float radius_weight = index::HierarchicalParams{}.radius_weight;
+  // cache replay
+  std::string eviction;           ///< empty: no cache evaluation
+  std::string window = "3";       ///< W, or "knapsack"
+  std::int64_t cache_bytes = 0;   ///< fast-tier bytes over the evaluated streams (0: what --window W needs)
+  std::string warm_up = "on";
+  int max_window = 8;
+  std::string solver = "greedy";
+  std::string calibration;        ///< knapsack profile trace (default: synthetic, next seed; recorded, the same file)
+  float decay = eviction::Lookahead{}.decay;
 };
+
+const std::vector<std::string>& all_eviction_names() {
+  static const std::vector<std::string> names = {"lookahead", "lru", "lfu", "last-step", "none"};
+  return names;
+}
+
+/// Replays one log through the named policy (W from the settings, except fixed-window ones).
+eval::CacheTally replay_named(const std::string& name, const eval::SelectionLog& log, eval::ReplaySettings r,
+                              const tier::PageRanking* warm, const Options& o) {
+  if (name == "lookahead") return eval::replay_cache(eviction::Lookahead{r.window, o.decay}, log, r, warm);
+  if (name == "lru") return eval::replay_cache(eviction::Lru{r.window}, log, r, warm);
+  if (name == "lfu") return eval::replay_cache(eviction::Lfu{r.window}, log, r, warm);
+  if (name == "last-step") {
+    r.window = eviction::LastStep::kFixedWindow;
+    return eval::replay_cache(eviction::LastStep{}, log, r, warm);
+  }
+  if (name == "none") {
+    r.window = eviction::None::kFixedWindow;
+    return eval::replay_cache(eviction::None{}, log, r, warm);
+  }
+  std::string known;
+  for (const auto& n : all_eviction_names()) known += (known.empty() ? "" : ", ") + n;
+  fail("--eviction: unknown policy '{}' (known: all, {})", name, known);
+}
+double mib(std::size_t bytes) { return static_cast<double>(bytes) / 1048576.0; }
 
 const std::vector<std::string>& all_index_names() {
   static const std::vector<std::string> names = {"oracle-mass", "oracle", "quest", "mean-key", "hierarchical",
@@ -88,15 +128,16 @@ std::unique_ptr<eval::AnyIndex> make_index(const std::string& name, const Option
   fail("--index: unknown index '{}' (known: all, {})", name, known);
 }
 
-std::vector<std::string> split_names(const std::string& list) {
-  if (list == "all") return all_index_names();
+std::vector<std::string> split_names(const std::string& list, const std::vector<std::string>& all = all_index_names(),
+                                     const char* what = "--index") {
+  if (list == "all") return all;
   std::vector<std::string> out;
   std::size_t at = 0;
   while (at <= list.size()) {
     const std::size_t comma = std::min(list.find(',', at), list.size());
     std::string name = list.substr(at, comma - at);
-    KVD_EXPECT(!name.empty(), "--index: empty name in '{}'", list);
-    KVD_EXPECT(std::find(out.begin(), out.end(), name) == out.end(), "--index: '{}' given twice", name);
+    KVD_EXPECT(!name.empty(), "{}: empty name in '{}'", what, list);
+    KVD_EXPECT(std::find(out.begin(), out.end(), name) == out.end(), "{}: '{}' given twice", what, name);
     out.push_back(std::move(name));
     at = comma + 1;
   }
@@ -134,8 +175,115 @@ DType parse_dtype(const std::string& s) {
   fail("--dtype: '{}' is not one of f32, f16, bf16", s);
 }
 
+/// Per stream: each index's selections, and the warm-up ranking.
+struct StreamLogs {
+  std::vector<eval::SelectionLog> logs;
+  tier::PageRanking warm;
+};
+
+/// Evaluates the stream list on `source`; fills tallies (if given) and logs (if given).
 template <class Source>
-int run(const Source& source, const Options& o, const std::string& label, std::int64_t prefix) {
+void evaluate_all(const Source& source, const std::vector<std::pair<int, int>>& list,
+                  const std::vector<std::unique_ptr<eval::AnyIndex>>& prototypes, const eval::EvalSettings& set, ThreadPool& pool,
+                  std::vector<std::vector<eval::IndexTally>>* tallies, std::vector<StreamLogs>* logs, bool warm_up) {
+  if (tallies) tallies->assign(list.size(), {});
+  if (logs) logs->assign(list.size(), {});
+  pool.parallel_for(list.size(), [&](std::size_t i) {
+    const eval::StreamTrace tr = source.stream(list[i].first, list[i].second);
+    std::vector<std::unique_ptr<eval::AnyIndex>> mine;
+    for (const auto& p : prototypes) mine.push_back(p->clone());
+    auto t = eval::evaluate_stream(tr, mine, set, logs ? &(*logs)[i].logs : nullptr);
+    if (tallies) (*tallies)[i] = std::move(t);
+    if (logs && warm_up) (*logs)[i].warm = eval::warm_ranking(tr, set, tier::ImportanceGuided{});
+  });
+}
+
+/// The cache table: every index x eviction x window plan, replayed at equal cache bytes.
+template <class Source>
+void run_cache(const Source& source, const Source* calibration, const Options& o, const eval::EvalSettings& set,
+               const std::vector<std::pair<int, int>>& list, const std::vector<std::unique_ptr<eval::AnyIndex>>& prototypes,
+               const std::vector<StreamLogs>& logs, ThreadPool& pool, nlohmann::json& out) {
+  const ModelShape shape = source.shape();
+  const std::vector<std::string> evictions = split_names(o.eviction, all_eviction_names(), "--eviction");
+  const bool knapsack = o.window == "knapsack", warm = o.warm_up == "on";
+  Config c;
+  c.shape = shape;
+  c.page_tokens = set.page_tokens;
+  c.sink_tokens = set.sink_tokens;
+  c.local_tokens = set.local_tokens;
+  c.budget = Budget::fraction(set.budget);
+  c.dtype = set.dtype;
+  const std::int64_t context = logs.empty() ? 0 : static_cast<std::int64_t>(source.stream(list[0].first, list[0].second).prefix);
+  const std::size_t n = list.size(), page_bytes = c.page_bytes();
+  const std::size_t step_bytes = eviction::window_step_bytes(c, context);
+  const std::size_t resident = static_cast<std::size_t>(eviction::resident_pages(c, context)) * page_bytes * n;
+  // Equal bytes: --cache-bytes, else what uniform W (3 for knapsack) takes.
+  const int w_given = knapsack ? 3 : std::stoi(o.window);
+  const std::size_t total = o.cache_bytes > 0 ? static_cast<std::size_t>(o.cache_bytes) : resident + static_cast<std::size_t>(w_given) * step_bytes * n;
+  const std::size_t avail = eviction::cache_bytes_for(c, context, n, total);
+  const int w_uniform = static_cast<int>(std::min<std::size_t>(step_bytes ? avail / (step_bytes * n) : 0, static_cast<std::size_t>(o.max_window)));
+  fmt::print("\ncache: {} evaluated streams, fast-tier budget {:.2f} MiB ({:.2f} MiB resident sink + local, {:.2f} MiB for caches); "
+             "one step of window = {} pages of {} bytes per stream; warm-up {}\n",
+             n, mib(total), mib(resident), mib(avail), step_bytes / page_bytes, page_bytes, o.warm_up);
+
+  // Knapsack: profile each (index, eviction) on the calibration trace, plan within `avail`.
+  std::vector<StreamLogs> calib_logs;
+  if (knapsack) {
+    evaluate_all(*calibration, list, prototypes, set, pool, nullptr, &calib_logs, warm);
+    fmt::print("knapsack: profiled W = 0..{} on the calibration trace, {} solver\n", o.max_window, o.solver);
+  }
+  fmt::print("{:<16} {:<10} {:>8} {:>11} {:>9} {:>15} {:>22} {:>12}\n", "index", "eviction", "window", "cache_MiB", "hit_rate",
+             "belady_hit_rate", "fetched_bytes_per_step", "vs_belady");
+  nlohmann::json rows = nlohmann::json::array();
+  for (std::size_t ix = 0; ix < prototypes.size(); ++ix) {
+    for (const std::string& ev : evictions) {
+      std::vector<std::pair<std::string, std::vector<int>>> plans;
+      const int fixed = ev == "none" ? 0 : ev == "last-step" ? 1 : -1;
+      plans.emplace_back(fixed >= 0 ? std::to_string(fixed) : std::to_string(w_uniform),
+                         std::vector<int>(n, fixed >= 0 ? fixed : w_uniform));
+      if (knapsack && fixed < 0) {
+        std::vector<eval::SelectionLog> cl;
+        std::vector<tier::PageRanking> cw;
+        for (const StreamLogs& s : calib_logs) {
+          cl.push_back(s.logs[ix]);
+          cw.push_back(s.warm);
+        }
+        eviction::WindowProfile prof;
+        if (ev == "lookahead") prof = eval::profile_windows(cl, &cw, 1, static_cast<int>(n), o.max_window, page_bytes, eviction::Lookahead{3, o.decay}, warm);
+        if (ev == "lru") prof = eval::profile_windows(cl, &cw, 1, static_cast<int>(n), o.max_window, page_bytes, eviction::Lru{}, warm);
+        if (ev == "lfu") prof = eval::profile_windows(cl, &cw, 1, static_cast<int>(n), o.max_window, page_bytes, eviction::Lfu{}, warm);
+        // The profile's costs come from the calibration trace; the scored trace's step bytes set the plan's real size.
+        for (std::size_t k = 0; k < prof.cost.size(); ++k) prof.cost[k] = static_cast<std::int64_t>(k % static_cast<std::size_t>(o.max_window + 1)) * static_cast<std::int64_t>(step_bytes);
+        const auto plan = eviction::plan_windows(prof, static_cast<std::int64_t>(avail),
+                                                 o.solver == "exact" ? eviction::KnapsackSolver::exact : eviction::KnapsackSolver::greedy);
+        plans.emplace_back("knapsack", plan.windows);
+      }
+      for (const auto& [label, windows] : plans) {
+        eval::CacheTally t, b;
+        std::int64_t wsum = 0;
+        for (std::size_t s = 0; s < n; ++s) {
+          eval::ReplaySettings r;
+          r.window = windows[s];
+          r.warm_up = warm;
+          wsum += windows[s];
+          t += replay_named(ev, logs[s].logs[ix], r, warm ? &logs[s].warm : nullptr, o);
+          b += eval::replay_belady(logs[s].logs[ix], r);
+        }
+        const double used_mib = mib(resident + static_cast<std::size_t>(wsum) * step_bytes);
+        const double fetched = static_cast<double>(t.misses) * static_cast<double>(page_bytes) / static_cast<double>(o.steps);
+        fmt::print("{:<16} {:<10} {:>8} {:>11.2f} {:>9.4f} {:>15.4f} {:>22.0f} {:>12.3f}\n", prototypes[ix]->name(), ev, label, used_mib,
+                   t.hit_rate(), b.hit_rate(), fetched, b.hit_rate() > 0 ? t.hit_rate() / b.hit_rate() : 1.0);
+        rows.push_back({{"index", prototypes[ix]->name()}, {"eviction", ev}, {"window", label}, {"cache_bytes", used_mib * 1048576.0},
+                        {"hit_rate", t.hit_rate()}, {"belady_hit_rate", b.hit_rate()}, {"fetched_bytes_per_step", fetched},
+                        {"windows", windows}});
+      }
+    }
+  }
+  out["cache"] = {{"total_bytes", total}, {"resident_bytes", resident}, {"warm_up", warm}, {"rows", rows}};
+}
+
+template <class Source>
+int run(const Source& source, const Source* calibration, const Options& o, const std::string& label, std::int64_t prefix) {
   const ModelShape shape = source.shape();
   if (o.trace_stats) {
     eval::TraceStatsOptions so;
@@ -168,16 +316,13 @@ int run(const Source& source, const Options& o, const std::string& label, std::i
 
   const double bandwidth = bench::memcpy_bytes_per_second();
   const auto list = eval::trace_stats_streams(shape, o.streams);
-  std::vector<std::vector<eval::IndexTally>> per_stream(list.size());
+  std::vector<std::vector<eval::IndexTally>> per_stream;
+  std::vector<StreamLogs> logs;
+  const bool cache = !o.eviction.empty();
   const unsigned threads = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
   ThreadPool pool(static_cast<unsigned>(std::min<std::size_t>(threads, list.size())));
   const auto t0 = std::chrono::steady_clock::now();
-  pool.parallel_for(list.size(), [&](std::size_t i) {
-    const eval::StreamTrace tr = source.stream(list[i].first, list[i].second);
-    std::vector<std::unique_ptr<eval::AnyIndex>> mine;
-    for (const auto& p : prototypes) mine.push_back(p->clone());
-    per_stream[i] = eval::evaluate_stream(tr, mine, set);
-  });
+  evaluate_all(source, list, prototypes, set, pool, &per_stream, cache ? &logs : nullptr, cache && o.warm_up == "on");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::vector<eval::IndexTally> total(names.size());
   for (std::size_t j = 0; j < names.size(); ++j) total[j].name = prototypes[j]->name();
@@ -215,6 +360,8 @@ int run(const Source& source, const Options& o, const std::string& label, std::i
     fmt::print("hierarchical vs quest: mass recall {:+.4f}, index bytes {:.2f}x, selection time {:.2f}x\n",
                h->mean(h->mass_recall) - q->mean(q->mass_recall), h->bytes_per_token() / q->bytes_per_token(),
                h->select_us() / q->select_us());
+  nlohmann::json cache_json;
+  if (cache) run_cache(source, calibration, o, set, list, prototypes, logs, pool, cache_json);
   if (!o.json.empty()) {
     nlohmann::json j = {{"trace", label},
                         {"context", prefix},
@@ -225,6 +372,7 @@ int run(const Source& source, const Options& o, const std::string& label, std::i
                         {"streams", list.size()},
                         {"memcpy_bytes_per_second", bandwidth},
                         {"rows", rows}};
+    if (cache) j["cache"] = cache_json["cache"];
     std::ofstream f(o.json);
     f << j.dump(2) << "\n";
     KVD_EXPECT(f.good(), "--json {}: write failed", o.json);
@@ -256,20 +404,54 @@ int main(int argc, char** argv) {
   app.add_option("--radius-weight", o.radius_weight, "hierarchical: weight of |q| x cluster radius in a centroid's score");
   app.add_option("--json", o.json, "also write the rows as JSON to this file");
   app.add_flag("--trace-stats", o.trace_stats, "print the trace's statistics instead of comparing indices");
+  app.add_option("--eviction", o.eviction, "also replay fast-tier caches: all, or a list of: lookahead, lru, lfu, last-step, none");
+  app.add_option("--window", o.window, "cache window: W (uniform) or knapsack (one W per stream, within the bytes of W = 3 "
+                                       "or --cache-bytes)");
+  app.add_option("--cache-bytes", o.cache_bytes, "fast-tier bytes over the evaluated streams, sink and local included (0: what --window W needs)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 50));
+  app.add_option("--warm-up", o.warm_up, "on: importance-guided placement fills the caches at step 0; off")->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--max-window", o.max_window, "knapsack and --cache-bytes: the largest W considered")->check(CLI::Range(0, 64));
+  app.add_option("--solver", o.solver, "knapsack solver: greedy or exact")->check(CLI::IsMember({"greedy", "exact"}));
+  app.add_option("--calibration", o.calibration, "knapsack profile trace (default: synthetic traces, the next seed; recorded, the same file)");
+  app.add_option("--decay", o.decay, "lookahead: per-step decay of a page's accumulated attention, in [0, 1]")->check(CLI::Range(0.0f, 1.0f));
   CLI11_PARSE(app, argc, argv);
   try {
     if (!o.json.empty()) {  // a bad path fails now, not after the run
       std::ofstream probe(o.json, std::ios::app);
       KVD_EXPECT(probe.good(), "--json {}: cannot write there", o.json);
     }
+    KVD_EXPECT(!o.eviction.empty() || (app.count("--window") + app.count("--cache-bytes") + app.count("--warm-up") +
+                                         app.count("--solver") + app.count("--calibration") + app.count("--decay")) == 0,
+               "--window, --cache-bytes, --warm-up, --solver, --calibration and --decay need --eviction");
+    KVD_EXPECT(o.window == "knapsack" || (o.window.find_first_not_of("0123456789") == std::string::npos && !o.window.empty() &&
+                                          o.window.size() <= 2 && std::stoi(o.window) <= 64),
+               "--window '{}': expected a window 0..64 or 'knapsack'", o.window);
+    KVD_EXPECT(o.window == "knapsack" || app.count("--cache-bytes") == 0 || app.count("--window") == 0,
+               "give --window W or --cache-bytes, not both (--cache-bytes sets the uniform W)");
+    const bool knapsack = o.window == "knapsack";
     if (const auto spec = parse_synthetic(o.trace)) {
       const eval::SyntheticTrace source(eval::synthetic_preset(spec->preset), spec->seed, o.context, o.steps);
-      return run(source, o, fmt::format("synthetic:{}:seed={}", spec->preset, spec->seed), o.context);
+      std::optional<eval::SyntheticTrace> calib;
+      if (knapsack) {
+        const SyntheticSpec cs = o.calibration.empty() ? SyntheticSpec{spec->preset, spec->seed + 1} : parse_synthetic(o.calibration).value_or(SyntheticSpec{});
+        KVD_EXPECT(!cs.preset.empty(), "--calibration '{}': a synthetic trace is calibrated on a synthetic one (synthetic:PRESET[:seed=N])", o.calibration);
+        calib.emplace(eval::synthetic_preset(cs.preset), cs.seed, o.context, o.steps);
+        fmt::print("calibration trace: synthetic:{}:seed={}\n", cs.preset, cs.seed);
+      }
+      return run(source, calib ? &*calib : nullptr, o, fmt::format("synthetic:{}:seed={}", spec->preset, spec->seed), o.context);
     }
     KVD_EXPECT(app.count("--context") == 0,
                "--context applies to synthetic traces; a recorded trace's context is its positions minus --steps");
     const eval::RecordedTrace source(o.trace, o.steps);
-    return run(source, o, o.trace, source.positions() - o.steps);
+    std::optional<eval::RecordedTrace> calib;
+    if (knapsack) {
+      calib.emplace(o.calibration.empty() ? o.trace : o.calibration, o.steps);
+      KVD_EXPECT(calib->shape().layers == source.shape().layers && calib->shape().kv_heads == source.shape().kv_heads,
+                 "--calibration: its shape differs from the trace's");
+      fmt::print("calibration trace: {}{}\n", o.calibration.empty() ? o.trace : o.calibration,
+                 o.calibration.empty() ? " (the scored trace itself: give --calibration for a held-out one)" : "");
+    }
+    return run(source, calib ? &*calib : nullptr, o, o.trace, source.positions() - o.steps);
   } catch (const std::exception& e) {
     fmt::print(stderr, "kvd-eval: {}\n", e.what());
     return 1;

@@ -36,6 +36,7 @@
 #include "kvdrive/core/stats.hpp"
 #include "kvdrive/core/view.hpp"
 #include "kvdrive/eviction/concept.hpp"
+#include "kvdrive/eviction/window_plan.hpp"
 #include "kvdrive/index/concept.hpp"
 #include "kvdrive/pipeline/concept.hpp"
 #include "kvdrive/pipeline/serial.hpp"
@@ -249,6 +250,26 @@ class KvManager {
     for (const auto& [id, s] : sequences_)
       for (const Stream& st : s.streams) total += index_.bytes(st.index);
     return total;
+  }
+
+  // ---- cache windows -------------------------------------------------------------------------
+
+  /// Gives each (layer, KV head) its own window W (eviction/window_plan.hpp; the knapsack
+  /// allocation in eviction/knapsack.hpp makes one). A stream's cache keeps W x budget pages.
+  /// Applies from the next update on; refused for policies whose window is fixed (None, LastStep).
+  void set_window_plan(eviction::WindowPlan plan) {
+    KVD_EXPECT(!eviction::kHasFixedWindow<Eviction>, "set_window_plan: eviction policy '{}' has a fixed window", Eviction::name());
+    plan.validate(cfg_.shape);
+    plan_ = std::move(plan);
+  }
+  /// Back to the policy's own W for every stream.
+  void clear_window_plan() { plan_.reset(); }
+  const std::optional<eviction::WindowPlan>& window_plan() const { return plan_; }
+
+  /// The window W of a stream: the plan's, else the policy's.
+  int window_of(int layer, int head) const {
+    check_layer(layer);
+    return plan_ ? plan_->window(layer, head) : std::max(0, eviction_.default_window());
   }
 
   /// Pages of one stream currently held in the fast tier's cache (eviction-managed).
@@ -472,7 +493,8 @@ class KvManager {
       u.pages = p.through_cache;
       u.scores = p.cache_scores;
       u.step = st.steps + 1;
-      u.capacity = m_.eviction_.capacity(m_.cfg_.budget.pages_for(p.ranges.candidates()));
+      u.window = m_.window_of(layer_, p.head);
+      u.capacity = m_.cache_capacity(u.window, p.ranges);
       evicted_.clear();
       m_.eviction_.update(st.cache, u, evicted_);
       for (std::uint32_t page : evicted_) {
@@ -724,7 +746,13 @@ class KvManager {
     st.pages.released_below = std::max(st.pages.released_below, next.local_begin);
   }
 
+  /// W x the budget of a step with these ranges.
+  std::size_t cache_capacity(int window, const PageRanges& r) const {
+    return static_cast<std::size_t>(std::max(0, window)) * static_cast<std::size_t>(cfg_.budget.pages_for(r.candidates()));
+  }
+
   Config cfg_;
+  std::optional<eviction::WindowPlan> plan_;
   Index index_;
   Eviction eviction_;
   TierList tiers_;

@@ -26,10 +26,13 @@
 #include "kvdrive/core/config.hpp"
 #include "kvdrive/core/dtype.hpp"
 #include "kvdrive/core/page_ranges.hpp"
+#include "kvdrive/eval/cache_replay.hpp"
 #include "kvdrive/eval/metrics.hpp"
 #include "kvdrive/eval/stream_trace.hpp"
 #include "kvdrive/index/concept.hpp"
+#include "kvdrive/index/row_store.hpp"
 #include "kvdrive/index/selection.hpp"
+#include "kvdrive/tier/placement.hpp"
 
 namespace kvdrive::eval {
 
@@ -129,8 +132,9 @@ std::vector<T> to_dtype(const std::vector<float>& x) {
 }  // namespace detail
 
 /// Replays one stream against every index (each reset first); returns one tally per index.
+/// With `logs`, also records each index's selections for cache replays (eval/cache_replay.hpp).
 inline std::vector<IndexTally> evaluate_stream(const StreamTrace& tr, std::vector<std::unique_ptr<AnyIndex>>& indices,
-                                               const EvalSettings& set) {
+                                               const EvalSettings& set, std::vector<SelectionLog>* logs = nullptr) {
   set.validate();
   KVD_EXPECT(tr.head_dim > 0 && tr.group > 0 && tr.steps >= 1 && tr.prefix >= 0, "eval: empty or malformed stream trace");
   KVD_EXPECT(tr.keys.size() == static_cast<std::size_t>(tr.tokens()) * tr.head_dim &&
@@ -143,6 +147,7 @@ inline std::vector<IndexTally> evaluate_stream(const StreamTrace& tr, std::vecto
     indices[i]->check(tr.head_dim);
     indices[i]->reset();
   }
+  if (logs) logs->assign(indices.size(), SelectionLog{});
   dispatch_dtype(set.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const int d = tr.head_dim, g = tr.group, pt = set.page_tokens;
@@ -161,6 +166,7 @@ inline std::vector<IndexTally> evaluate_stream(const StreamTrace& tr, std::vecto
     std::vector<attention::PageRef> all, attended;
     std::vector<float> dense_out(static_cast<std::size_t>(g) * d), sparse_out(dense_out.size());
     std::vector<float> lse(static_cast<std::size_t>(g)), page_lse;
+    std::vector<float> sparse_lse(static_cast<std::size_t>(g)), sparse_page_lse, selected_mass;
     std::vector<std::uint32_t> selected, truth, attended_ids;
     std::vector<float> mass;
     for (std::int64_t s = 0; s < tr.steps; ++s) {
@@ -224,9 +230,20 @@ inline std::vector<IndexTally> evaluate_stream(const StreamTrace& tr, std::vecto
         attention::DecodeArgs sa = a;
         sa.pages = attended;
         sa.out = sparse_out.data();
-        sa.lse = nullptr;
-        sa.page_lse = nullptr;
+        sparse_page_lse.resize(attended_ids.size() * static_cast<std::size_t>(g));
+        sa.lse = sparse_lse.data();
+        sa.page_lse = sparse_page_lse.data();
         attention::sparse_decode<T>(sa);
+        if (logs) {  // each selected page's mass in the sparse attention, as KvManager scores it
+          selected_mass.clear();
+          for (std::size_t j = 0; j < selected.size(); ++j) {
+            const float* pl = sparse_page_lse.data() + (static_cast<std::size_t>(r.sink_end) + j) * g;
+            float m = 0.0f;
+            for (int h = 0; h < g; ++h) m += attention::page_mass(pl[h], sparse_lse[static_cast<std::size_t>(h)]);
+            selected_mass.push_back(m);
+          }
+          (*logs)[i].add_step(selected, selected_mass, want);
+        }
         const MassRecall mr = mass_recall(page_lse, lse, g, attended_ids);
         IndexTally& t = tally[i];
         t.mass_recall += mr.mean;
@@ -250,6 +267,26 @@ inline std::vector<IndexTally> evaluate_stream(const StreamTrace& tr, std::vecto
     }
   });
   return tally;
+}
+
+/// The warm-up placement of one stream at the end of its prompt: the candidates of decode step
+/// 0 ranked by `placement` from the trace's observation queries, the keys in the KV dtype.
+template <tier::PlacementPolicy P>
+tier::PageRanking warm_ranking(const StreamTrace& tr, const EvalSettings& set, const P& placement) {
+  set.validate();
+  std::vector<float> keys(tr.keys.begin(), tr.keys.begin() + static_cast<std::ptrdiff_t>(tr.prefix * tr.head_dim));
+  index::round_to_dtype(set.dtype, keys.data(), keys.size());
+  tier::PlacementInput in;
+  in.keys = keys.data();
+  in.tokens = tr.prefix;
+  in.queries = tr.observed_queries.data();
+  in.observed = tr.observed;
+  in.group = tr.group;
+  in.head_dim = tr.head_dim;
+  in.page_tokens = set.page_tokens;
+  in.scale = 1.0f / std::sqrt(static_cast<float>(tr.head_dim));
+  const PageRanges r = page_ranges(tr.prefix + 1, set.page_tokens, set.sink_tokens, set.local_tokens);
+  return placement.rank(in, static_cast<std::uint32_t>(r.sink_end), static_cast<std::uint32_t>(r.local_begin));
 }
 
 }  // namespace kvdrive::eval

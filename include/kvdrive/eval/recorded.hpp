@@ -3,6 +3,7 @@
 // steps, the positions before them the prompt. Positions must be recorded contiguously from 0.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -16,6 +17,9 @@ namespace kvdrive::eval {
 
 class RecordedTrace {
  public:
+  /// Prompt queries kept for warm-up placement (the last ones before the decode steps).
+  static constexpr std::int64_t kObservedQueries = 64;
+
   /// steps: decode steps taken from the end of each layer's positions (>= 1, < positions).
   RecordedTrace(const std::string& path, std::int64_t steps) : reader_(path), steps_(steps) {
     const ModelShape& s = reader_.shape();
@@ -48,14 +52,19 @@ class RecordedTrace {
     t.keys.resize(static_cast<std::size_t>(positions_) * d);
     t.values.resize(t.keys.size());
     t.queries.resize(static_cast<std::size_t>(steps_) * t.group * d);
+    t.observed = std::min(kObservedQueries, t.prefix);
+    t.observed_queries.resize(static_cast<std::size_t>(t.observed) * t.group * d);
     std::vector<float> q, k, v;
     for (std::int64_t p = 0; p < positions_; ++p) {
       reader_.read(layer, p, q, k, v);
       std::copy_n(k.data() + kv_head * d, d, t.keys.data() + static_cast<std::size_t>(p) * d);
       std::copy_n(v.data() + kv_head * d, d, t.values.data() + static_cast<std::size_t>(p) * d);
+      const float* group_q = q.data() + static_cast<std::size_t>(kv_head) * t.group * d;
       if (p >= t.prefix)
-        std::copy_n(q.data() + static_cast<std::size_t>(kv_head) * t.group * d, t.group * d,
-                    t.queries.data() + static_cast<std::size_t>(p - t.prefix) * t.group * d);
+        std::copy_n(group_q, t.group * d, t.queries.data() + static_cast<std::size_t>(p - t.prefix) * t.group * d);
+      else if (p >= t.prefix - t.observed)
+        std::copy_n(group_q, t.group * d,
+                    t.observed_queries.data() + static_cast<std::size_t>(p - (t.prefix - t.observed)) * t.group * d);
     }
     return t;
   }

@@ -1,7 +1,8 @@
 // StreamTrace: what one stream (one layer, one KV head) of a decoder saw, in the form every
-// evaluation replays: all keys and values in position order, and the group's queries for each
-// decode step. Step s decodes the token at position prefix + s; its query attends to the keys
-// at positions [0, prefix + s], its own included. Keys and queries are after RoPE, as float.
+// evaluation replays: all keys and values in position order, the group's queries for each
+// decode step, and the queries of the prompt's last positions (for warm-up placement). Step s
+// decodes the token at position prefix + s; its query attends to the keys at positions
+// [0, prefix + s], its own included. Keys and queries are after RoPE, as float.
 // Synthetic traces (eval/synthetic.hpp) and recorded ones (eval/recorded.hpp) both produce it.
 #pragma once
 
@@ -21,6 +22,10 @@ struct StreamTrace {
   std::vector<float> keys;    ///< [prefix + steps][head_dim]
   std::vector<float> values;  ///< [prefix + steps][head_dim]
   std::vector<float> queries; ///< [steps][group][head_dim]
+  /// The group's queries at the prompt's last `observed` positions (prefix - observed ..
+  /// prefix - 1): what warm-up placement sees at the end of prefill. May be 0.
+  std::int64_t observed = 0;
+  std::vector<float> observed_queries;  ///< [observed][group][head_dim]
 
   std::int64_t tokens() const { return prefix + steps; }
   const float* key(std::int64_t position) const { return keys.data() + static_cast<std::size_t>(position) * head_dim; }

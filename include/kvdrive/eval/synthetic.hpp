@@ -359,6 +359,9 @@ inline SyntheticPreset synthetic_preset(std::string_view name) {
 /// run's first steps equal a shorter one's.
 class SyntheticTrace {
  public:
+  /// Prompt queries made for warm-up placement (the last ones before decode; SnapKV uses 16-64).
+  static constexpr std::int64_t kObservedQueries = 64;
+
   SyntheticTrace(SyntheticPreset preset, std::uint64_t seed, std::int64_t context, std::int64_t steps)
       : preset_(std::move(preset)), seed_(seed), context_(context), steps_(steps) {
     preset_.validate();
@@ -602,29 +605,45 @@ class SyntheticTrace {
     for (double& x : sink_logit) x = L.sink_gain + P.sink_spread * qr.normal();
     const double share = std::sqrt(P.group_coherence), own = std::sqrt(1.0 - P.group_coherence);
     std::vector<double> q(Ds);
+    // One query head's query from the current state; the jitter comes from `rng`.
+    const auto compose = [&](int g, Rng& rng, float* out) {
+      std::fill(q.begin(), q.end(), 0.0);
+      const double g_sink = sink_logit[static_cast<std::size_t>(g)] / (scale * P.key_sink_norm);
+      for (int j : anchor) q[static_cast<std::size_t>(j)] += g_sink * anchors[0][static_cast<std::size_t>(j)];
+      if (is_retrieval)
+        for (int j : anchor) q[static_cast<std::size_t>(j)] += g_needle * anchors[1 + static_cast<std::size_t>(needle)][static_cast<std::size_t>(j)];
+      for (int z = 0; z < P.topics; ++z) {
+        const double w = g_topic * affinity[static_cast<std::size_t>(z)];
+        for (int j : semantic) q[static_cast<std::size_t>(j)] += w * topic_dir[static_cast<std::size_t>(z)][static_cast<std::size_t>(j)];
+      }
+      for (int j : semantic)
+        q[static_cast<std::size_t>(j)] += g_content * (share * content[0][static_cast<std::size_t>(j)] +
+                                                       own * content[1 + static_cast<std::size_t>(g)][static_cast<std::size_t>(j)]);
+      for (int j : fast) q[static_cast<std::size_t>(j)] += g_jitter * inv_fast * rng.normal() + pos_norm * pos_dir[static_cast<std::size_t>(j)];
+      for (std::size_t j = 0; j < Ds; ++j) out[j] = static_cast<float>(q[j]);
+    };
+    const auto drift = [&](Rng& rng) {
+      for (double& a : affinity) a = rho_t * a + inn_t * rng.normal();
+      for (auto& c : content)
+        for (int j : semantic) c[static_cast<std::size_t>(j)] = rho_c * c[static_cast<std::size_t>(j)] + inn_c * rng.normal() * inv_sem;
+    };
+    const std::vector<double> affinity0 = affinity;
+    const std::vector<std::vector<double>> content0 = content;
     for (std::int64_t st = 0; st < steps_; ++st) {
-      if (st > 0) {
-        for (double& a : affinity) a = rho_t * a + inn_t * qr.normal();
-        for (auto& c : content)
-          for (int j : semantic) c[static_cast<std::size_t>(j)] = rho_c * c[static_cast<std::size_t>(j)] + inn_c * qr.normal() * inv_sem;
-      }
-      for (int g = 0; g < G; ++g) {
-        std::fill(q.begin(), q.end(), 0.0);
-        const double g_sink = sink_logit[static_cast<std::size_t>(g)] / (scale * P.key_sink_norm);
-        for (int j : anchor) q[static_cast<std::size_t>(j)] += g_sink * anchors[0][static_cast<std::size_t>(j)];
-        if (is_retrieval)
-          for (int j : anchor) q[static_cast<std::size_t>(j)] += g_needle * anchors[1 + static_cast<std::size_t>(needle)][static_cast<std::size_t>(j)];
-        for (int z = 0; z < P.topics; ++z) {
-          const double w = g_topic * affinity[static_cast<std::size_t>(z)];
-          for (int j : semantic) q[static_cast<std::size_t>(j)] += w * topic_dir[static_cast<std::size_t>(z)][static_cast<std::size_t>(j)];
-        }
-        for (int j : semantic)
-          q[static_cast<std::size_t>(j)] += g_content * (share * content[0][static_cast<std::size_t>(j)] +
-                                                         own * content[1 + static_cast<std::size_t>(g)][static_cast<std::size_t>(j)]);
-        for (int j : fast) q[static_cast<std::size_t>(j)] += g_jitter * inv_fast * qr.normal() + pos_norm * pos_dir[static_cast<std::size_t>(j)];
-        float* out = s.queries.data() + (static_cast<std::size_t>(st) * G + static_cast<std::size_t>(g)) * Ds;
-        for (std::size_t j = 0; j < Ds; ++j) out[j] = static_cast<float>(q[j]);
-      }
+      if (st > 0) drift(qr);
+      for (int g = 0; g < G; ++g) compose(g, qr, s.queries.data() + (static_cast<std::size_t>(st) * G + static_cast<std::size_t>(g)) * Ds);
+    }
+    // The prompt's last queries, for warm-up placement: the same processes run backwards from
+    // step 0's state (a stationary AR(1) is time-reversible), on their own random stream so the
+    // decode queries above do not depend on them.
+    s.observed = std::min<std::int64_t>(kObservedQueries, context_);
+    s.observed_queries.assign(static_cast<std::size_t>(s.observed) * G * Ds, 0.0f);
+    affinity = affinity0;
+    content = content0;
+    Rng back(synthetic_detail::mix(stream_seed, 4));
+    for (std::int64_t i = s.observed - 1; i >= 0; --i) {
+      drift(back);
+      for (int g = 0; g < G; ++g) compose(g, back, s.observed_queries.data() + (static_cast<std::size_t>(i) * G + static_cast<std::size_t>(g)) * Ds);
     }
 
     if (rotate) {
@@ -632,6 +651,9 @@ class SyntheticTrace {
       for (int g = 0; g < G; ++g)
         rope_rotate_rows(s.queries.data() + static_cast<std::size_t>(g) * Ds, steps_, D, context_, P.rope_theta,
                          static_cast<std::size_t>(G) * Ds);
+      for (int g = 0; g < G; ++g)
+        rope_rotate_rows(s.observed_queries.data() + static_cast<std::size_t>(g) * Ds, s.observed, D, context_ - s.observed,
+                         P.rope_theta, static_cast<std::size_t>(G) * Ds);
     }
     return s;
   }
