@@ -538,3 +538,118 @@ TEST_CASE("every index policy runs inside KvManager; at budget 1 each attends ex
   CHECK_THROWS_WITH_AS((KvManager<index::ProductQuant, eviction::Lru>(w.cfg, index::ProductQuant{index::ProductQuant::Params{.M = 7}})),
                        doctest::Contains("do not divide head_dim"), Error);
 }
+
+namespace {
+/// Prefill only, then a warm-up of every layer from the prompt's last `obs` queries.
+template <class Manager>
+std::vector<SeqId> prefill_and_warm(Manager& kv, const Workload& w, int obs) {
+  Workload prefill_only = w;
+  prefill_only.steps = 0;
+  run(kv, prefill_only);
+  std::vector<SeqId> ids;
+  const auto& sh = w.cfg.shape;
+  for (int s = 0; s < static_cast<int>(w.prompt.size()); ++s) {
+    ids.push_back(static_cast<SeqId>(s + 1));
+    for (int l = 0; l < sh.layers; ++l) {
+      std::vector<float> q;
+      for (int t = w.prompt[s] - obs; t < w.prompt[s]; ++t) {
+        auto qr = w.query(s, l, t);
+        q.insert(q.end(), qr.begin(), qr.end());
+      }
+      kv.warm_up(ids.back(), l, make_view(q, obs, sh.q_heads, sh.head_dim));
+    }
+  }
+  return ids;
+}
+}  // namespace
+
+TEST_CASE("outputs are bitwise identical for every eviction policy, window plan and warm-up") {
+  Workload w;
+  w.cfg = small_config(DType::f16);
+  w.cfg.local_tokens = 8;
+  w.prompt = {150, 97};
+  w.steps = 7;
+  std::vector<float> reference;
+  {
+    KvManager<index::Quest, eviction::None, FaultyTiers> kv(w.cfg);
+    reference = run(kv, w);
+    CHECK(kv.total_stats().hits == 0);  // W = 0: every selected page is a miss
+    CHECK(kv.total_stats().misses == kv.total_stats().selected);
+  }
+  auto check = [&](auto& kv, const char* what, bool warm) {
+    CAPTURE(what);
+    CAPTURE(warm);
+    std::vector<float> out;
+    std::uint64_t reads_before_decode = 0;
+    if (warm) {
+      const auto ids = prefill_and_warm(kv, w, 12);
+      reads_before_decode = kv.tiers().template get<1>().reads();  // warm-up reads keys to score, and the warm pages
+      for (int step = 0; step < w.steps; ++step)
+        for (int l = 0; l < w.cfg.shape.layers; ++l) {
+          const auto o = decode_step(kv, w, ids, l, step);
+          out.insert(out.end(), o.begin(), o.end());
+        }
+    } else {
+      out = run(kv, w);
+    }
+    REQUIRE(out.size() == reference.size());
+    CHECK(std::memcmp(out.data(), reference.data(), out.size() * 4) == 0);
+    const Stats& t = kv.total_stats();
+    CHECK(t.hits + t.misses == t.selected);
+    // Every miss is one read of the slow tier.
+    CHECK(kv.tiers().template get<1>().reads() - reads_before_decode == t.misses);
+    return t;
+  };
+  for (bool warm : {false, true}) {
+    for (int window : {0, 1, 3}) {
+      KvManager<index::Quest, eviction::Lookahead, FaultyTiers> la(w.cfg, {}, eviction::Lookahead{window});
+      check(la, "lookahead", warm);
+      KvManager<index::Quest, eviction::Lru, FaultyTiers> lru(w.cfg, {}, eviction::Lru{window});
+      check(lru, "lru", warm);
+      KvManager<index::Quest, eviction::Lfu, FaultyTiers> lfu(w.cfg, {}, eviction::Lfu{window});
+      check(lfu, "lfu", warm);
+    }
+    KvManager<index::Quest, eviction::LastStep, FaultyTiers> last(w.cfg);
+    check(last, "last-step", warm);
+    // A plan with a different W per (layer, head), as the knapsack makes.
+    KvManager<index::Quest, eviction::Lookahead, FaultyTiers> planned(w.cfg);
+    eviction::WindowPlan plan = eviction::WindowPlan::uniform(w.cfg.shape, 0);
+    plan.windows = {0, 4, 2, 1};
+    planned.set_window_plan(plan);
+    CHECK(planned.window_of(0, 1) == 4);
+    check(planned, "lookahead with a plan", warm);
+    for (SeqId id : {SeqId{1}, SeqId{2}}) {
+      CHECK(planned.cached_pages(id, 0, 0) == 0);  // W = 0 keeps nothing
+      CHECK(planned.cached_pages(id, 0, 1) > 0);
+    }
+  }
+}
+
+TEST_CASE("warm-up fills the cache at step 0, so the first step hits") {
+  Workload w;
+  w.cfg = small_config();
+  w.cfg.local_tokens = 8;
+  w.prompt = {200};
+  w.steps = 1;
+  KvManager<index::Quest, eviction::Lookahead, FaultyTiers> cold(w.cfg), hot(w.cfg);
+  run(cold, w);
+  const auto ids = prefill_and_warm(hot, w, 16);
+  const PageRanges r = page_ranges(201, w.cfg.page_tokens, w.cfg.sink_tokens, w.cfg.local_tokens);
+  const std::size_t capacity = 3 * static_cast<std::size_t>(w.cfg.budget.pages_for(r.candidates()));
+  for (int l = 0; l < w.cfg.shape.layers; ++l)
+    for (int h = 0; h < w.cfg.shape.kv_heads; ++h) CHECK(hot.cached_pages(ids[0], l, h) == std::min<std::size_t>(capacity, static_cast<std::size_t>(r.candidates())));
+  CHECK(hot.total_stats().warmed == 4 * std::min<std::size_t>(capacity, static_cast<std::size_t>(r.candidates())));
+  for (int l = 0; l < w.cfg.shape.layers; ++l) decode_step(hot, w, ids, l, 0);
+  CHECK(cold.total_stats().hits == 0);
+  CHECK(hot.total_stats().hits > 0);
+  CHECK(hot.total_stats().selected == cold.total_stats().selected);
+  // Bad input: the wrong head count, or more observation queries than prompt tokens.
+  std::vector<float> q(static_cast<std::size_t>(4) * 3 * 64);
+  CHECK_THROWS_WITH_AS(hot.warm_up(ids[0], 0, make_view(q, 4, 3, 64)), doctest::Contains("q_heads"), Error);
+  KvManager<index::Quest, eviction::Lookahead, FaultyTiers> fresh(w.cfg);
+  const SeqId id = fresh.add_sequence();
+  std::vector<float> q8(static_cast<std::size_t>(8) * 64);
+  CHECK_THROWS_WITH_AS(fresh.warm_up(id, 0, make_view(q8, 1, 8, 64)), doctest::Contains("observation queries for a prompt of 0"), Error);
+  // After decoding, warm-up is refused.
+  CHECK_THROWS_WITH_AS(hot.warm_up(ids[0], 0, make_view(q8, 1, 8, 64)), doctest::Contains("already decoded"), Error);
+}

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -41,6 +42,7 @@
 #include "kvdrive/pipeline/concept.hpp"
 #include "kvdrive/pipeline/serial.hpp"
 #include "kvdrive/tier/host.hpp"
+#include "kvdrive/tier/placement.hpp"
 #include "kvdrive/tier/tiers.hpp"
 
 namespace kvdrive {
@@ -200,6 +202,128 @@ class KvManager {
       fail("prefill: the index threw while committing layer {} head {} ({}); sequence {} is now unusable: release it",
            layer, h, e.what(), id);
     }
+  }
+
+  // ---- warm-up placement ---------------------------------------------------------------------
+
+  /// Warm-up (Decision 6): after a layer's prefill, `placement` ranks each stream's candidate
+  /// pages from the prompt's last queries, q_obs [observed][q_heads][head_dim] (the queries of
+  /// the last `observed` prompt positions, 16-64 for SnapKV), and the top W x budget pages that
+  /// live on a non-addressable tier are read into the stream's cache at step 0. Pages on
+  /// addressable tiers are attended in place and need none. Scoring needs the prompt's keys:
+  /// pages that left the fast tier are read back for it (counted in bytes_read), so call it
+  /// right after prefill. Returns the pages warmed. On error nothing changes.
+  template <tier::PlacementPolicy P = tier::ImportanceGuided>
+  std::size_t warm_up(SeqId id, int layer, View<const float, 3> q_obs, const P& placement = {}) {
+    check_layer(layer);
+    Sequence& seq = usable_sequence(id);
+    const int kvh = cfg_.shape.kv_heads, g = cfg_.group(), d = cfg_.shape.head_dim, pt = cfg_.page_tokens;
+    check_q_view(q_obs, "warm_up: q_obs", q_obs.extent(0));
+    const std::int64_t tokens = stream(seq, layer, 0).pages.tokens;
+    KVD_EXPECT(q_obs.extent(0) >= 1 && q_obs.extent(0) <= tokens, "warm_up: {} observation queries for a prompt of {} tokens",
+               q_obs.extent(0), tokens);
+    struct HeadWarm {
+      std::vector<std::uint32_t> pages;
+      std::vector<float> scores;
+      std::vector<Slot> slots;  // fresh slot per page, or -1 if it already has one
+    };
+    std::vector<HeadWarm> work(static_cast<std::size_t>(kvh));
+    std::vector<float> keys, q;
+    std::vector<std::byte> scratch(cfg_.page_bytes());
+    std::array<std::uint64_t, kMaxTiers> key_bytes{};  // pages read back to score their keys
+    try {
+      for (int h = 0; h < kvh; ++h) {
+        Stream& st = stream(seq, layer, h);
+        KVD_EXPECT(st.steps == 0, "warm_up: sequence {} layer {} has already decoded; warm up after prefill", id, layer);
+        const PageRanges r = page_ranges(tokens + 1, pt, cfg_.sink_tokens, cfg_.local_tokens);
+        const tier::PageKey base{id, static_cast<std::uint32_t>(layer), static_cast<std::uint32_t>(h), 0};
+        // The prompt's keys as float: every full page (candidates end before the tail).
+        keys.assign(static_cast<std::size_t>(r.local_begin) * pt * d, 0.0f);
+        for (std::int64_t page = 0; page < r.local_begin; ++page) {
+          tier::PageKey key = base;
+          key.page = static_cast<std::uint32_t>(page);
+          const PageEntry& e = st.pages[static_cast<std::size_t>(page)];
+          const std::byte* bytes = resident_page(e, key, scratch.data());
+          if (bytes == scratch.data()) key_bytes[e.home] += cfg_.page_bytes();
+          dispatch_dtype(cfg_.dtype, [&](auto tag) {
+            using T = typename decltype(tag)::type;
+            attention::to_float_block(reinterpret_cast<const T*>(bytes), keys.data() + static_cast<std::size_t>(page) * pt * d,
+                                      static_cast<std::size_t>(pt) * d);
+          });
+        }
+        q.resize(static_cast<std::size_t>(q_obs.extent(0)) * g * d);
+        for (std::int64_t i = 0; i < q_obs.extent(0); ++i)
+          for (int j = 0; j < g; ++j)
+            std::copy_n(q_obs.row(i, h * g + j), d, q.data() + (static_cast<std::size_t>(i) * g + j) * d);
+        tier::PlacementInput in;
+        in.keys = keys.data();
+        in.tokens = r.local_begin * pt;
+        in.queries = q.data();
+        in.observed = std::min<std::int64_t>(q_obs.extent(0), in.tokens);
+        in.group = g;
+        in.head_dim = d;
+        in.page_tokens = pt;
+        in.scale = cfg_.scale();
+        if (r.candidates() <= 0 || in.observed == 0) continue;
+        if (in.observed < q_obs.extent(0)) in.queries += static_cast<std::size_t>(q_obs.extent(0) - in.observed) * g * d;
+        const tier::PageRanking ranking = placement.rank(in, static_cast<std::uint32_t>(r.sink_end), static_cast<std::uint32_t>(r.local_begin));
+        const std::size_t capacity = cache_capacity(window_of(layer, h), r);
+        HeadWarm& w = work[static_cast<std::size_t>(h)];
+        std::vector<std::pair<std::uint32_t, float>> chosen;
+        for (std::size_t i = 0; i < ranking.pages.size() && chosen.size() < capacity; ++i) {
+          const PageEntry& e = st.pages[ranking.pages[i]];
+          if (e.home == 0 || TierList::addressable(e.home)) continue;  // resident or attended in place
+          chosen.emplace_back(ranking.pages[i], ranking.scores[i]);
+        }
+        std::sort(chosen.begin(), chosen.end());
+        for (const auto& [page, score] : chosen) {
+          w.pages.push_back(page);
+          w.scores.push_back(score);
+          w.slots.push_back(-1);
+          if (st.pages[page].slot >= 0) continue;
+          w.slots.back() = tiers_.fast().allocate();
+          tier::PageKey key = base;
+          key.page = page;
+          const tier::ReadRequest read{key, tiers_.fast().slot_data(w.slots.back())};
+          tiers_.visit(st.pages[page].home, [&](auto& t) { t.wait(t.submit(std::span<const tier::ReadRequest>(&read, 1))); });
+        }
+      }
+    } catch (...) {
+      for (HeadWarm& w : work)
+        for (Slot s : w.slots)
+          if (s >= 0) tiers_.fast().release(s);
+      throw;
+    }
+    // Commit: the pages enter the caches at step 0.
+    std::size_t warmed = 0;
+    std::vector<std::uint32_t> evicted;
+    for (int h = 0; h < kvh; ++h) {
+      Stream& st = stream(seq, layer, h);
+      HeadWarm& w = work[static_cast<std::size_t>(h)];
+      if (w.pages.empty()) continue;
+      for (std::size_t i = 0; i < w.pages.size(); ++i)
+        if (w.slots[i] >= 0) {
+          st.pages[w.pages[i]].slot = w.slots[i];
+          total_.bytes_read[st.pages[w.pages[i]].home] += cfg_.page_bytes();
+        }
+      eviction::CacheUpdate u;
+      u.pages = w.pages;
+      u.scores = w.scores;
+      u.step = 0;
+      u.window = window_of(layer, h);
+      u.capacity = cache_capacity(u.window, page_ranges(tokens + 1, pt, cfg_.sink_tokens, cfg_.local_tokens));
+      evicted.clear();
+      eviction_.update(st.cache, u, evicted);
+      for (std::uint32_t page : evicted) {
+        PageEntry& e = st.pages[page];
+        if (e.slot >= 0) tiers_.fast().release(e.slot);
+        e.slot = -1;
+      }
+      warmed += w.pages.size();
+    }
+    for (std::size_t i = 0; i < kMaxTiers; ++i) total_.bytes_read[i] += key_bytes[i];
+    total_.warmed += warmed;
+    return warmed;
   }
 
   // ---- decode --------------------------------------------------------------------------------
@@ -744,6 +868,24 @@ class KvManager {
       e.slot = -1;
     }
     st.pages.released_below = std::max(st.pages.released_below, next.local_begin);
+  }
+
+  /// A page's bytes: its fast slot, its address on an addressable tier, or read into `scratch`.
+  const std::byte* resident_page(const PageEntry& e, const tier::PageKey& key, std::byte* scratch) {
+    if (e.slot >= 0) return tiers_.fast().slot_data(e.slot);
+    const std::byte* addr = nullptr;
+    tiers_.visit(e.home, [&](auto& t) {
+      using T = std::remove_cvref_t<decltype(t)>;
+      if constexpr (tier::AddressableTier<T>) {
+        addr = t.address(key);
+      } else {
+        const tier::ReadRequest read{key, scratch};
+        t.wait(t.submit(std::span<const tier::ReadRequest>(&read, 1)));
+        addr = scratch;
+      }
+    });
+    KVD_EXPECT(addr != nullptr, "page {} has no bytes on tier {}", key, e.home);
+    return addr;
   }
 
   /// W x the budget of a step with these ranges.
