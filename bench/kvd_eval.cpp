@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "kvdrive/kvdrive.hpp"
+#include "kvdrive/eval/cache_study.hpp"
 #include "kvdrive/eval/recorded.hpp"
 #include "kvdrive/eval/synthetic.hpp"
 #include "kvdrive/eval/trace_stats.hpp"
@@ -65,29 +66,6 @@ struct Options {
   float decay = eviction::Lookahead{}.decay;
 };
 
-const std::vector<std::string>& all_eviction_names() {
-  static const std::vector<std::string> names = {"lookahead", "lru", "lfu", "last-step", "none"};
-  return names;
-}
-
-/// Replays one log through the named policy (W from the settings, except fixed-window ones).
-eval::CacheTally replay_named(const std::string& name, const eval::SelectionLog& log, eval::ReplaySettings r,
-                              const tier::PageRanking* warm, const Options& o) {
-  if (name == "lookahead") return eval::replay_cache(eviction::Lookahead{r.window, o.decay}, log, r, warm);
-  if (name == "lru") return eval::replay_cache(eviction::Lru{r.window}, log, r, warm);
-  if (name == "lfu") return eval::replay_cache(eviction::Lfu{r.window}, log, r, warm);
-  if (name == "last-step") {
-    r.window = eviction::LastStep::kFixedWindow;
-    return eval::replay_cache(eviction::LastStep{}, log, r, warm);
-  }
-  if (name == "none") {
-    r.window = eviction::None::kFixedWindow;
-    return eval::replay_cache(eviction::None{}, log, r, warm);
-  }
-  std::string known;
-  for (const auto& n : all_eviction_names()) known += (known.empty() ? "" : ", ") + n;
-  fail("--eviction: unknown policy '{}' (known: all, {})", name, known);
-}
 double mib(std::size_t bytes) { return static_cast<double>(bytes) / 1048576.0; }
 
 const std::vector<std::string>& all_index_names() {
@@ -175,45 +153,21 @@ DType parse_dtype(const std::string& s) {
   fail("--dtype: '{}' is not one of f32, f16, bf16", s);
 }
 
-/// Per stream: each index's selections, and the warm-up ranking.
-struct StreamLogs {
-  std::vector<eval::SelectionLog> logs;
-  tier::PageRanking warm;
-};
-
-/// Evaluates the stream list on `source`; fills tallies (if given) and logs (if given).
-template <class Source>
-void evaluate_all(const Source& source, const std::vector<std::pair<int, int>>& list,
-                  const std::vector<std::unique_ptr<eval::AnyIndex>>& prototypes, const eval::EvalSettings& set, ThreadPool& pool,
-                  std::vector<std::vector<eval::IndexTally>>* tallies, std::vector<StreamLogs>* logs, bool warm_up) {
-  if (tallies) tallies->assign(list.size(), {});
-  if (logs) logs->assign(list.size(), {});
-  pool.parallel_for(list.size(), [&](std::size_t i) {
-    const eval::StreamTrace tr = source.stream(list[i].first, list[i].second);
-    std::vector<std::unique_ptr<eval::AnyIndex>> mine;
-    for (const auto& p : prototypes) mine.push_back(p->clone());
-    auto t = eval::evaluate_stream(tr, mine, set, logs ? &(*logs)[i].logs : nullptr);
-    if (tallies) (*tallies)[i] = std::move(t);
-    if (logs && warm_up) (*logs)[i].warm = eval::warm_ranking(tr, set, tier::ImportanceGuided{});
-  });
-}
-
 /// The cache table: every index x eviction x window plan, replayed at equal cache bytes.
 template <class Source>
 void run_cache(const Source& source, const Source* calibration, const Options& o, const eval::EvalSettings& set,
                const std::vector<std::pair<int, int>>& list, const std::vector<std::unique_ptr<eval::AnyIndex>>& prototypes,
-               const std::vector<StreamLogs>& logs, ThreadPool& pool, nlohmann::json& out) {
-  const ModelShape shape = source.shape();
-  const std::vector<std::string> evictions = split_names(o.eviction, all_eviction_names(), "--eviction");
+               const std::vector<eval::StreamSelections>& selections, ThreadPool& pool, nlohmann::json& out) {
+  const std::vector<std::string> evictions = split_names(o.eviction, eval::eviction_names(), "--eviction");
   const bool knapsack = o.window == "knapsack", warm = o.warm_up == "on";
   Config c;
-  c.shape = shape;
+  c.shape = source.shape();
   c.page_tokens = set.page_tokens;
   c.sink_tokens = set.sink_tokens;
   c.local_tokens = set.local_tokens;
   c.budget = Budget::fraction(set.budget);
   c.dtype = set.dtype;
-  const std::int64_t context = logs.empty() ? 0 : static_cast<std::int64_t>(source.stream(list[0].first, list[0].second).prefix);
+  const std::int64_t context = source.stream(list[0].first, list[0].second).prefix;
   const std::size_t n = list.size(), page_bytes = c.page_bytes();
   const std::size_t step_bytes = eviction::window_step_bytes(c, context);
   const std::size_t resident = static_cast<std::size_t>(eviction::resident_pages(c, context)) * page_bytes * n;
@@ -225,57 +179,32 @@ void run_cache(const Source& source, const Source* calibration, const Options& o
   fmt::print("\ncache: {} evaluated streams, fast-tier budget {:.2f} MiB ({:.2f} MiB resident sink + local, {:.2f} MiB for caches); "
              "one step of window = {} pages of {} bytes per stream; warm-up {}\n",
              n, mib(total), mib(resident), mib(avail), step_bytes / page_bytes, page_bytes, o.warm_up);
-
-  // Knapsack: profile each (index, eviction) on the calibration trace, plan within `avail`.
-  std::vector<StreamLogs> calib_logs;
+  std::vector<eval::StreamSelections> calib;
   if (knapsack) {
-    evaluate_all(*calibration, list, prototypes, set, pool, nullptr, &calib_logs, warm);
+    calib = eval::record_selections(*calibration, list, prototypes, set, pool, warm);
     fmt::print("knapsack: profiled W = 0..{} on the calibration trace, {} solver\n", o.max_window, o.solver);
   }
+  const auto solver = o.solver == "exact" ? eviction::KnapsackSolver::exact : eviction::KnapsackSolver::greedy;
   fmt::print("{:<16} {:<10} {:>8} {:>11} {:>9} {:>15} {:>22} {:>12}\n", "index", "eviction", "window", "cache_MiB", "hit_rate",
              "belady_hit_rate", "fetched_bytes_per_step", "vs_belady");
   nlohmann::json rows = nlohmann::json::array();
   for (std::size_t ix = 0; ix < prototypes.size(); ++ix) {
     for (const std::string& ev : evictions) {
-      std::vector<std::pair<std::string, std::vector<int>>> plans;
-      const int fixed = ev == "none" ? 0 : ev == "last-step" ? 1 : -1;
-      plans.emplace_back(fixed >= 0 ? std::to_string(fixed) : std::to_string(w_uniform),
-                         std::vector<int>(n, fixed >= 0 ? fixed : w_uniform));
-      if (knapsack && fixed < 0) {
-        std::vector<eval::SelectionLog> cl;
-        std::vector<tier::PageRanking> cw;
-        for (const StreamLogs& s : calib_logs) {
-          cl.push_back(s.logs[ix]);
-          cw.push_back(s.warm);
-        }
-        eviction::WindowProfile prof;
-        if (ev == "lookahead") prof = eval::profile_windows(cl, &cw, 1, static_cast<int>(n), o.max_window, page_bytes, eviction::Lookahead{3, o.decay}, warm);
-        if (ev == "lru") prof = eval::profile_windows(cl, &cw, 1, static_cast<int>(n), o.max_window, page_bytes, eviction::Lru{}, warm);
-        if (ev == "lfu") prof = eval::profile_windows(cl, &cw, 1, static_cast<int>(n), o.max_window, page_bytes, eviction::Lfu{}, warm);
-        // The profile's costs come from the calibration trace; the scored trace's step bytes set the plan's real size.
-        for (std::size_t k = 0; k < prof.cost.size(); ++k) prof.cost[k] = static_cast<std::int64_t>(k % static_cast<std::size_t>(o.max_window + 1)) * static_cast<std::int64_t>(step_bytes);
-        const auto plan = eviction::plan_windows(prof, static_cast<std::int64_t>(avail),
-                                                 o.solver == "exact" ? eviction::KnapsackSolver::exact : eviction::KnapsackSolver::greedy);
-        plans.emplace_back("knapsack", plan.windows);
-      }
+      const int w = eval::window_for(ev, w_uniform);
+      std::vector<std::pair<std::string, std::vector<int>>> plans{{std::to_string(w), std::vector<int>(n, w)}};
+      if (knapsack && w == w_uniform)  // fixed-window policies have no plan to choose
+        plans.emplace_back("knapsack", eval::knapsack_windows(calib, ix, ev, o.max_window, page_bytes, step_bytes, avail, warm, solver, o.decay));
       for (const auto& [label, windows] : plans) {
-        eval::CacheTally t, b;
+        const eval::CacheRun run = eval::replay_streams(selections, ix, ev, windows, warm, o.decay);
         std::int64_t wsum = 0;
-        for (std::size_t s = 0; s < n; ++s) {
-          eval::ReplaySettings r;
-          r.window = windows[s];
-          r.warm_up = warm;
-          wsum += windows[s];
-          t += replay_named(ev, logs[s].logs[ix], r, warm ? &logs[s].warm : nullptr, o);
-          b += eval::replay_belady(logs[s].logs[ix], r);
-        }
+        for (int x : windows) wsum += x;
         const double used_mib = mib(resident + static_cast<std::size_t>(wsum) * step_bytes);
-        const double fetched = static_cast<double>(t.misses) * static_cast<double>(page_bytes) / static_cast<double>(o.steps);
+        const double fetched = static_cast<double>(run.policy.misses) * static_cast<double>(page_bytes) / static_cast<double>(o.steps);
+        const double hr = run.policy.hit_rate(), br = run.belady.hit_rate();
         fmt::print("{:<16} {:<10} {:>8} {:>11.2f} {:>9.4f} {:>15.4f} {:>22.0f} {:>12.3f}\n", prototypes[ix]->name(), ev, label, used_mib,
-                   t.hit_rate(), b.hit_rate(), fetched, b.hit_rate() > 0 ? t.hit_rate() / b.hit_rate() : 1.0);
+                   hr, br, fetched, br > 0 ? hr / br : 1.0);
         rows.push_back({{"index", prototypes[ix]->name()}, {"eviction", ev}, {"window", label}, {"cache_bytes", used_mib * 1048576.0},
-                        {"hit_rate", t.hit_rate()}, {"belady_hit_rate", b.hit_rate()}, {"fetched_bytes_per_step", fetched},
-                        {"windows", windows}});
+                        {"hit_rate", hr}, {"belady_hit_rate", br}, {"fetched_bytes_per_step", fetched}, {"windows", windows}});
       }
     }
   }
@@ -317,12 +246,12 @@ int run(const Source& source, const Source* calibration, const Options& o, const
   const double bandwidth = bench::memcpy_bytes_per_second();
   const auto list = eval::trace_stats_streams(shape, o.streams);
   std::vector<std::vector<eval::IndexTally>> per_stream;
-  std::vector<StreamLogs> logs;
   const bool cache = !o.eviction.empty();
   const unsigned threads = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
   ThreadPool pool(static_cast<unsigned>(std::min<std::size_t>(threads, list.size())));
   const auto t0 = std::chrono::steady_clock::now();
-  evaluate_all(source, list, prototypes, set, pool, &per_stream, cache ? &logs : nullptr, cache && o.warm_up == "on");
+  const std::vector<eval::StreamSelections> selections =
+      eval::record_selections(source, list, prototypes, set, pool, cache && o.warm_up == "on", &per_stream);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::vector<eval::IndexTally> total(names.size());
   for (std::size_t j = 0; j < names.size(); ++j) total[j].name = prototypes[j]->name();
@@ -361,7 +290,7 @@ int run(const Source& source, const Source* calibration, const Options& o, const
                h->mean(h->mass_recall) - q->mean(q->mass_recall), h->bytes_per_token() / q->bytes_per_token(),
                h->select_us() / q->select_us());
   nlohmann::json cache_json;
-  if (cache) run_cache(source, calibration, o, set, list, prototypes, logs, pool, cache_json);
+  if (cache) run_cache(source, calibration, o, set, list, prototypes, selections, pool, cache_json);
   if (!o.json.empty()) {
     nlohmann::json j = {{"trace", label},
                         {"context", prefix},

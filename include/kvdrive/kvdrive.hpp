@@ -16,6 +16,7 @@
 #include "kvdrive/core/view.hpp"
 #include "kvdrive/core/xxhash.hpp"
 #include "kvdrive/eval/belady.hpp"
+#include "kvdrive/eval/cache_study.hpp"
 #include "kvdrive/eval/cache_replay.hpp"
 #include "kvdrive/eval/evaluate.hpp"
 #include "kvdrive/eval/metrics.hpp"

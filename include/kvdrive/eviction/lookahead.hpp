@@ -24,7 +24,7 @@ namespace kvdrive::eviction {
 
 struct Lookahead {
   int window = 3;      ///< W without a window plan
-  float decay = 0.5f;  ///< per-step decay of a page's accumulated attention, in [0, 1]
+  float decay = 0.25f;  ///< per-step decay of a page's accumulated attention, in [0, 1]
 
   using State = CacheEntries;
 
