@@ -404,3 +404,85 @@ TEST_CASE("warm-up helps: the placement's pages are hit at the first steps") {
   CHECK(hot.hits > cold.hits);
   CHECK(cold.hits + cold.misses == hot.hits + hot.misses);
 }
+
+namespace {
+/// An eviction policy that records every update KvManager makes, then acts as Lookahead.
+struct Spy {
+  struct Record {
+    std::uint64_t step;
+    std::vector<std::uint32_t> pages;
+    std::vector<float> scores;
+  };
+  std::shared_ptr<std::vector<Record>> seen = std::make_shared<std::vector<Record>>();
+  eviction::Lookahead inner;
+  using State = eviction::Lookahead::State;
+  static constexpr std::string_view name() { return "spy"; }
+  int default_window() const { return inner.default_window(); }
+  bool contains(const State& s, std::uint32_t p) const { return inner.contains(s, p); }
+  std::size_t size(const State& s) const { return inner.size(s); }
+  void update(State& s, const eviction::CacheUpdate& u, std::vector<std::uint32_t>& evicted) const {
+    seen->push_back({u.step, {u.pages.begin(), u.pages.end()}, {u.scores.begin(), u.scores.end()}});
+    inner.update(s, u, evicted);
+  }
+};
+static_assert(eviction::EvictionPolicy<Spy>);
+}  // namespace
+
+TEST_CASE("the replays see what KvManager's eviction sees: pages, masses, warm-up, hits") {
+  const eval::SyntheticTrace trace(eval::synthetic_preset("tiny"), 3, 1500, 12);
+  const eval::StreamTrace tr = trace.stream(0, 0);
+  const int d = tr.head_dim, g = tr.group;
+  eval::EvalSettings set;  // 8-token pages, sink 4, local 64, 6.25%, f16
+  set.budget = 0.05;
+  Config c;
+  c.shape = {1, g, 1, d};
+  c.budget = Budget::fraction(set.budget);
+  for (bool warm : {false, true}) {
+    CAPTURE(warm);
+    Spy spy;
+    KvManager<index::Quest, Spy, Tiers<tier::HostTier, tier::FaultTier<tier::HostTier>>> kv(c, {}, spy);
+    const SeqId id = kv.add_sequence();
+    kv.prefill(id, 0, make_view(tr.keys.data(), tr.prefix, 1, d), make_view(tr.values.data(), tr.prefix, 1, d));
+    if (warm) kv.warm_up(id, 0, make_view(tr.observed_queries.data(), tr.observed, g, d));
+    std::vector<float> out(static_cast<std::size_t>(g) * d);
+    const SeqId batch[] = {id};
+    for (std::int64_t s = 0; s < tr.steps; ++s)
+      kv.attend(0, batch, make_view(tr.query(s), 1, g, d), make_view(tr.key(tr.prefix + s), 1, 1, d),
+                make_view(tr.value(tr.prefix + s), 1, 1, d), make_view(out.data(), 1, g, d));
+
+    std::vector<std::unique_ptr<eval::AnyIndex>> ix;
+    ix.push_back(eval::make_any_index(index::Quest{}));
+    std::vector<eval::SelectionLog> logs;
+    eval::evaluate_stream(tr, ix, set, &logs);
+    const auto& log = logs[0];
+    const auto& seen = *spy.seen;
+    REQUIRE(seen.size() == log.steps() + (warm ? 1 : 0));
+    const std::size_t first = warm ? 1 : 0;
+    for (std::size_t s = 0; s < log.steps(); ++s) {
+      CAPTURE(s);
+      const auto& rec = seen[first + s];
+      CHECK(rec.step == s + 1);
+      const auto pages = log.step_pages(s);
+      CHECK(rec.pages == std::vector<std::uint32_t>(pages.begin(), pages.end()));
+      const auto mass = log.step_mass(s);
+      REQUIRE(rec.scores.size() == mass.size());
+      for (std::size_t i = 0; i < mass.size(); ++i) CHECK(rec.scores[i] == doctest::Approx(mass[i]).epsilon(1e-5));
+    }
+    eval::ReplaySettings r;
+    r.window = 3;
+    r.warm_up = warm;
+    tier::PageRanking ranking;
+    if (warm) {
+      ranking = eval::warm_ranking(tr, set, tier::ImportanceGuided{});
+      std::vector<std::uint32_t> pages;
+      std::vector<float> scores;
+      eval::warm_pages(ranking, 3 * static_cast<std::size_t>(log.budget[0]), pages, scores);
+      CHECK(seen[0].step == 0);
+      CHECK(seen[0].pages == pages);  // the manager warms the pages the replay warms
+    }
+    const eval::CacheTally t = eval::replay_cache(eviction::Lookahead{}, log, r, warm ? &ranking : nullptr);
+    CHECK(kv.total_stats().hits == t.hits);
+    CHECK(kv.total_stats().misses == t.misses);
+    CHECK(kv.total_stats().evictions == t.evictions);
+  }
+}

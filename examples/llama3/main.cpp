@@ -98,7 +98,7 @@ int run(const Options& o, const Model& model, ThreadPool& pool) {
   cfg.local_tokens = o.local_tokens;
   cfg.dtype = o.dtype == "f32" ? DType::f32 : o.dtype == "bf16" ? DType::bf16 : DType::f16;
   cfg.budget = Budget::fraction(o.budget);
-  KvManager<Index, eviction::Lru> kv(cfg, {}, {}, {}, {}, backend::Cpu({o.threads}));
+  KvManager<Index, eviction::Lookahead> kv(cfg, {}, {}, {}, {}, backend::Cpu({o.threads}));
   Decoder decoder(model, kv, pool, o.prefill_chunk);
   std::optional<eval::TraceWriter> trace;
   if (!o.record_trace.empty()) {

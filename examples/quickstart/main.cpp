@@ -13,14 +13,18 @@ int main() {
   cfg.budget = Budget::fraction(0.0625);   // attend 6.25% of the pages (+ sink and local)
 
   // Index, eviction, tiers, pipeline: each a policy. Here KVDrive's hierarchical index selects the pages,
-  // LRU manages the fast-tier cache (window 3), host DRAM is the only tier.
-  KvManager<index::Hierarchical, eviction::Lru, Tiers<tier::HostTier>, pipeline::Serial> kv(
-      cfg, index::Hierarchical{}, eviction::Lru{.window = 3});
+  // its lookahead cache keeps the critical pages of the last 3 steps, host DRAM is the only tier.
+  KvManager<index::Hierarchical, eviction::Lookahead, Tiers<tier::HostTier>, pipeline::Serial> kv(
+      cfg, index::Hierarchical{}, eviction::Lookahead{.window = 3});
 
   const int prompt = 4096, d = 128;
   std::vector<float> k(prompt * 8 * d, 0.01f), v(prompt * 8 * d, 0.02f);
   const SeqId seq = kv.add_sequence();
   kv.prefill(seq, /*layer*/ 0, make_view(k, prompt, 8, d), make_view(v, prompt, 8, d));
+  // Optional warm-up: the prompt's last queries place the pages they attend in the cache (a no-op
+  // here: with host DRAM as the only tier every page is resident).
+  std::vector<float> q_last(16 * 32 * d, 0.1f);
+  kv.warm_up(seq, 0, make_view(q_last, 16, 32, d));
 
   // One decode step of layer 0: the new token's q, k, v in; attention output out.
   std::vector<float> q(32 * d, 0.1f), k1(8 * d, 0.01f), v1(8 * d, 0.02f), out(32 * d);

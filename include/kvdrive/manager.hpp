@@ -236,19 +236,20 @@ class KvManager {
         Stream& st = stream(seq, layer, h);
         KVD_EXPECT(st.steps == 0, "warm_up: sequence {} layer {} has already decoded; warm up after prefill", id, layer);
         const PageRanges r = page_ranges(tokens + 1, pt, cfg_.sink_tokens, cfg_.local_tokens);
+        if (r.candidates() <= 0) continue;
         const tier::PageKey base{id, static_cast<std::uint32_t>(layer), static_cast<std::uint32_t>(h), 0};
-        // The prompt's keys as float: every full page (candidates end before the tail).
-        keys.assign(static_cast<std::size_t>(r.local_begin) * pt * d, 0.0f);
-        for (std::int64_t page = 0; page < r.local_begin; ++page) {
+        // The prompt's keys as float, every page (the tail page's filled rows only).
+        keys.assign(static_cast<std::size_t>(tokens) * d, 0.0f);
+        for (std::int64_t page = 0; page * pt < tokens; ++page) {
           tier::PageKey key = base;
           key.page = static_cast<std::uint32_t>(page);
           const PageEntry& e = st.pages[static_cast<std::size_t>(page)];
           const std::byte* bytes = resident_page(e, key, scratch.data());
           if (bytes == scratch.data()) key_bytes[e.home] += cfg_.page_bytes();
+          const auto rows = static_cast<std::size_t>(std::min<std::int64_t>(pt, tokens - page * pt));
           dispatch_dtype(cfg_.dtype, [&](auto tag) {
             using T = typename decltype(tag)::type;
-            attention::to_float_block(reinterpret_cast<const T*>(bytes), keys.data() + static_cast<std::size_t>(page) * pt * d,
-                                      static_cast<std::size_t>(pt) * d);
+            attention::to_float_block(reinterpret_cast<const T*>(bytes), keys.data() + static_cast<std::size_t>(page) * pt * d, rows * d);
           });
         }
         q.resize(static_cast<std::size_t>(q_obs.extent(0)) * g * d);
@@ -257,15 +258,13 @@ class KvManager {
             std::copy_n(q_obs.row(i, h * g + j), d, q.data() + (static_cast<std::size_t>(i) * g + j) * d);
         tier::PlacementInput in;
         in.keys = keys.data();
-        in.tokens = r.local_begin * pt;
+        in.tokens = tokens;
         in.queries = q.data();
-        in.observed = std::min<std::int64_t>(q_obs.extent(0), in.tokens);
+        in.observed = q_obs.extent(0);
         in.group = g;
         in.head_dim = d;
         in.page_tokens = pt;
         in.scale = cfg_.scale();
-        if (r.candidates() <= 0 || in.observed == 0) continue;
-        if (in.observed < q_obs.extent(0)) in.queries += static_cast<std::size_t>(q_obs.extent(0) - in.observed) * g * d;
         const tier::PageRanking ranking = placement.rank(in, static_cast<std::uint32_t>(r.sink_end), static_cast<std::uint32_t>(r.local_begin));
         const std::size_t capacity = cache_capacity(window_of(layer, h), r);
         HeadWarm& w = work[static_cast<std::size_t>(h)];
@@ -276,6 +275,7 @@ class KvManager {
           chosen.emplace_back(ranking.pages[i], ranking.scores[i]);
         }
         std::sort(chosen.begin(), chosen.end());
+        std::array<std::vector<tier::ReadRequest>, kMaxTiers> reads;  // one batch per tier
         for (const auto& [page, score] : chosen) {
           w.pages.push_back(page);
           w.scores.push_back(score);
@@ -284,9 +284,10 @@ class KvManager {
           w.slots.back() = tiers_.fast().allocate();
           tier::PageKey key = base;
           key.page = page;
-          const tier::ReadRequest read{key, tiers_.fast().slot_data(w.slots.back())};
-          tiers_.visit(st.pages[page].home, [&](auto& t) { t.wait(t.submit(std::span<const tier::ReadRequest>(&read, 1))); });
+          reads[st.pages[page].home].push_back({key, tiers_.fast().slot_data(w.slots.back())});
         }
+        for (std::size_t t = 1; t < TierList::kCount; ++t)
+          if (!reads[t].empty()) tiers_.visit(t, [&](auto& tier) { tier.wait(tier.submit(reads[t])); });
       }
     } catch (...) {
       for (HeadWarm& w : work)

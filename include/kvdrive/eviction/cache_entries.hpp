@@ -2,7 +2,7 @@
 // page (sorted by page id): when the page was last selected, its attention mass then, and how
 // often it was selected since it entered. Policies differ only in which entries they drop, so
 // they share this record and its two operations: touch() (admit or refresh the step's pages)
-// and drop_least() (shrink to a capacity, least valuable first, by the policy's order).
+// and drop_least() (shrink to a capacity, the entries with the smallest keep-key first).
 // Nothing here allocates once the scratch buffers have grown to the cache's size.
 #pragma once
 
@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "kvdrive/eviction/concept.hpp"
@@ -66,19 +67,29 @@ class CacheEntries {
     });
   }
 
-  /// Drops entries until at most `capacity` remain, taking first those that `before(a, b)`
-  /// orders first ("a is less worth keeping than b"; a total order, so ties end on the page id);
-  /// appends their pages, ascending, to `evicted`.
-  template <class Before>
-  void drop_least(std::size_t capacity, Before before, std::vector<std::uint32_t>& evicted) {
+  /// Drops entries until at most `capacity` remain, the least worth keeping first: those with
+  /// the smallest `keep_key(entry)` (any totally ordered value, computed once per entry; end it
+  /// with the page id so that ties are broken). Appends their pages, ascending, to `evicted`.
+  template <class KeepKey>
+  void drop_least(std::size_t capacity, KeepKey keep_key, std::vector<std::uint32_t>& evicted) {
     if (entries_.size() <= capacity) return;
     const std::size_t drop = entries_.size() - capacity;
-    order_.assign(entries_.begin(), entries_.end());
-    std::nth_element(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(drop - 1), order_.end(), before);
+    using Key = decltype(keep_key(entries_.front()));
+    std::vector<std::pair<Key, std::uint32_t>>& order = scratch<Key>();  // (key, position)
+    order.clear();
+    for (std::size_t i = 0; i < entries_.size(); ++i) order.emplace_back(keep_key(entries_[i]), static_cast<std::uint32_t>(i));
+    std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(drop - 1), order.end());
+    drop_.assign(entries_.size(), 0);
+    for (std::size_t k = 0; k < drop; ++k) drop_[order[k].second] = 1;
     gone_.clear();
-    for (std::size_t k = 0; k < drop; ++k) gone_.push_back(order_[k].page);
-    std::sort(gone_.begin(), gone_.end());
-    std::erase_if(entries_, [&](const CacheEntry& e) { return std::binary_search(gone_.begin(), gone_.end(), e.page); });
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < entries_.size(); ++i) {
+      if (drop_[i])
+        gone_.push_back(entries_[i].page);  // ascending, as entries_ is
+      else
+        entries_[kept++] = entries_[i];
+    }
+    entries_.resize(kept);
     evicted.insert(evicted.end(), gone_.begin(), gone_.end());
   }
 
@@ -90,8 +101,15 @@ class CacheEntries {
  private:
   static bool by_page(const CacheEntry& e, std::uint32_t p) { return e.page < p; }
 
-  std::vector<CacheEntry> entries_, merged_, order_;
+  template <class Key>
+  static std::vector<std::pair<Key, std::uint32_t>>& scratch() {
+    thread_local std::vector<std::pair<Key, std::uint32_t>> v;
+    return v;
+  }
+
+  std::vector<CacheEntry> entries_, merged_;
   std::vector<std::uint32_t> gone_;
+  std::vector<std::uint8_t> drop_;
 };
 
 }  // namespace kvdrive::eviction

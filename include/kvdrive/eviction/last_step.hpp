@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kvdrive/eviction/cache_entries.hpp"
@@ -25,9 +26,8 @@ struct LastStep {
   void update(State& s, const CacheUpdate& u, std::vector<std::uint32_t>& evicted) const {
     s.touch(u);
     s.drop_if([&](const CacheEntry& e) { return e.last_step < u.step; }, evicted);
-    s.drop_least(u.capacity, [](const CacheEntry& a, const CacheEntry& b) {  // only when a step selects over capacity
-      return a.score != b.score ? a.score < b.score : a.page > b.page;
-    }, evicted);
+    // Only when a step selects more than the capacity: the most attended stay.
+    s.drop_least(u.capacity, [](const CacheEntry& e) { return std::pair(e.score, ~e.page); }, evicted);
   }
 };
 static_assert(EvictionPolicy<LastStep>);

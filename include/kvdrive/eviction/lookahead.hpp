@@ -12,9 +12,11 @@
 // Decision 6, loses ~6 points to Lru at equal bytes: it leaves part of the capacity unused.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "kvdrive/eviction/cache_entries.hpp"
@@ -37,14 +39,14 @@ struct Lookahead {
     const float d = decay < 0.0f ? 0.0f : decay > 1.0f ? 1.0f : decay;
     s.touch(u, d);
     const auto w = static_cast<std::uint64_t>(u.window > 0 ? u.window : 0);
-    const auto in_window = [&](const CacheEntry& e) { return e.last_step + w > u.step; };
-    const auto score = [&](const CacheEntry& e) { return e.score * CacheEntries::decayed(d, u.step - e.last_step); };
-    s.drop_least(u.capacity, [&](const CacheEntry& a, const CacheEntry& b) {
-      if (in_window(a) != in_window(b)) return in_window(b);
-      const float sa = score(a), sb = score(b);
-      if (sa != sb) return sa < sb;
-      if (a.last_step != b.last_step) return a.last_step < b.last_step;
-      return a.page > b.page;
+    // Keep first: in the window, then the higher decayed score, the more recent, the lower page.
+    if (s.size() <= u.capacity) return;
+    std::array<float, 65> power{};  // decay^age for the ages a window plan makes common
+    power[0] = 1.0f;
+    for (std::size_t i = 1; i < power.size(); ++i) power[i] = power[i - 1] * d;
+    const auto decayed = [&](std::uint64_t age) { return age < power.size() ? power[age] : CacheEntries::decayed(d, age); };
+    s.drop_least(u.capacity, [&](const CacheEntry& e) {
+      return std::tuple(e.last_step + w > u.step, e.score * decayed(u.step - e.last_step), e.last_step, ~e.page);
     }, evicted);
   }
 };

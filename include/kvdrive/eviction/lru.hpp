@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kvdrive/eviction/cache_entries.hpp"
@@ -23,14 +24,9 @@ struct Lru {
   bool contains(const State& s, std::uint32_t page) const { return s.contains(page); }
   std::size_t size(const State& s) const { return s.size(); }
 
-  static bool before(const CacheEntry& a, const CacheEntry& b) {
-    if (a.last_step != b.last_step) return a.last_step < b.last_step;
-    return a.page > b.page;
-  }
-
   void update(State& s, const CacheUpdate& u, std::vector<std::uint32_t>& evicted) const {
     s.touch(u);
-    s.drop_least(u.capacity, before, evicted);
+    s.drop_least(u.capacity, [](const CacheEntry& e) { return std::pair(e.last_step, ~e.page); }, evicted);
   }
 };
 static_assert(EvictionPolicy<Lru>);
