@@ -175,7 +175,10 @@ void run_cache(const Source& source, const Source* calibration, const Options& o
   const int w_given = knapsack ? 3 : std::stoi(o.window);
   const std::size_t total = o.cache_bytes > 0 ? static_cast<std::size_t>(o.cache_bytes) : resident + static_cast<std::size_t>(w_given) * step_bytes * n;
   const std::size_t avail = eviction::cache_bytes_for(c, context, n, total);
-  const int w_uniform = static_cast<int>(std::min<std::size_t>(step_bytes ? avail / (step_bytes * n) : 0, static_cast<std::size_t>(o.max_window)));
+  // With --cache-bytes, the largest W that fits (at most --max-window); else the W asked for.
+  const int w_uniform = o.cache_bytes > 0 ? static_cast<int>(std::min<std::size_t>(step_bytes ? avail / (step_bytes * n) : 0,
+                                                                                   static_cast<std::size_t>(o.max_window)))
+                                          : w_given;
   fmt::print("\ncache: {} evaluated streams, fast-tier budget {:.2f} MiB ({:.2f} MiB resident sink + local, {:.2f} MiB for caches); "
              "one step of window = {} pages of {} bytes per stream; warm-up {}\n",
              n, mib(total), mib(resident), mib(avail), step_bytes / page_bytes, page_bytes, o.warm_up);
@@ -192,7 +195,7 @@ void run_cache(const Source& source, const Source* calibration, const Options& o
     for (const std::string& ev : evictions) {
       const int w = eval::window_for(ev, w_uniform);
       std::vector<std::pair<std::string, std::vector<int>>> plans{{std::to_string(w), std::vector<int>(n, w)}};
-      if (knapsack && w == w_uniform)  // fixed-window policies have no plan to choose
+      if (knapsack && eval::window_for(ev, -1) < 0)  // fixed-window policies have no plan to choose
         plans.emplace_back("knapsack", eval::knapsack_windows(calib, ix, ev, o.max_window, page_bytes, step_bytes, avail, warm, solver, o.decay));
       for (const auto& [label, windows] : plans) {
         const eval::CacheRun run = eval::replay_streams(selections, ix, ev, windows, warm, o.decay);

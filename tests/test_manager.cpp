@@ -653,3 +653,34 @@ TEST_CASE("warm-up fills the cache at step 0, so the first step hits") {
   // After decoding, warm-up is refused.
   CHECK_THROWS_WITH_AS(hot.warm_up(ids[0], 0, make_view(q8, 1, 8, 64)), doctest::Contains("already decoded"), Error);
 }
+
+TEST_CASE("a failed warm-up changes nothing") {
+  Workload w;
+  w.cfg = small_config();
+  w.cfg.local_tokens = 8;
+  w.prompt = {200};
+  w.steps = 0;
+  KvManager<index::Quest, eviction::Lookahead, FaultyTiers> kv(w.cfg), clean(w.cfg);
+  run(kv, w);
+  const auto ids = prefill_and_warm(clean, w, 16);
+  const auto& sh = w.cfg.shape;
+  std::vector<float> q;
+  for (int t = w.prompt[0] - 16; t < w.prompt[0]; ++t) {
+    auto qr = w.query(0, 0, t);
+    q.insert(q.end(), qr.begin(), qr.end());
+  }
+  const std::size_t used = kv.tiers().get<0>().used_pages();
+  // Per head: 47 pages read back to score, then 36 warm pages read (3 x a 12-page budget).
+  for (std::uint64_t fail_after : {0u, 50u, 100u, 140u}) {
+    CAPTURE(fail_after);
+    kv.tiers().get<1>().fail_reads_after(fail_after);
+    CHECK_THROWS_WITH_AS(kv.warm_up(ids[0], 0, make_view(q, 16, sh.q_heads, sh.head_dim)), doctest::Contains("injected"), Error);
+    kv.tiers().get<1>().heal();
+    CHECK(kv.tiers().get<0>().used_pages() == used);
+    for (int h = 0; h < sh.kv_heads; ++h) CHECK(kv.cached_pages(ids[0], 0, h) == 0);
+    CHECK(kv.total_stats().warmed == 0);
+  }
+  // Healed, it warms the same pages as an undisturbed manager.
+  kv.warm_up(ids[0], 0, make_view(q, 16, sh.q_heads, sh.head_dim));
+  for (int h = 0; h < sh.kv_heads; ++h) CHECK(kv.cached_pages(ids[0], 0, h) == clean.cached_pages(ids[0], 0, h));
+}

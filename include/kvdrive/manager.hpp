@@ -212,7 +212,7 @@ class KvManager {
   /// live on a non-addressable tier are read into the stream's cache at step 0. Pages on
   /// addressable tiers are attended in place and need none. Scoring needs the prompt's keys:
   /// pages that left the fast tier are read back for it (counted in bytes_read), so call it
-  /// right after prefill. Returns the pages warmed. On error nothing changes.
+  /// right after prefill. Returns the pages read into the cache. On error nothing changes.
   template <tier::PlacementPolicy P = tier::ImportanceGuided>
   std::size_t warm_up(SeqId id, int layer, View<const float, 3> q_obs, const P& placement = {}) {
     check_layer(layer);
@@ -266,6 +266,7 @@ class KvManager {
         in.page_tokens = pt;
         in.scale = cfg_.scale();
         const tier::PageRanking ranking = placement.rank(in, static_cast<std::uint32_t>(r.sink_end), static_cast<std::uint32_t>(r.local_begin));
+        ranking.check(static_cast<std::uint32_t>(r.sink_end), static_cast<std::uint32_t>(r.local_begin), P::name());
         const std::size_t capacity = cache_capacity(window_of(layer, h), r);
         HeadWarm& w = work[static_cast<std::size_t>(h)];
         std::vector<std::pair<std::uint32_t, float>> chosen;
@@ -295,32 +296,46 @@ class KvManager {
           if (s >= 0) tiers_.fast().release(s);
       throw;
     }
-    // Commit: the pages enter the caches at step 0.
+    // Commit: the pages take their slots (cannot fail), then enter the caches at step 0. The
+    // policies' update() must not throw; if one does, the sequence is marked unusable (its
+    // pages, slots included, are freed by release()).
     std::size_t warmed = 0;
-    std::vector<std::uint32_t> evicted;
     for (int h = 0; h < kvh; ++h) {
       Stream& st = stream(seq, layer, h);
       HeadWarm& w = work[static_cast<std::size_t>(h)];
-      if (w.pages.empty()) continue;
       for (std::size_t i = 0; i < w.pages.size(); ++i)
         if (w.slots[i] >= 0) {
           st.pages[w.pages[i]].slot = w.slots[i];
           total_.bytes_read[st.pages[w.pages[i]].home] += cfg_.page_bytes();
+          ++warmed;
         }
-      eviction::CacheUpdate u;
-      u.pages = w.pages;
-      u.scores = w.scores;
-      u.step = 0;
-      u.window = window_of(layer, h);
-      u.capacity = cache_capacity(u.window, page_ranges(tokens + 1, pt, cfg_.sink_tokens, cfg_.local_tokens));
-      evicted.clear();
-      eviction_.update(st.cache, u, evicted);
-      for (std::uint32_t page : evicted) {
-        PageEntry& e = st.pages[page];
-        if (e.slot >= 0) tiers_.fast().release(e.slot);
-        e.slot = -1;
+    }
+    std::vector<std::uint32_t> evicted;
+    int h = 0;
+    try {
+      for (; h < kvh; ++h) {
+        Stream& st = stream(seq, layer, h);
+        HeadWarm& w = work[static_cast<std::size_t>(h)];
+        if (w.pages.empty()) continue;
+        eviction::CacheUpdate u;
+        u.pages = w.pages;
+        u.scores = w.scores;
+        u.step = 0;
+        u.window = window_of(layer, h);
+        u.capacity = cache_capacity(u.window, page_ranges(tokens + 1, pt, cfg_.sink_tokens, cfg_.local_tokens));
+        evicted.clear();
+        eviction_.update(st.cache, u, evicted);
+        for (std::uint32_t page : evicted) {
+          PageEntry& e = st.pages[page];
+          if (e.slot >= 0) tiers_.fast().release(e.slot);
+          e.slot = -1;
+        }
+        total_.evictions += evicted.size();
       }
-      warmed += w.pages.size();
+    } catch (const std::exception& e) {
+      seq.broken = true;
+      fail("warm_up: the eviction policy threw while committing layer {} head {} ({}); sequence {} is now unusable: release it",
+           layer, h, e.what(), id);
     }
     for (std::size_t i = 0; i < kMaxTiers; ++i) total_.bytes_read[i] += key_bytes[i];
     total_.warmed += warmed;

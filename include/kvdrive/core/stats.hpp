@@ -32,7 +32,7 @@ struct Stats {
   std::uint64_t in_place = 0;    ///< of the hits: pages attended where they live (host tiers)
   std::uint64_t misses = 0;      ///< selected pages fetched from a slower tier
   std::uint64_t evictions = 0;   ///< pages that left the fast-tier cache
-  std::uint64_t warmed = 0;      ///< pages placed in the cache by warm-up (KvManager::warm_up)
+  std::uint64_t warmed = 0;      ///< pages read into the cache by warm-up (KvManager::warm_up)
   std::uint64_t attended_pages = 0;  ///< sink + selected + local pages attended
   std::uint64_t attended_tokens = 0;
   std::array<std::uint64_t, kMaxTiers> bytes_read{};     ///< per tier index in Tiers<...>

@@ -84,6 +84,9 @@ struct CacheTally {
 /// The first `capacity` pages of a placement ranking, ascending, with their scores.
 inline void warm_pages(const tier::PageRanking& ranking, std::size_t capacity, std::vector<std::uint32_t>& pages,
                        std::vector<float>& scores) {
+  std::uint32_t end = 0;
+  for (std::uint32_t p : ranking.pages) end = std::max(end, p + 1);
+  ranking.check(0, end, "warm-up ranking");
   const std::size_t n = std::min(capacity, ranking.pages.size());
   std::vector<std::size_t> order(n);
   for (std::size_t i = 0; i < n; ++i) order[i] = i;

@@ -45,7 +45,8 @@ class CacheEntries {
     for (std::size_t j = 0; j < u.pages.size(); ++j) {
       const std::uint32_t page = u.pages[j];
       while (i < entries_.size() && entries_[i].page < page) merged_.push_back(entries_[i++]);
-      CacheEntry e{page, u.step, j < u.scores.size() ? u.scores[j] : 0.0f, 1};
+      const float mass = j < u.scores.size() ? u.scores[j] : 0.0f;
+      CacheEntry e{page, u.step, std::isfinite(mass) ? mass : 0.0f, 1};  // a NaN would break the keep order
       if (i < entries_.size() && entries_[i].page == page) {
         const CacheEntry& old = entries_[i++];
         e.uses = old.uses + 1;

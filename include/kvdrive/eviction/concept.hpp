@@ -7,9 +7,9 @@
 // return: it must not throw.
 //
 // The manager passes each stream's window W and capacity in the update: W comes from the
-// manager's WindowPlan (eviction/window_plan.hpp) or, without one, from the policy's default_window();
-// the capacity is W x budget pages unless the plan gives it. Policies with a fixed window
-// (None, LastStep) declare kFixedWindow and refuse plans.
+// manager's WindowPlan (eviction/window_plan.hpp) or, without one, from the policy's
+// default_window(); the capacity is W x the step's budget pages. Policies with a fixed window
+// (None, LastStep) declare kFixedWindow; KvManager refuses plans for them.
 #pragma once
 
 #include <concepts>

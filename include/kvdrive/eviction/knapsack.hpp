@@ -11,6 +11,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -39,13 +40,15 @@ inline void check(const std::vector<KnapsackClass>& classes, std::int64_t budget
   KVD_EXPECT(budget >= 0, "knapsack: budget {} is negative", budget);
   std::int64_t least = 0;
   for (std::size_t c = 0; c < classes.size(); ++c) {
-    KVD_EXPECT(!classes[c].empty(), "knapsack: class {} has no items", c);
+    KVD_EXPECT(!classes[c].empty() && classes[c].size() <= 32767, "knapsack: class {} has {} items (expected 1..32767)", c,
+               classes[c].size());
     std::int64_t m = std::numeric_limits<std::int64_t>::max();
     for (const KnapsackItem& it : classes[c]) {
       KVD_EXPECT(it.cost >= 0, "knapsack: class {} has an item of negative cost {}", c, it.cost);
+      KVD_EXPECT(std::isfinite(it.benefit), "knapsack: class {} has an item of benefit {}", c, it.benefit);
       m = std::min(m, it.cost);
     }
-    least += m;
+    KVD_EXPECT(!__builtin_add_overflow(least, m, &least), "knapsack: the cheapest choice's cost overflows 64 bits");
   }
   KVD_EXPECT(least <= budget, "knapsack: the cheapest choice costs {}, over the budget of {}", least, budget);
 }
@@ -124,9 +127,10 @@ inline KnapsackSolution solve_greedy(const std::vector<KnapsackClass>& classes, 
 }
 
 /// The optimum. Throws if the budget in units of the costs' common divisor makes the table
-/// larger than `max_cells`.
+/// larger than `max_cells` (2 bytes each): cheap when costs are multiples of one step's bytes,
+/// as window profiles' are; arbitrary byte costs need solve_greedy.
 inline KnapsackSolution solve_exact(const std::vector<KnapsackClass>& classes, std::int64_t budget,
-                                    std::int64_t max_cells = std::int64_t{1} << 28) {
+                                    std::int64_t max_cells = std::int64_t{1} << 27) {
   knapsack_detail::check(classes, budget);
   std::int64_t unit = 0;
   for (const KnapsackClass& cl : classes)
@@ -139,7 +143,7 @@ inline KnapsackSolution solve_exact(const std::vector<KnapsackClass>& classes, s
   constexpr double kNone = -std::numeric_limits<double>::infinity();
   const auto width = static_cast<std::size_t>(cap + 1);
   std::vector<double> best(width, 0.0), next(width);
-  std::vector<int> pick(classes.size() * width, -1);
+  std::vector<std::int16_t> pick(classes.size() * width, -1);  // the item chosen per (class, budget)
   for (std::size_t c = 0; c < classes.size(); ++c) {
     std::fill(next.begin(), next.end(), kNone);
     for (std::size_t b = 0; b < width; ++b)
@@ -149,7 +153,7 @@ inline KnapsackSolution solve_exact(const std::vector<KnapsackClass>& classes, s
         const double v = best[b - static_cast<std::size_t>(w)] + classes[c][i].benefit;
         if (v > next[b]) {
           next[b] = v;
-          pick[c * width + b] = static_cast<int>(i);
+          pick[c * width + b] = static_cast<std::int16_t>(i);
         }
       }
     best.swap(next);

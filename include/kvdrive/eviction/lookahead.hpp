@@ -26,7 +26,7 @@ namespace kvdrive::eviction {
 
 struct Lookahead {
   int window = 3;      ///< W without a window plan
-  float decay = 0.25f;  ///< per-step decay of a page's accumulated attention, in [0, 1]
+  float decay = 0.25f;  ///< per-step decay of a page's accumulated attention, clamped to [0, 1]
 
   using State = CacheEntries;
 
@@ -36,7 +36,7 @@ struct Lookahead {
   std::size_t size(const State& s) const { return s.size(); }
 
   void update(State& s, const CacheUpdate& u, std::vector<std::uint32_t>& evicted) const {
-    const float d = decay < 0.0f ? 0.0f : decay > 1.0f ? 1.0f : decay;
+    const float d = !(decay > 0.0f) ? 0.0f : decay > 1.0f ? 1.0f : decay;  // NaN: 0
     s.touch(u, d);
     const auto w = static_cast<std::uint64_t>(u.window > 0 ? u.window : 0);
     // Keep first: in the window, then the higher decayed score, the more recent, the lower page.

@@ -1,6 +1,5 @@
 // eviction::Lru: the least recently selected pages leave first (ties: the higher page id leaves
-// first). It fills its whole capacity: unlike Lookahead it keeps pages older than W steps while
-// there is room, and it ignores attention scores.
+// first). It fills its whole capacity and ignores attention scores: Lookahead's baseline.
 #pragma once
 
 #include <cstddef>

@@ -40,6 +40,19 @@ struct PlacementInput {
 struct PageRanking {
   std::vector<std::uint32_t> pages;
   std::vector<float> scores;
+
+  /// Throws unless every page is in [first, end), none twice, each with a finite score.
+  void check(std::uint32_t first, std::uint32_t end, std::string_view who) const {
+    KVD_EXPECT(scores.size() == pages.size(), "placement '{}': {} pages but {} scores", who, pages.size(), scores.size());
+    std::vector<bool> seen(end > first ? end - first : 0, false);
+    for (std::size_t i = 0; i < pages.size(); ++i) {
+      KVD_EXPECT(pages[i] >= first && pages[i] < end, "placement '{}': page {} outside the candidates [{}, {})", who, pages[i], first,
+                 end);
+      KVD_EXPECT(!seen[pages[i] - first], "placement '{}': page {} ranked twice", who, pages[i]);
+      KVD_EXPECT(std::isfinite(scores[i]), "placement '{}': page {} has score {}", who, pages[i], scores[i]);
+      seen[pages[i] - first] = true;
+    }
+  }
 };
 
 template <class P>
