@@ -511,34 +511,6 @@ TEST_CASE("release frees every page in every tier") {
   CHECK(kv.index_bytes() == 0);
 }
 
-TEST_CASE("every index policy runs inside KvManager; at budget 1 each attends exactly what Dense does") {
-  Workload w;
-  w.cfg = small_config(DType::f16);
-  w.prompt = {150, 61};
-  w.steps = 9;  // seals pages during decode, so append() runs too
-  auto outputs = [&](auto index, double budget) {
-    Workload x = w;
-    x.cfg.budget = Budget::fraction(budget);
-    KvManager<decltype(index), eviction::Lru> kv(x.cfg, index);
-    return run(kv, x);
-  };
-  const auto dense = outputs(index::Dense{}, 1.0);
-  auto check_index = [&](auto index) {
-    CAPTURE(decltype(index)::name());
-    CHECK(outputs(index, 1.0) == dense);
-    for (float x : outputs(index, 0.25)) REQUIRE(std::isfinite(x));
-  };
-  check_index(index::Quest{});
-  check_index(index::MeanKey{});
-  check_index(index::Hierarchical{index::HierarchicalParams{.pages_per_cluster = 4}});
-  check_index(index::Centroid{index::CentroidParams{.pages_per_cluster = 4, .segment_pages = 16}});
-  check_index(index::SimHash{});
-  check_index(index::ProductQuant{index::ProductQuant::Params{.M = 8, .C = 16, .train_pages = 16}});
-  // Parameters that do not fit the model's head_dim are refused when the manager is built.
-  CHECK_THROWS_WITH_AS((KvManager<index::ProductQuant, eviction::Lru>(w.cfg, index::ProductQuant{index::ProductQuant::Params{.M = 7}})),
-                       doctest::Contains("do not divide head_dim"), Error);
-}
-
 namespace {
 /// Prefill only, then a warm-up of every layer from the prompt's last `obs` queries.
 template <class Manager>
@@ -562,6 +534,50 @@ std::vector<SeqId> prefill_and_warm(Manager& kv, const Workload& w, int obs) {
   return ids;
 }
 }  // namespace
+
+TEST_CASE("every index policy runs inside KvManager; at budget 1 each attends exactly what Dense does") {
+  Workload w;
+  w.cfg = small_config(DType::f16);
+  w.prompt = {150, 61};
+  w.steps = 9;  // seals pages during decode, so append() runs too
+  auto outputs = [&](auto index, double budget) {
+    Workload x = w;
+    x.cfg.budget = Budget::fraction(budget);
+    KvManager<decltype(index), eviction::Lru> kv(x.cfg, index);
+    return run(kv, x);
+  };
+  const auto dense = outputs(index::Dense{}, 1.0);
+  auto check_index = [&](auto index) {
+    CAPTURE(decltype(index)::name());
+    CHECK(outputs(index, 1.0) == dense);
+    const auto sparse = outputs(index, 0.25);
+    for (float x : sparse) REQUIRE(std::isfinite(x));
+    // Through a slow tier and the lookahead cache, with warm-up, the output is the same.
+    Workload x = w;
+    x.cfg.budget = Budget::fraction(0.25);
+    KvManager<decltype(index), eviction::Lookahead, FaultyTiers> kv(x.cfg, index);
+    const auto ids = prefill_and_warm(kv, x, 8);
+    std::vector<float> cached;
+    for (int step = 0; step < x.steps; ++step)
+      for (int l = 0; l < x.cfg.shape.layers; ++l) {
+        const auto o = decode_step(kv, x, ids, l, step);
+        cached.insert(cached.end(), o.begin(), o.end());
+      }
+    CHECK(cached == sparse);
+    CHECK(kv.total_stats().hits > 0);
+    CHECK(kv.total_stats().hits + kv.total_stats().misses == kv.total_stats().selected);
+  };
+  check_index(index::Quest{});
+  check_index(index::MeanKey{});
+  check_index(index::Hierarchical{index::HierarchicalParams{.pages_per_cluster = 4}});
+  check_index(index::Centroid{index::CentroidParams{.pages_per_cluster = 4, .segment_pages = 16}});
+  check_index(index::SimHash{});
+  check_index(index::ProductQuant{index::ProductQuant::Params{.M = 8, .C = 16, .train_pages = 16}});
+  // Parameters that do not fit the model's head_dim are refused when the manager is built.
+  CHECK_THROWS_WITH_AS((KvManager<index::ProductQuant, eviction::Lru>(w.cfg, index::ProductQuant{index::ProductQuant::Params{.M = 7}})),
+                       doctest::Contains("do not divide head_dim"), Error);
+}
+
 
 TEST_CASE("outputs are bitwise identical for every eviction policy, window plan and warm-up") {
   Workload w;
