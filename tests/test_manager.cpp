@@ -512,6 +512,16 @@ TEST_CASE("release frees every page in every tier") {
 }
 
 namespace {
+/// The queries of the last `obs` prompt positions of sequence s, layer l: [obs][q_heads][head_dim].
+std::vector<float> observation_queries(const Workload& w, int s, int l, int obs) {
+  std::vector<float> q;
+  for (int t = w.prompt[s] - obs; t < w.prompt[s]; ++t) {
+    auto qr = w.query(s, l, t);
+    q.insert(q.end(), qr.begin(), qr.end());
+  }
+  return q;
+}
+
 /// Prefill only, then a warm-up of every layer from the prompt's last `obs` queries.
 template <class Manager>
 std::vector<SeqId> prefill_and_warm(Manager& kv, const Workload& w, int obs) {
@@ -523,11 +533,7 @@ std::vector<SeqId> prefill_and_warm(Manager& kv, const Workload& w, int obs) {
   for (int s = 0; s < static_cast<int>(w.prompt.size()); ++s) {
     ids.push_back(static_cast<SeqId>(s + 1));
     for (int l = 0; l < sh.layers; ++l) {
-      std::vector<float> q;
-      for (int t = w.prompt[s] - obs; t < w.prompt[s]; ++t) {
-        auto qr = w.query(s, l, t);
-        q.insert(q.end(), qr.begin(), qr.end());
-      }
+      const std::vector<float> q = observation_queries(w, s, l, obs);
       kv.warm_up(ids.back(), l, make_view(q, obs, sh.q_heads, sh.head_dim));
     }
   }
@@ -680,11 +686,7 @@ TEST_CASE("a failed warm-up changes nothing") {
   run(kv, w);
   const auto ids = prefill_and_warm(clean, w, 16);
   const auto& sh = w.cfg.shape;
-  std::vector<float> q;
-  for (int t = w.prompt[0] - 16; t < w.prompt[0]; ++t) {
-    auto qr = w.query(0, 0, t);
-    q.insert(q.end(), qr.begin(), qr.end());
-  }
+  const std::vector<float> q = observation_queries(w, 0, 0, 16);
   const std::size_t used = kv.tiers().get<0>().used_pages();
   // Per head: 47 pages read back to score, then 36 warm pages read (3 x a 12-page budget).
   for (std::uint64_t fail_after : {0u, 50u, 100u, 140u}) {
