@@ -153,32 +153,48 @@ DType parse_dtype(const std::string& s) {
   fail("--dtype: '{}' is not one of f32, f16, bf16", s);
 }
 
-/// The cache table: every index x eviction x window plan, replayed at equal cache bytes.
-template <class Source>
-void run_cache(const Source& source, const Source* calibration, const Options& o, const eval::EvalSettings& set,
-               const std::vector<std::pair<int, int>>& list, const std::vector<std::unique_ptr<eval::AnyIndex>>& prototypes,
-               const std::vector<eval::StreamSelections>& selections, ThreadPool& pool, nlohmann::json& out) {
-  const std::vector<std::string> evictions = split_names(o.eviction, eval::eviction_names(), "--eviction");
-  const bool knapsack = o.window == "knapsack", warm = o.warm_up == "on";
+/// The fast-tier bytes of the cache comparison, worked out (and checked) before any work.
+struct CacheBudget {
+  std::size_t streams = 0, page_bytes = 0, step_bytes = 0;  ///< step_bytes: one step of window, per stream
+  std::size_t resident = 0, total = 0, avail = 0;            ///< sink + local, everything, the caches
+  int w_uniform = 0;                                         ///< the uniform plan's W
+};
+
+CacheBudget cache_budget(const ModelShape& shape, const eval::EvalSettings& set, std::int64_t context, std::size_t streams,
+                         const Options& o) {
   Config c;
-  c.shape = source.shape();
+  c.shape = shape;
   c.page_tokens = set.page_tokens;
   c.sink_tokens = set.sink_tokens;
   c.local_tokens = set.local_tokens;
   c.budget = Budget::fraction(set.budget);
   c.dtype = set.dtype;
-  const std::int64_t context = source.stream(list[0].first, list[0].second).prefix;
-  const std::size_t n = list.size(), page_bytes = c.page_bytes();
-  const std::size_t step_bytes = eviction::window_step_bytes(c, context);
-  const std::size_t resident = static_cast<std::size_t>(eviction::resident_pages(c, context)) * page_bytes * n;
+  CacheBudget b;
+  b.streams = streams;
+  b.page_bytes = c.page_bytes();
+  b.step_bytes = eviction::window_step_bytes(c, context);
+  b.resident = static_cast<std::size_t>(eviction::resident_pages(c, context)) * b.page_bytes * streams;
   // Equal bytes: --cache-bytes, else what uniform W (3 for knapsack) takes.
-  const int w_given = knapsack ? 3 : std::stoi(o.window);
-  const std::size_t total = o.cache_bytes > 0 ? static_cast<std::size_t>(o.cache_bytes) : resident + static_cast<std::size_t>(w_given) * step_bytes * n;
-  const std::size_t avail = eviction::cache_bytes_for(c, context, n, total);
+  const int w_given = o.window == "knapsack" ? 3 : std::stoi(o.window);
+  b.total = o.cache_bytes > 0 ? static_cast<std::size_t>(o.cache_bytes) : b.resident + static_cast<std::size_t>(w_given) * b.step_bytes * streams;
+  b.avail = eviction::cache_bytes_for(c, context, streams, b.total);
   // With --cache-bytes, the largest W that fits (at most --max-window); else the W asked for.
-  const int w_uniform = o.cache_bytes > 0 ? static_cast<int>(std::min<std::size_t>(step_bytes ? avail / (step_bytes * n) : 0,
-                                                                                   static_cast<std::size_t>(o.max_window)))
-                                          : w_given;
+  b.w_uniform = o.cache_bytes > 0 ? static_cast<int>(std::min<std::size_t>(b.step_bytes ? b.avail / (b.step_bytes * streams) : 0,
+                                                                           static_cast<std::size_t>(o.max_window)))
+                                  : w_given;
+  return b;
+}
+
+/// The cache table: every index x eviction x window plan, replayed at equal cache bytes.
+template <class Source>
+void run_cache(const Source* calibration, const Options& o, const eval::EvalSettings& set, const CacheBudget& b,
+               const std::vector<std::pair<int, int>>& list, const std::vector<std::unique_ptr<eval::AnyIndex>>& prototypes,
+               const std::vector<eval::StreamSelections>& selections, ThreadPool& pool, nlohmann::json& out) {
+  const std::vector<std::string> evictions = split_names(o.eviction, eval::eviction_names(), "--eviction");
+  const bool knapsack = o.window == "knapsack", warm = o.warm_up == "on";
+  const std::size_t n = b.streams, page_bytes = b.page_bytes, step_bytes = b.step_bytes, resident = b.resident, total = b.total,
+                    avail = b.avail;
+  const int w_uniform = b.w_uniform;
   fmt::print("\ncache: {} evaluated streams, fast-tier budget {:.2f} MiB ({:.2f} MiB resident sink + local, {:.2f} MiB for caches); "
              "one step of window = {} pages of {} bytes per stream; warm-up {}\n",
              n, mib(total), mib(resident), mib(avail), step_bytes / page_bytes, page_bytes, o.warm_up);
@@ -250,6 +266,8 @@ int run(const Source& source, const Source* calibration, const Options& o, const
   const auto list = eval::trace_stats_streams(shape, o.streams);
   std::vector<std::vector<eval::IndexTally>> per_stream;
   const bool cache = !o.eviction.empty();
+  CacheBudget budget;
+  if (cache) budget = cache_budget(shape, set, prefix, list.size(), o);  // a bad budget fails now
   const unsigned threads = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
   ThreadPool pool(static_cast<unsigned>(std::min<std::size_t>(threads, list.size())));
   const auto t0 = std::chrono::steady_clock::now();
@@ -293,7 +311,7 @@ int run(const Source& source, const Source* calibration, const Options& o, const
                h->mean(h->mass_recall) - q->mean(q->mass_recall), h->bytes_per_token() / q->bytes_per_token(),
                h->select_us() / q->select_us());
   nlohmann::json cache_json;
-  if (cache) run_cache(source, calibration, o, set, list, prototypes, selections, pool, cache_json);
+  if (cache) run_cache(calibration, o, set, budget, list, prototypes, selections, pool, cache_json);
   if (!o.json.empty()) {
     nlohmann::json j = {{"trace", label},
                         {"context", prefix},
@@ -361,6 +379,9 @@ int main(int argc, char** argv) {
     KVD_EXPECT(o.window == "knapsack" || app.count("--cache-bytes") == 0 || app.count("--window") == 0,
                "give --window W or --cache-bytes, not both (--cache-bytes sets the uniform W)");
     const bool knapsack = o.window == "knapsack";
+    if (!o.eviction.empty())  // names checked up front, not after the evaluation
+      for (const std::string& name : split_names(o.eviction, eval::eviction_names(), "--eviction"))
+        eval::with_eviction(name, o.decay, [](const auto&) { return 0; });
     if (const auto spec = parse_synthetic(o.trace)) {
       const eval::SyntheticTrace source(eval::synthetic_preset(spec->preset), spec->seed, o.context, o.steps);
       std::optional<eval::SyntheticTrace> calib;
