@@ -1,0 +1,149 @@
+// IoEngine: positioned reads of one file descriptor, many in flight. With liburing (Debian
+// liburing-dev; KVD_HAVE_LIBURING) it drives an io_uring of `queue_depth` entries; where
+// io_uring is missing or refused (old kernels, seccomp in containers) it falls back to a thread
+// pool of pread() calls, and name() says which one runs. A read that returns fewer bytes than
+// asked (end of file) or fails reports it in its own result; only a broken ring throws.
+#pragma once
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "kvdrive/core/error.hpp"
+#include "kvdrive/core/thread_pool.hpp"
+
+#if KVD_HAVE_LIBURING
+#include <liburing.h>
+#endif
+
+namespace kvdrive::tier {
+
+/// One read: `len` bytes at `offset` into `buf`. `result` is the bytes read or -errno.
+struct IoRead {
+  std::uint64_t offset = 0;
+  std::size_t len = 0;
+  std::byte* buf = nullptr;
+  std::int64_t result = 0;
+};
+
+enum class IoBackend { automatic, io_uring, threads };
+
+class IoEngine {
+ public:
+  IoEngine() = default;
+  IoEngine(const IoEngine&) = delete;
+  IoEngine& operator=(const IoEngine&) = delete;
+  ~IoEngine() { close(); }
+
+  /// want: automatic tries io_uring, then threads; io_uring fails if it is unavailable.
+  void open(IoBackend want, unsigned queue_depth, unsigned threads) {
+    close();
+    KVD_EXPECT(queue_depth >= 1 && queue_depth <= 4096, "I/O queue depth {} outside 1..4096", queue_depth);
+    depth_ = queue_depth;
+#if KVD_HAVE_LIBURING
+    if (want != IoBackend::threads) {
+      ring_ = std::make_unique<io_uring>();
+      const int rc = io_uring_queue_init(queue_depth, ring_.get(), 0);
+      if (rc == 0) {
+        backend_ = IoBackend::io_uring;
+        return;
+      }
+      ring_.reset();
+      KVD_EXPECT(want != IoBackend::io_uring, "io_uring is unavailable here ({}); use the thread backend", std::strerror(-rc));
+    }
+#else
+    KVD_EXPECT(want != IoBackend::io_uring, "kvdrive was built without liburing; use the thread backend");
+#endif
+    backend_ = IoBackend::threads;
+    pool_ = std::make_unique<ThreadPool>(threads ? threads : queue_depth < 16 ? queue_depth : 16);
+  }
+
+  void close() {
+#if KVD_HAVE_LIBURING
+    if (ring_) io_uring_queue_exit(ring_.get());
+    ring_.reset();
+#endif
+    pool_.reset();
+  }
+
+  IoBackend backend() const { return backend_; }
+  std::string_view name() const { return backend_ == IoBackend::io_uring ? "io_uring" : "threads (pread)"; }
+  unsigned queue_depth() const { return depth_; }
+
+  /// Runs every read to completion, at most queue_depth in flight.
+  void read_all(int fd, std::span<IoRead> reads) {
+#if KVD_HAVE_LIBURING
+    if (backend_ == IoBackend::io_uring) return ring_read_all(fd, reads);
+#endif
+    pool_->parallel_for(reads.size(), [&](std::size_t i) { pread_full(fd, reads[i]); });
+  }
+
+ private:
+  static void pread_full(int fd, IoRead& r) {
+    std::size_t done = 0;
+    while (done < r.len) {
+      const ssize_t n = ::pread(fd, r.buf + done, r.len - done, static_cast<off_t>(r.offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        r.result = -errno;
+        return;
+      }
+      if (n == 0) break;  // end of file: a short read
+      done += static_cast<std::size_t>(n);
+    }
+    r.result = static_cast<std::int64_t>(done);
+  }
+
+#if KVD_HAVE_LIBURING
+  void ring_read_all(int fd, std::span<IoRead> reads) {
+    std::size_t next = 0, inflight = 0;
+    while (next < reads.size() || inflight > 0) {
+      bool queued = false;
+      while (next < reads.size() && inflight < depth_) {
+        io_uring_sqe* sqe = io_uring_get_sqe(ring_.get());
+        if (!sqe) break;
+        IoRead& r = reads[next];
+        io_uring_prep_read(sqe, fd, r.buf, static_cast<unsigned>(r.len), r.offset);
+        io_uring_sqe_set_data64(sqe, next);
+        ++next;
+        ++inflight;
+        queued = true;
+      }
+      if (queued) {
+        // Queued entries stay in the ring until a submit takes them; busy or interrupted
+        // submits are retried after reaping below.
+        const int rc = io_uring_submit(ring_.get());
+        KVD_EXPECT(rc >= 0 || rc == -EINTR || rc == -EAGAIN || rc == -EBUSY, "io_uring submit failed: {}", std::strerror(-rc));
+      }
+      io_uring_cqe* cqe = nullptr;
+      const int rc = io_uring_wait_cqe(ring_.get(), &cqe);
+      if (rc == -EINTR || rc == -EAGAIN) continue;
+      KVD_EXPECT(rc >= 0, "io_uring wait failed: {}", std::strerror(-rc));
+      IoRead& r = reads[io_uring_cqe_get_data64(cqe)];
+      r.result = cqe->res;
+      io_uring_cqe_seen(ring_.get(), cqe);
+      --inflight;
+      // A partial read (possible on some files) is finished synchronously.
+      if (r.result > 0 && static_cast<std::size_t>(r.result) < r.len) {
+        IoRead rest{r.offset + static_cast<std::uint64_t>(r.result), r.len - static_cast<std::size_t>(r.result),
+                    r.buf + r.result, 0};
+        pread_full(fd, rest);
+        r.result = rest.result < 0 ? rest.result : r.result + rest.result;
+      }
+    }
+  }
+  std::unique_ptr<io_uring> ring_;
+#endif
+
+  IoBackend backend_ = IoBackend::threads;
+  unsigned depth_ = 1;
+  std::unique_ptr<ThreadPool> pool_;
+};
+
+}  // namespace kvdrive::tier

@@ -1,0 +1,288 @@
+// SsdTier: round trips through both I/O engines, extents and merged reads, durability across
+// reopen (puts, overwrites, erases), torn log blocks, and every bad input of the storage issue
+// that this tier handles: not a store, another page size or version, a flipped bit, a short
+// read, a full store. Each test works in its own temporary directory and removes it.
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kvdrive/kvdrive.hpp"
+#include "kvdrive/tier/ssd.hpp"
+#include "support.hpp"
+
+using namespace kvdrive;
+using namespace kvdrive::tier;
+
+namespace {
+
+/// A fresh directory under the system's temporary directory, removed with everything in it.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "kvd_ssd_XXXXXX").string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string file(const char* name) const { return (path / name).string(); }
+};
+
+std::vector<std::byte> page_bytes_of(std::size_t bytes, const PageKey& k, int version = 0) {
+  std::vector<std::byte> p(bytes);
+  std::mt19937_64 rng(k.sequence * 1000003 + k.layer * 7919 + k.head * 104729 + k.page * 15485863 + static_cast<std::uint64_t>(version));
+  for (auto& b : p) b = static_cast<std::byte>(rng() & 0xff);
+  return p;
+}
+
+SsdTier::Params params(const std::string& path, IoBackend io = IoBackend::automatic) {
+  SsdTier::Params p;
+  p.path = path;
+  p.alignment = 4096;  // forced, as the issue asks of tests
+  p.io = io;
+  p.extent_pages = 8;
+  return p;
+}
+
+std::vector<std::byte> read_one(SsdTier& t, const PageKey& k, std::size_t bytes) {
+  std::vector<std::byte> out(bytes);
+  const ReadRequest r{k, out.data()};
+  t.wait(t.submit(std::span<const ReadRequest>(&r, 1)));
+  return out;
+}
+
+void flip_byte(const std::string& path, std::uint64_t offset) {
+  const int fd = ::open(path.c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  unsigned char c = 0;
+  REQUIRE(::pread(fd, &c, 1, static_cast<off_t>(offset)) == 1);
+  c ^= 0x10;
+  REQUIRE(::pwrite(fd, &c, 1, static_cast<off_t>(offset)) == 1);
+  ::close(fd);
+}
+
+}  // namespace
+
+TEST_CASE("SsdTier: pages round-trip through both I/O engines, in any batch order") {
+  for (IoBackend io : {IoBackend::automatic, IoBackend::threads}) {
+    for (std::size_t page_bytes : {std::size_t{4096}, std::size_t{1000}}) {
+      CAPTURE(page_bytes);
+      TempDir dir;
+      SsdTier t(params(dir.file("store"), io));
+      t.open({page_bytes});
+      MESSAGE("SsdTier I/O: " << std::string(t.io_name()) << (t.direct_io() ? std::string(", O_DIRECT") : std::string(", buffered (O_DIRECT refused)")));
+      CHECK(t.slot_bytes() % 4096 == 0);
+      std::vector<PageKey> keys;
+      std::vector<WriteRequest> batch;
+      std::vector<std::vector<std::byte>> data;
+      for (std::uint32_t s = 0; s < 3; ++s)
+        for (std::uint32_t page = 0; page < 40; ++page) keys.push_back({1, s, s % 2, page});
+      data.reserve(keys.size());
+      for (const PageKey& k : keys) {
+        data.push_back(page_bytes_of(page_bytes, k));
+        batch.push_back({k, data.back().data()});
+      }
+      t.write_batch(std::span<const WriteRequest>(batch.data(), 60));
+      for (std::size_t i = 60; i < keys.size(); ++i) t.write(keys[i], data[i].data());
+      CHECK(t.stored_pages() == keys.size());
+      // A shuffled batch reads back exactly.
+      std::vector<std::size_t> order(keys.size());
+      for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::shuffle(order.begin(), order.end(), std::mt19937_64(3));
+      std::vector<std::vector<std::byte>> out(keys.size(), std::vector<std::byte>(page_bytes));
+      std::vector<ReadRequest> reads;
+      for (std::size_t i : order) reads.push_back({keys[i], out[i].data()});
+      t.wait(t.submit(reads));
+      for (std::size_t i = 0; i < keys.size(); ++i) CHECK(out[i] == data[i]);
+    }
+  }
+}
+
+TEST_CASE("SsdTier: a stream's pages take adjacent slots, and adjacent reads merge") {
+  TempDir dir;
+  SsdTier::Params p = params(dir.file("store"));
+  p.extent_pages = 16;
+  p.max_merge_bytes = 8 * 4096;
+  SsdTier t(p);
+  t.open({4096});
+  std::vector<std::byte> buf(4096);
+  for (std::uint32_t page = 0; page < 16; ++page) {
+    t.write({7, 2, 1, page}, page_bytes_of(4096, {7, 2, 1, page}).data());
+    t.write({7, 2, 0, page}, page_bytes_of(4096, {7, 2, 0, page}).data());  // another stream, interleaved
+  }
+  for (std::uint32_t page = 1; page < 16; ++page) CHECK(t.slot_of({7, 2, 1, page}) == t.slot_of({7, 2, 1, page - 1}) + 1);
+  // Pages 0..11 of one stream: 12 adjacent slots, merged into I/Os of at most 8 slots: 2 reads.
+  std::vector<std::vector<std::byte>> out(12, std::vector<std::byte>(4096));
+  std::vector<ReadRequest> reads;
+  for (std::uint32_t page = 0; page < 12; ++page) reads.push_back({{7, 2, 1, page}, out[page].data()});
+  const std::uint64_t before = t.read_ops();
+  t.wait(t.submit(reads));
+  CHECK(t.read_ops() - before == 2);
+  for (std::uint32_t page = 0; page < 12; ++page) CHECK(out[page] == page_bytes_of(4096, {7, 2, 1, page}));
+}
+
+TEST_CASE("SsdTier: a reopened store has every page the log committed, and nothing else") {
+  TempDir dir;
+  const std::string path = dir.file("store");
+  const PageKey a{1, 0, 0, 0}, b{1, 0, 0, 1}, c{2, 3, 1, 9}, d{2, 3, 1, 10};
+  {
+    SsdTier t(params(path));
+    t.open({4096});
+    t.write(a, page_bytes_of(4096, a).data());
+    t.write(b, page_bytes_of(4096, b).data());
+    t.write(c, page_bytes_of(4096, c).data());
+    t.write(b, page_bytes_of(4096, b, 1).data());  // an overwrite: the new bytes win
+    t.erase(a);                                    // durable with the next write
+    t.write(d, page_bytes_of(4096, d).data());
+    t.erase(c);
+    t.sync();
+  }
+  {
+    SsdTier t(params(path));
+    t.open({4096});
+    CHECK(!t.contains(a));
+    CHECK(!t.contains(c));
+    CHECK(t.stored_pages() == 2);
+    CHECK(read_one(t, b, 4096) == page_bytes_of(4096, b, 1));
+    CHECK(read_one(t, d, 4096) == page_bytes_of(4096, d));
+    // Freed slots are reused, and the store keeps working across a second reopen.
+    t.write(a, page_bytes_of(4096, a, 2).data());
+  }
+  SsdTier t(params(path));
+  t.open({4096});
+  CHECK(read_one(t, a, 4096) == page_bytes_of(4096, a, 2));
+  CHECK(read_one(t, b, 4096) == page_bytes_of(4096, b, 1));
+}
+
+TEST_CASE("SsdTier: a torn last log block loses only its own records") {
+  TempDir dir;
+  const std::string path = dir.file("store");
+  const PageKey a{1, 0, 0, 0}, b{1, 0, 0, 1}, c{1, 0, 0, 2};
+  {
+    SsdTier t(params(path));
+    t.open({4096});
+    t.write(a, page_bytes_of(4096, a).data());  // log block 1
+    t.write(b, page_bytes_of(4096, b).data());  // log block 2
+  }
+  // Tear block 2 (the last): garbage over the second half of its first record.
+  flip_byte(path + ".log", 2 * 4096 + 40);
+  {
+    SsdTier t(params(path));
+    t.open({4096});
+    CHECK(t.contains(a));
+    CHECK(!t.contains(b));
+    t.write(c, page_bytes_of(4096, c).data());  // reuses the torn block's place in the log
+  }
+  SsdTier t(params(path));
+  t.open({4096});
+  CHECK(read_one(t, a, 4096) == page_bytes_of(4096, a));
+  CHECK(read_one(t, c, 4096) == page_bytes_of(4096, c));
+  CHECK(!t.contains(b));
+}
+
+TEST_CASE("SsdTier: bad stores, flipped bits, short reads and a full store give clear errors") {
+  TempDir dir;
+  SUBCASE("a file that is not a store") {
+    { std::ofstream(dir.file("junk")) << std::string(8192, 'x'); }
+    { std::ofstream(dir.file("junk.log")) << std::string(8192, 'x'); }
+    SsdTier t(params(dir.file("junk")));
+    CHECK_THROWS_WITH_AS(t.open({4096}), doctest::Contains("is not a kvdrive store"), Error);
+  }
+  SUBCASE("another page size") {
+    { SsdTier t(params(dir.file("store"))); t.open({4096}); t.write({1, 0, 0, 0}, page_bytes_of(4096, {1, 0, 0, 0}).data()); }
+    SsdTier t(params(dir.file("store")));
+    CHECK_THROWS_WITH_AS(t.open({2048}), doctest::Contains("another model shape or page size"), Error);
+  }
+  SUBCASE("another format version") {
+    { SsdTier t(params(dir.file("store"))); t.open({4096}); }
+    // Rewrite the version with a valid header checksum: the version check, not the checksum, refuses it.
+    ssd_format::Header h;
+    { std::ifstream f(dir.file("store"), std::ios::binary); f.read(reinterpret_cast<char*>(&h), sizeof h); }
+    h.version = 99;
+    h.checksum = h.compute_checksum();
+    { std::fstream f(dir.file("store"), std::ios::binary | std::ios::in | std::ios::out); f.write(reinterpret_cast<const char*>(&h), sizeof h); }
+    SsdTier t(params(dir.file("store")));
+    CHECK_THROWS_WITH_AS(t.open({4096}), doctest::Contains("format version 99"), Error);
+  }
+  SUBCASE("a flipped bit is a checksum error naming the page, never wrong data") {
+    SsdTier t(params(dir.file("store")));
+    t.open({4096});
+    const PageKey k{3, 1, 0, 5};
+    t.write(k, page_bytes_of(4096, k).data());
+    flip_byte(dir.file("store"), t.slot_offset(t.slot_of(k)) + 123);
+    std::vector<std::byte> out(4096);
+    const ReadRequest r{k, out.data()};
+    CHECK_THROWS_WITH_AS(t.wait(t.submit(std::span<const ReadRequest>(&r, 1))),
+                         doctest::Contains("checksum mismatch on page (seq 3, layer 1, head 0, page 5)"), Error);
+  }
+  SUBCASE("a short read names the page") {
+    SsdTier t(params(dir.file("store")));
+    t.open({4096});
+    const PageKey k{1, 0, 0, 0};
+    t.write(k, page_bytes_of(4096, k).data());
+    REQUIRE(::truncate(dir.file("store").c_str(), static_cast<off_t>(t.slot_offset(t.slot_of(k)) + 1000)) == 0);
+    CHECK_THROWS_WITH_AS(read_one(t, k, 4096), doctest::Contains("short read of page (seq 1, layer 0, head 0, page 0)"), Error);
+  }
+  SUBCASE("a missing page") {
+    SsdTier t(params(dir.file("store")));
+    t.open({4096});
+    CHECK_THROWS_WITH_AS(read_one(t, {9, 9, 9, 9}, 4096), doctest::Contains("no page"), Error);
+  }
+  SUBCASE("a full store refuses the page and keeps the others") {
+    SsdTier::Params p = params(dir.file("store"));
+    p.capacity_pages = 8;
+    SsdTier t(p);
+    t.open({4096});
+    for (std::uint32_t i = 0; i < 8; ++i) t.write({1, 0, i % 2, i}, page_bytes_of(4096, {1, 0, i % 2, i}).data());
+    CHECK(t.free_pages() == 0);
+    CHECK_THROWS_WITH_AS(t.write({1, 0, 0, 99}, page_bytes_of(4096, {1, 0, 0, 99}).data()), doctest::Contains("full"), Error);
+    for (std::uint32_t i = 0; i < 8; ++i) CHECK(read_one(t, {1, 0, i % 2, i}, 4096) == page_bytes_of(4096, {1, 0, i % 2, i}));
+  }
+}
+
+TEST_CASE("SsdTier behind KvManager: the same output as host memory, misses read from the store") {
+  TempDir dir;
+  Config c;
+  c.shape = {2, 8, 2, 64};
+  c.page_tokens = 8;
+  c.local_tokens = 16;
+  c.dtype = DType::f16;
+  c.budget = Budget::fraction(0.25);
+  auto run = [&](auto& kv) {
+    std::vector<float> outs;
+    const int d = 64, prompt = 300;
+    const SeqId id = kv.add_sequence();
+    for (int l = 0; l < 2; ++l) {
+      const auto k = test::random_floats(static_cast<std::size_t>(prompt) * 2 * d, 10 + l), v = test::random_floats(k.size(), 20 + l);
+      kv.prefill(id, l, make_view(k, prompt, 2, d), make_view(v, prompt, 2, d));
+    }
+    const SeqId batch[] = {id};
+    for (int step = 0; step < 12; ++step)
+      for (int l = 0; l < 2; ++l) {
+        const auto q = test::random_floats(8 * d, 100 + step * 2 + l), k = test::random_floats(2 * d, 200 + step * 2 + l),
+                   v = test::random_floats(2 * d, 300 + step * 2 + l);
+        std::vector<float> out(8 * d);
+        kv.attend(l, batch, make_view(q, 1, 8, d), make_view(k, 1, 2, d), make_view(v, 1, 2, d), make_view(out, 1, 8, d));
+        outs.insert(outs.end(), out.begin(), out.end());
+      }
+    return outs;
+  };
+  KvManager<index::Quest, eviction::Lookahead> host(c);
+  const auto expect = run(host);
+  using SsdTiers = Tiers<HostTier, SsdTier>;
+  KvManager<index::Quest, eviction::Lookahead, SsdTiers> ssd(c, {}, {}, SsdTiers(HostTier{}, SsdTier(params(dir.file("kv")))));
+  CHECK(run(ssd) == expect);
+  const Stats& s = ssd.total_stats();
+  CHECK(s.misses > 0);
+  CHECK(s.hits + s.misses == s.selected);
+  CHECK(s.bytes_read[1] == s.misses * c.page_bytes());
+  CHECK(ssd.tiers().get<1>().stored_pages() > 0);
+}
