@@ -142,6 +142,7 @@ class KvManager {
     };
     std::vector<HeadWork> work(static_cast<std::size_t>(kvh));
     std::vector<std::pair<std::uint8_t, tier::PageKey>> written;
+    std::vector<SealedPage> seals;
     try {
       for (int h = 0; h < kvh; ++h) {
         Stream& st = stream(seq, layer, h);
@@ -163,13 +164,16 @@ class KvManager {
         for (std::uint32_t page : w.sealed) {
           const Slot slot = page < st.pages.size() ? st.pages[page].slot
                                                    : w.new_slots[page - st.pages.size()];
-          const tier::PageKey key{id, static_cast<std::uint32_t>(layer), static_cast<std::uint32_t>(h), page};
-          const std::uint8_t home = store_sealed(key, tiers_.fast().slot_data(slot));
-          if (home > 0) written.emplace_back(home, key);
-          w.sealed_home.push_back(home);
+          seals.push_back({tier::PageKey{id, static_cast<std::uint32_t>(layer), static_cast<std::uint32_t>(h), page},
+                           tiers_.fast().slot_data(slot)});
           append_page_keys(slot, w.keys);
         }
       }
+      // Every head's sealed pages go to the backing tiers together (one sync per tier).
+      store_sealed(seals, written);
+      std::size_t at = 0;
+      for (HeadWork& w : work)
+        for (std::size_t i = 0; i < w.sealed.size(); ++i) w.sealed_home.push_back(seals[at++].home);
     } catch (...) {
       for (HeadWork& w : work)
         for (Slot s : w.new_slots) tiers_.fast().release(s);
@@ -419,6 +423,13 @@ class KvManager {
   }
 
  private:
+  /// A page sealed by prefill or a step, on its way to a backing tier.
+  struct SealedPage {
+    tier::PageKey key;
+    const std::byte* bytes = nullptr;
+    std::uint8_t home = 0;
+  };
+
   struct Stream {
     PageTable pages;
     std::uint64_t steps = 0;  ///< decode steps done
@@ -566,16 +577,20 @@ class KvManager {
     StageTimes& times() { return stats.time; }
 
     void commit() {
-      // Fallible part first: sealed pages go to their backing tier.
+      // Fallible part first: sealed pages go to their backing tiers, together.
+      seals_.clear();
       for (StepPlan& p : m_.plans_) {
         if (!p.seals) continue;
         tier::PageKey key = p.base;
         key.page = static_cast<std::uint32_t>(p.ranges.pages - 1);
-        p.seal_home = m_.store_sealed(key, m_.tiers_.fast().slot_data(p.tail_slot()));
-        if (p.seal_home > 0) {
-          written_.emplace_back(p.seal_home, key);
-          stats.bytes_written[p.seal_home] += m_.cfg_.page_bytes();
-        }
+        seals_.push_back({key, m_.tiers_.fast().slot_data(p.tail_slot())});
+      }
+      m_.store_sealed(seals_, written_);
+      std::size_t at = 0;
+      for (StepPlan& p : m_.plans_) {
+        if (!p.seals) continue;
+        p.seal_home = seals_[at++].home;
+        if (p.seal_home > 0) stats.bytes_written[p.seal_home] += m_.cfg_.page_bytes();
       }
       // Still fallible: the index gets the sealed page's keys as float.
       for (StepPlan& p : m_.plans_)
@@ -764,6 +779,7 @@ class KvManager {
     View<const float, 3> k_, v_, q_;
     View<float, 3> out_;
     std::vector<std::pair<std::uint8_t, tier::PageKey>> written_;
+    std::vector<SealedPage> seals_;
     std::vector<std::uint32_t> evicted_;
   };
 
@@ -830,22 +846,36 @@ class KvManager {
     });
   }
 
-  /// Writes a sealed page to the first backing tier with room; returns its tier index, or 0
-  /// when there is no backing tier (the page then lives in the fast tier).
-  std::uint8_t store_sealed(const tier::PageKey& key, const std::byte* bytes) {
+  /// Writes sealed pages to the backing tiers in order, each tier taking what fits, in one
+  /// write_batch() where the tier has one (SsdTier syncs once per batch); sets each page's home
+  /// (0 when there is no backing tier: the page stays in the fast tier). Appends each page
+  /// written to `written` as it goes, so that the caller can undo them on failure.
+  void store_sealed(std::span<SealedPage> pages, std::vector<std::pair<std::uint8_t, tier::PageKey>>& written) {
     if constexpr (TierList::kCount == 1) {
-      return 0;
+      for (SealedPage& p : pages) p.home = 0;
     } else {
-      for (std::size_t i = 1; i < TierList::kCount; ++i) {
-        bool stored = false;
+      std::size_t next = 0;
+      for (std::size_t i = 1; i < TierList::kCount && next < pages.size(); ++i) {
         tiers_.visit(i, [&](auto& t) {
-          if (t.free_pages() == 0) return;
-          t.write(key, bytes);
-          stored = true;
+          const std::size_t n = std::min(pages.size() - next, t.free_pages());
+          if (n == 0) return;
+          const auto home = static_cast<std::uint8_t>(i);
+          if constexpr (requires(std::span<const tier::WriteRequest> w) { t.write_batch(w); }) {
+            std::vector<tier::WriteRequest> reqs;
+            for (std::size_t j = next; j < next + n; ++j) reqs.push_back({pages[j].key, pages[j].bytes});
+            t.write_batch(reqs);
+            for (std::size_t j = next; j < next + n; ++j) written.emplace_back(home, pages[j].key);
+          } else {
+            for (std::size_t j = next; j < next + n; ++j) {
+              t.write(pages[j].key, pages[j].bytes);
+              written.emplace_back(home, pages[j].key);
+            }
+          }
+          for (std::size_t j = next; j < next + n; ++j) pages[j].home = home;
+          next += n;
         });
-        if (stored) return static_cast<std::uint8_t>(i);
       }
-      fail("every backing tier is full: cannot store page {}", key);
+      if (next < pages.size()) fail("every backing tier is full: cannot store page {}", pages[next].key);
     }
   }
 

@@ -28,6 +28,13 @@ struct ReadRequest {
   std::byte* dst = nullptr;  ///< page_bytes writable bytes
 };
 
+/// One page to store, for tiers that also take batches (write_batch(span<const WriteRequest>),
+/// optional: KvManager uses it where present, so a tier can sync once per batch).
+struct WriteRequest {
+  PageKey key;
+  const std::byte* src = nullptr;  ///< page_bytes bytes
+};
+
 /// Identifies a submitted batch of reads; 0 is never a valid ticket.
 using ReadTicket = std::uint64_t;
 

@@ -43,12 +43,6 @@
 
 namespace kvdrive::tier {
 
-/// One page to store.
-struct WriteRequest {
-  PageKey key;
-  const std::byte* src = nullptr;  ///< page_bytes bytes
-};
-
 class SsdTier {
  public:
   struct Params {
