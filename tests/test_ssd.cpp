@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -339,4 +340,80 @@ TEST_CASE("SsdTier kill test: a writer killed at a random moment leaves exactly 
     most = std::max(most, present);
   }
   MESSAGE("kill test: " << killed << " of 50 writers killed mid-run; " << least << " to " << most << " pages survived");
+}
+
+TEST_CASE("SsdTier power-loss test: acknowledged pages survive, nothing else is wrong, torn blocks are caught") {
+  // Batches of fresh pages and overwrites; the power goes at a random write or sync. Writes not
+  // yet synced are lost and the last one is torn. Reopened, every page whose batch returned reads
+  // back its latest acknowledged bytes (or the bytes of the batch in flight, if its log record
+  // made it), and no other page is present.
+  int lost_in_flight = 0;
+  for (std::uint64_t seed = 0; seed < 50; ++seed) {
+    CAPTURE(seed);
+    TempDir dir;
+    const std::string path = dir.file("store");
+    std::mt19937_64 rng(seed);
+    std::map<std::uint32_t, int> acked;     // page -> version acknowledged
+    std::map<std::uint32_t, int> in_flight;  // the batch the power cut
+    const auto key = [&](std::uint32_t page) { return PageKey{seed + 1, page % 2, 0, page}; };
+    {
+      SsdTier t(params(path));
+      t.open({4096});
+      t.simulate_power_loss_after(1 + rng() % 60);
+      std::uint32_t next_page = 0;
+      for (int batch = 0; batch < 40; ++batch) {
+        std::map<std::uint32_t, int> pages;
+        const int n = 1 + static_cast<int>(rng() % 4);
+        for (int j = 0; j < n; ++j) pages[next_page++] = 0;
+        if (!acked.empty() && rng() % 2) {  // overwrite an acknowledged page with a new version
+          auto it = acked.begin();
+          std::advance(it, static_cast<long>(rng() % acked.size()));
+          pages[it->first] = it->second + 1;
+        }
+        std::vector<std::vector<std::byte>> bytes;
+        std::vector<WriteRequest> reqs;
+        for (const auto& [page, version] : pages) bytes.push_back(page_bytes_of(4096, key(page), version));
+        std::size_t i = 0;
+        for (const auto& [page, version] : pages) reqs.push_back({key(page), bytes[i++].data()});
+        try {
+          t.write_batch(reqs);
+        } catch (const Error& e) {
+          REQUIRE(std::string(e.what()).find("simulated power loss") != std::string::npos);
+          in_flight = pages;
+          break;
+        }
+        for (const auto& [page, version] : pages) acked[page] = version;
+      }
+      REQUIRE(!in_flight.empty());  // the power went during the run
+    }
+    SsdTier t(params(path));
+    t.open({4096});
+    for (const auto& [page, version] : acked) {
+      CAPTURE(page);
+      REQUIRE(t.contains(key(page)));
+      const auto got = read_one(t, key(page), 4096);
+      const auto f = in_flight.find(page);
+      CHECK((got == page_bytes_of(4096, key(page), version) ||
+             (f != in_flight.end() && got == page_bytes_of(4096, key(page), f->second))));
+    }
+    std::size_t present = acked.size();
+    for (const auto& [page, version] : in_flight)
+      if (!acked.count(page) && t.contains(key(page))) {
+        ++present;
+        CHECK(read_one(t, key(page), 4096) == page_bytes_of(4096, key(page), version));
+      }
+    CHECK(t.stored_pages() == present);  // nothing that was never written
+    bool any = false;
+    for (const auto& [page, version] : in_flight) any = any || (!acked.count(page) && t.contains(key(page)));
+    lost_in_flight += any ? 0 : 1;
+    // A log block torn by the power loss is detected: the log ends before it, and a write
+    // after reopening lands and survives another reopen.
+    const PageKey extra{999, 0, 0, 0};
+    t.write(extra, page_bytes_of(4096, extra).data());
+    SsdTier again(params(path));
+    again.open({4096});
+    CHECK(again.contains(extra));
+    CHECK(again.stored_pages() == present + 1);
+  }
+  MESSAGE("power-loss test: 50 seeds; the batch in flight was lost in " << lost_in_flight << " of them");
 }

@@ -65,11 +65,11 @@ class SsdTier {
   ~SsdTier() {
     try {
       std::lock_guard lock(mutex_);
-      if (data_fd_ >= 0) flush_erases();
+      if (data_fd_ >= 0 && !dead_) flush_erases();
     } catch (...) {  // the erases stay undone on disk; their pages come back on reopen, intact
     }
-    if (data_fd_ >= 0) ::close(data_fd_);
-    if (log_fd_ >= 0) ::close(log_fd_);
+    for (int fd : {data_fd_, log_fd_, data_buffered_, log_buffered_})
+      if (fd >= 0) ::close(fd);
   }
 
   std::string_view name() const { return "ssd"; }
@@ -201,6 +201,7 @@ class SsdTier {
   /// checksum mismatch (the batch's buffers are then undefined).
   void wait(ReadTicket ticket) {
     std::lock_guard lock(mutex_);
+    check_open();
     auto batch = batches_.find(ticket);
     KVD_EXPECT(batch != batches_.end(), "SsdTier {}: unknown read ticket {}", params_.path, ticket);
     const std::vector<ReadRequest> reads = std::move(batch->second);
@@ -249,9 +250,11 @@ class SsdTier {
       for (std::size_t k = 0; k < pages_in_op; ++k) {
         const Want& w = want[first[o] + k];
         const std::byte* src = op.buf + k * slot_bytes_;
+#ifndef KVD_SSD_MUTATE_NO_VERIFY  // the durability tests' mutation check: this build must fail them
         const std::uint64_t h = ssd_format::page_hash(src, page_bytes_);
         KVD_EXPECT(h == w.hash, "SsdTier {}: checksum mismatch on page {} (slot {}): stored xxh3 {:016x}, read {:016x}",
                    params_.path, w.req->key, w.slot, w.hash, h);
+#endif
         std::memcpy(w.req->dst, src, page_bytes_);
       }
     }
@@ -290,6 +293,17 @@ class SsdTier {
   std::uint64_t read_batches() const { return read_batches_; }
   std::uint64_t read_ops() const { return read_ops_; }
 
+  /// Tests: the power goes at the n-th write or sync from now (n >= 1): writes not yet synced
+  /// are lost, the last of them torn; that call throws and the tier is dead (reopen the store).
+  void simulate_power_loss_after(std::uint64_t n) {
+    std::lock_guard lock(mutex_);
+    check_open();
+    KVD_EXPECT(n >= 1, "simulate_power_loss_after: n must be >= 1");
+    power_.armed = true;
+    power_.countdown = n;
+    power_.unsynced.clear();
+  }
+
   /// Deletes a store's files (for tests and tools); missing files are fine.
   static void remove_files(const std::string& path) {
     ::unlink(path.c_str());
@@ -318,7 +332,10 @@ class SsdTier {
 
   static std::size_t round_up(std::size_t x, std::size_t a) { return (x + a - 1) / a * a; }
 
-  void check_open() const { KVD_EXPECT(data_fd_ >= 0, "SsdTier {}: not open", params_.path); }
+  void check_open() const {
+    KVD_EXPECT(data_fd_ >= 0, "SsdTier {}: not open", params_.path);
+    KVD_EXPECT(!dead_, "SsdTier {}: the (simulated) power went out; reopen the store", params_.path);
+  }
 
   int open_file(const std::string& path, bool existing) {
     const int flags = O_RDWR | O_CLOEXEC | (existing ? 0 : O_CREAT | O_EXCL);
@@ -370,6 +387,7 @@ class SsdTier {
   }
 
   void pwrite_all(int fd, const std::byte* buf, std::size_t len, std::uint64_t offset, const std::string& file, const PageKey& key) {
+    if (power_.armed) power_.before_write(*this, fd, buf, len, offset);
     std::size_t done = 0;
     while (done < len) {
       const ssize_t n = ::pwrite(fd, buf + done, len - done, static_cast<off_t>(offset + done));
@@ -380,8 +398,76 @@ class SsdTier {
     }
   }
 
-  static void sync(int fd, const std::string& file) {
+  void sync(int fd, const std::string& file) {
+#ifndef KVD_SSD_MUTATE_NO_SYNC
+    if (power_.armed) power_.before_sync(*this, fd);
     KVD_EXPECT(::fdatasync(fd) == 0, "SsdTier {}: fdatasync failed: {}", file, std::strerror(errno));
+#else  // the durability tests' mutation check: a store that syncs nothing must fail them
+    if (power_.armed) power_.tick(*this);
+    (void)fd;
+    (void)file;
+#endif
+  }
+
+  /// Power-loss simulation (tests): every write since a file's last sync is undone at the
+  /// chosen operation, except that the last one is torn (its first half lands).
+  struct PowerLossSim {
+    struct Unsynced {
+      int fd;
+      std::uint64_t offset;
+      std::uint64_t old_size;
+      std::vector<std::byte> before, after;
+    };
+    bool armed = false;
+    std::uint64_t countdown = 0;  ///< operations left before the power goes
+    std::vector<Unsynced> unsynced;
+
+    void tick(SsdTier& t) {
+      if (countdown > 1) {
+        --countdown;
+        return;
+      }
+      // The power goes now: drop unsynced writes newest first, then tear the newest.
+      armed = false;
+      for (auto it = unsynced.rbegin(); it != unsynced.rend(); ++it) {
+        raw_write(t, it->fd, it->before.data(), it->before.size(), it->offset);
+        ::ftruncate(t.buffered_fd(it->fd), static_cast<off_t>(it->old_size));
+      }
+      if (!unsynced.empty()) {
+        const Unsynced& last = unsynced.back();
+        const std::size_t half = last.after.size() / 2 / 512 * 512;
+        raw_write(t, last.fd, last.after.data(), std::max<std::size_t>(half, 256), last.offset);
+      }
+      unsynced.clear();
+      t.dead_ = true;
+      fail("SsdTier {}: simulated power loss", t.params_.path);
+    }
+    void before_write(SsdTier& t, int fd, const std::byte* buf, std::size_t len, std::uint64_t offset) {
+      tick(t);
+      struct stat st {};
+      ::fstat(fd, &st);
+      Unsynced u{fd, offset, static_cast<std::uint64_t>(st.st_size), {}, std::vector<std::byte>(buf, buf + len)};
+      const std::uint64_t end = std::min<std::uint64_t>(offset + len, u.old_size);
+      if (end > offset) {
+        u.before.resize(end - offset);
+        ::pread(t.buffered_fd(fd), u.before.data(), u.before.size(), static_cast<off_t>(offset));
+      }
+      unsynced.push_back(std::move(u));
+    }
+    void before_sync(SsdTier& t, int fd) {
+      tick(t);
+      std::erase_if(unsynced, [&](const Unsynced& u) { return u.fd == fd; });
+    }
+    static void raw_write(SsdTier& t, int fd, const std::byte* buf, std::size_t len, std::uint64_t offset) {
+      if (len > 0) (void)!::pwrite(t.buffered_fd(fd), buf, len, static_cast<off_t>(offset));
+    }
+  };
+
+  /// A buffered descriptor of the same file (the simulation writes unaligned pieces).
+  int buffered_fd(int fd) {
+    int& b = fd == data_fd_ ? data_buffered_ : log_buffered_;
+    if (b < 0) b = ::open((fd == data_fd_ ? params_.path : params_.path + ".log").c_str(), O_RDWR | O_CLOEXEC);
+    return b;
   }
 
   void write_header(int fd, const char (&magic)[8], const std::string& file) {
@@ -569,6 +655,9 @@ class SsdTier {
   std::size_t bounce_bytes_ = 0;
   IoEngine io_;
   std::uint64_t read_batches_ = 0, read_ops_ = 0;
+  PowerLossSim power_;
+  bool dead_ = false;  ///< after a simulated power loss: every call fails
+  int data_buffered_ = -1, log_buffered_ = -1;
 };
 static_assert(StorageTier<SsdTier>);
 
