@@ -20,6 +20,7 @@
 #include "decoder.hpp"
 #include "hf_loader.hpp"
 #include "kvdrive/kvdrive.hpp"
+#include "kvdrive/tier/ssd.hpp"
 #include "llama2c.hpp"
 #include "sampler.hpp"
 #include "synthetic.hpp"
@@ -50,6 +51,9 @@ struct Options {
   std::string record_trace;
   std::string dtype = "f16";
   int page_tokens = 8, sink_tokens = 4, local_tokens = 64, prefill_chunk = 256;
+  // tiered mode
+  std::int64_t fast_bytes = 64ll << 20, host_bytes = 0;
+  std::string ssd_path = "kvd-llama.store";
 };
 
 /// A one-line progress bar on stderr, drawn only when stderr is a terminal.
@@ -88,27 +92,50 @@ std::vector<int> parse_ids(const std::string& s, int vocab) {
   return ids;
 }
 
-template <class Index>
-int run(const Options& o, const Model& model, ThreadPool& pool) {
-  const LlamaConfig& c = model.config;
-  Config cfg;
-  cfg.shape = {c.layers, c.heads, c.kv_heads, c.head_dim()};
-  cfg.page_tokens = o.page_tokens;
-  cfg.sink_tokens = o.sink_tokens;
-  cfg.local_tokens = o.local_tokens;
-  cfg.dtype = o.dtype == "f32" ? DType::f32 : o.dtype == "bf16" ? DType::bf16 : DType::f16;
-  cfg.budget = Budget::fraction(o.budget);
-  KvManager<Index, eviction::Lookahead> kv(cfg, {}, {}, {}, {}, backend::Cpu({o.threads}));
-  Decoder decoder(model, kv, pool, o.prefill_chunk);
-  std::optional<eval::TraceWriter> trace;
-  if (!o.record_trace.empty()) {
-    trace.emplace(o.record_trace, cfg.shape, cfg.dtype);
-    decoder.record(&*trace);
-  }
+/// Tiered mode: fast-tier DRAM for sink, local, staging and the lookahead cache, then an
+/// optional DRAM tier, then the SSD store. Sized for the run's longest context.
+struct TierPlan {
+  std::size_t fast_pages = 0, host_pages = 0;
+  int window = 3;
+};
 
-  // The prompt: text (with a tokenizer), ids, a seeded synthetic prompt, or BOS alone.
-  std::optional<Tokenizer> tokenizer;
-  if (!o.tokenizer.empty()) tokenizer.emplace(o.tokenizer, c.vocab);
+TierPlan plan_tiers(const Options& o, const Config& cfg, std::int64_t context) {
+  const auto streams = static_cast<std::size_t>(cfg.shape.layers) * cfg.shape.kv_heads;
+  const PageRanges r = page_ranges(context + 1, cfg.page_tokens, cfg.sink_tokens, cfg.local_tokens);
+  const auto budget = static_cast<std::size_t>(cfg.budget.pages_for(r.candidates()));
+  // Per stream: sink, local and tail, and a step's misses staged; plus one layer's prefill chunk.
+  const std::size_t need = streams * (static_cast<std::size_t>(eviction::resident_pages(cfg, context)) + budget) +
+                           static_cast<std::size_t>(cfg.shape.kv_heads) *
+                               static_cast<std::size_t>((o.prefill_chunk + cfg.page_tokens - 1) / cfg.page_tokens + 1);
+  TierPlan p;
+  p.fast_pages = static_cast<std::size_t>(o.fast_bytes) / cfg.page_bytes();
+  KVD_EXPECT(p.fast_pages >= need,
+             "--fast-bytes {}: the fast tier needs at least {} bytes ({} pages of {} bytes: sink, local and staging for {} streams "
+             "at {} tokens, and a prefill chunk)",
+             o.fast_bytes, need * cfg.page_bytes(), need, cfg.page_bytes(), streams, context);
+  p.window = budget ? static_cast<int>(std::min<std::size_t>(8, (p.fast_pages - need) / (streams * budget))) : 8;
+  p.host_pages = static_cast<std::size_t>(o.host_bytes) / cfg.page_bytes();
+  return p;
+}
+
+template <class TierList>
+TierList make_tiers(const Options& o, const TierPlan& p) {
+  if constexpr (TierList::kCount == 1) {
+    return TierList{};
+  } else {
+    tier::SsdTier::remove_files(o.ssd_path);  // a fresh store per run
+    tier::SsdTier::Params sp;
+    sp.path = o.ssd_path;
+    tier::HostTier fast(tier::HostTier::Params{p.fast_pages});
+    if constexpr (TierList::kCount == 2)
+      return TierList(std::move(fast), tier::SsdTier(sp));
+    else
+      return TierList(std::move(fast), tier::HostTier(tier::HostTier::Params{p.host_pages}), tier::SsdTier(sp));
+  }
+}
+
+/// The prompt: text (with a tokenizer), ids, a seeded synthetic prompt, or BOS alone.
+std::vector<int> make_prompt(const Options& o, const LlamaConfig& c, const std::optional<Tokenizer>& tokenizer) {
   KVD_EXPECT(o.prompt.empty() || tokenizer, "--prompt needs --tokenizer (or give --prompt-ids)");
   std::vector<int> prompt = tokenizer && !o.prompt.empty() ? tokenizer->encode(o.prompt, true) : parse_ids(o.prompt_ids, c.vocab);
   if (o.prompt_len > 0) {
@@ -118,6 +145,33 @@ int run(const Options& o, const Model& model, ThreadPool& pool) {
     while (static_cast<std::int64_t>(prompt.size()) < o.prompt_len) prompt.push_back(tok(rng));
   }
   if (prompt.empty()) prompt.push_back(tokenizer ? tokenizer->bos() : 1);  // BOS
+  return prompt;
+}
+
+template <class Index, class TierList = Tiers<tier::HostTier>>
+int run(const Options& o, const Model& model, ThreadPool& pool) {
+  const LlamaConfig& c = model.config;
+  Config cfg;
+  cfg.shape = {c.layers, c.heads, c.kv_heads, c.head_dim()};
+  cfg.page_tokens = o.page_tokens;
+  cfg.sink_tokens = o.sink_tokens;
+  cfg.local_tokens = o.local_tokens;
+  cfg.dtype = o.dtype == "f32" ? DType::f32 : o.dtype == "bf16" ? DType::bf16 : DType::f16;
+  cfg.budget = Budget::fraction(o.budget);
+  std::optional<Tokenizer> tokenizer;
+  if (!o.tokenizer.empty()) tokenizer.emplace(o.tokenizer, c.vocab);
+  const std::vector<int> prompt = make_prompt(o, c, tokenizer);
+  constexpr bool tiered = TierList::kCount > 1;
+  TierPlan plan;
+  if constexpr (tiered) plan = plan_tiers(o, cfg, static_cast<std::int64_t>(prompt.size()) + o.steps);
+  KvManager<Index, eviction::Lookahead, TierList> kv(cfg, {}, eviction::Lookahead{plan.window}, make_tiers<TierList>(o, plan), {},
+                                                     backend::Cpu({o.threads}));
+  Decoder decoder(model, kv, pool, o.prefill_chunk);
+  std::optional<eval::TraceWriter> trace;
+  if (!o.record_trace.empty()) {
+    trace.emplace(o.record_trace, cfg.shape, cfg.dtype);
+    decoder.record(&*trace);
+  }
 
   if (!o.print_ids)
     fmt::print("kvd-llama: {} ({} layers, dim {}, {}/{} heads, head_dim {}, vocab {}, {:.1f}M parameters)\n", model.source,
@@ -214,6 +268,22 @@ int run(const Options& o, const Model& model, ThreadPool& pool) {
                  static_cast<double>(s.attended_tokens) / static_cast<double>(s.streams));
     fmt::print("  fast-tier cache: hit rate {:.1f}% ({} hits, {} misses, {} evictions); index {:.1f} MiB\n",
                100 * s.hit_rate(), s.hits, s.misses, s.evictions, static_cast<double>(kv.index_bytes()) / (1 << 20));
+    if constexpr (tiered) {
+      const auto& ssd = kv.tiers().template get<TierList::kCount - 1>();
+      const double mib = 1 << 20;
+      fmt::print("  tiers: fast {:.1f} MiB (lookahead W = {}), {}ssd {} ({}, {}, {} pages stored)\n",
+                 static_cast<double>(plan.fast_pages * cfg.page_bytes()) / mib, plan.window,
+                 TierList::kCount == 3 ? fmt::format("host {:.1f} MiB ({} pages stored), ",
+                                                     static_cast<double>(plan.host_pages * cfg.page_bytes()) / mib,
+                                                     kv.tiers().template get<1>().stored_pages())
+                                       : std::string(),
+                 o.ssd_path, ssd.io_name(), ssd.direct_io() ? "O_DIRECT" : "buffered", ssd.stored_pages());
+      std::string per_tier;
+      for (std::size_t i = 1; i < TierList::kCount; ++i)
+        per_tier += fmt::format("{}{} {:.1f} KiB", i > 1 ? ", " : "", i + 1 == TierList::kCount ? "ssd" : "host",
+                                static_cast<double>(s.bytes_read[i]) / static_cast<double>(std::max<std::uint64_t>(1, t.decode_tokens)) / 1024);
+      fmt::print("  bytes read per decoded token (misses, every layer): {}\n", per_tier);
+    }
   }
   return 0;
 }
@@ -239,7 +309,13 @@ int main(int argc, char** argv) {
   app.add_option("--temperature", o.temperature, "sampling temperature; 0 is greedy")->check(CLI::Range(0.0, 100.0));
   app.add_option("--top-p", o.top_p, "nucleus sampling mass in (0, 1]");
   app.add_option("--seed", o.seed, "sampling and synthetic-prompt seed");
-  app.add_option("--mode", o.mode, "dense or sparse attention")->check(CLI::IsMember({"dense", "sparse"}));
+  app.add_option("--mode", o.mode, "dense, sparse (KV in DRAM) or tiered (sparse, KV on fast DRAM + optional DRAM tier + SSD)")
+      ->check(CLI::IsMember({"dense", "sparse", "tiered"}));
+  app.add_option("--fast-bytes", o.fast_bytes, "tiered: fast-tier bytes (sink, local, staging, lookahead cache)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 50));
+  app.add_option("--host-bytes", o.host_bytes, "tiered: a DRAM tier between the fast tier and the SSD (0: none)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 50));
+  app.add_option("--ssd-path", o.ssd_path, "tiered: the SSD store file (recreated; PATH.log beside it)");
   app.add_option("--budget", o.budget, "sparse budget: fraction of candidate pages, in (0, 1]");
   app.add_option("--index", o.index, "sparse index: hierarchical (KVDrive), quest, mean-key, centroid, simhash, product-quant, oracle, oracle-mass")
       ->check(CLI::IsMember({"hierarchical", "quest", "mean-key", "centroid", "simhash", "product-quant", "oracle", "oracle-mass", "dense"}));
@@ -263,6 +339,17 @@ int main(int argc, char** argv) {
       KVD_EXPECT(!o.shape.layers && !o.shape.heads && !o.shape.kv_heads && !o.shape.head_dim && !o.shape.hidden && !o.shape.vocab,
                  "--layers/--heads/--kv-heads/--head-dim/--hidden/--vocab apply to synthetic models only");
       model = std::filesystem::is_directory(o.model) ? load_hf(o.model) : load_llama2c(o.model);
+    }
+    KVD_EXPECT(o.mode == "tiered" || (app.count("--fast-bytes") + app.count("--host-bytes") + app.count("--ssd-path")) == 0,
+               "--fast-bytes, --host-bytes and --ssd-path apply to --mode tiered");
+    if (o.mode == "tiered") {
+      KVD_EXPECT(o.index != "dense", "--mode tiered is sparse: choose a sparse --index");
+      using Ssd = Tiers<tier::HostTier, tier::SsdTier>;
+      using HostSsd = Tiers<tier::HostTier, tier::HostTier, tier::SsdTier>;
+      const bool host = o.host_bytes > 0;
+      if (o.index == "quest") return host ? run<index::Quest, HostSsd>(o, model, pool) : run<index::Quest, Ssd>(o, model, pool);
+      KVD_EXPECT(o.index == "hierarchical", "--mode tiered runs the hierarchical (KVDrive) and quest indices");
+      return host ? run<index::Hierarchical, HostSsd>(o, model, pool) : run<index::Hierarchical, Ssd>(o, model, pool);
     }
     if (o.mode == "dense" || o.index == "dense") return run<index::Dense>(o, model, pool);
     if (o.index == "oracle-mass") return run<index::OracleMass>(o, model, pool);

@@ -53,5 +53,8 @@
 #include "kvdrive/tier/host.hpp"
 #include "kvdrive/tier/page_key.hpp"
 #include "kvdrive/tier/page_pool.hpp"
+#include "kvdrive/tier/io_engine.hpp"
 #include "kvdrive/tier/placement.hpp"
+#include "kvdrive/tier/ssd.hpp"
+#include "kvdrive/tier/ssd_format.hpp"
 #include "kvdrive/tier/tiers.hpp"
