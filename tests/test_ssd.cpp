@@ -417,3 +417,62 @@ TEST_CASE("SsdTier power-loss test: acknowledged pages survive, nothing else is 
   }
   MESSAGE("power-loss test: 50 seeds; the batch in flight was lost in " << lost_in_flight << " of them");
 }
+
+TEST_CASE("faults under KvManager with an SSD store: clear errors naming the page, nothing lost, retry works") {
+  TempDir dir;
+  Config c;
+  c.shape = {1, 4, 2, 64};
+  c.page_tokens = 8;
+  c.local_tokens = 16;
+  c.budget = Budget::fraction(0.25);
+  using Faulty = FaultTier<SsdTier>;
+  using T = Tiers<HostTier, Faulty>;
+  KvManager<index::Quest, eviction::Lookahead, T> kv(c, {}, eviction::Lookahead{1}, T(HostTier{}, Faulty(SsdTier(params(dir.file("kv"))))));
+  auto& ssd = kv.tiers().get<1>();
+  const int d = 64, prompt = 400;
+  const auto k = test::random_floats(static_cast<std::size_t>(prompt) * 2 * d, 1), v = test::random_floats(k.size(), 2);
+  const SeqId id = kv.add_sequence();
+  // ENOSPC while prefill writes its pages: an error that says so; nothing is stored; a retry works.
+  ssd.fail_writes_after(10, Faulty::WriteFault::no_space);
+  CHECK_THROWS_WITH_AS(kv.prefill(id, 0, make_view(k, prompt, 2, d), make_view(v, prompt, 2, d)),
+                       doctest::Contains("no space left on device"), Error);
+  CHECK(ssd.inner().stored_pages() == 0);
+  CHECK(kv.length(id, 0) == 0);
+  ssd.heal();
+  kv.prefill(id, 0, make_view(k, prompt, 2, d), make_view(v, prompt, 2, d));
+  const std::size_t stored = ssd.inner().stored_pages();
+  CHECK(stored > 0);
+  const SeqId batch[] = {id};
+  auto step = [&](int s) {
+    const auto q = test::random_floats(4 * d, 100 + s), kn = test::random_floats(2 * d, 200 + s), vn = test::random_floats(2 * d, 300 + s);
+    std::vector<float> out(4 * d);
+    kv.attend(0, batch, make_view(q, 1, 4, d), make_view(kn, 1, 2, d), make_view(vn, 1, 2, d), make_view(out, 1, 4, d));
+    return out;
+  };
+  // A short read and an EIO during a step name the page and change nothing; the retry gives the
+  // output an undisturbed step gives.
+  for (auto fault : {Faulty::ReadFault::short_read, Faulty::ReadFault::eio}) {
+    ssd.fail_reads_after(0, fault);
+    CHECK_THROWS_WITH_AS(step(0), doctest::Contains("page (seq 1, layer 0"), Error);
+    CHECK_THROWS_WITH_AS(step(0), doctest::Contains(fault == Faulty::ReadFault::short_read ? "short read" : "EIO"), Error);
+    ssd.heal();
+    CHECK(kv.length(id, 0) == prompt);
+  }
+  const auto first = step(0);
+  CHECK(kv.length(id, 0) == prompt + 1);
+  // A bit flipped on the medium: a checksum error naming the page, never a wrong output.
+  for (std::uint32_t page = 1; page < static_cast<std::uint32_t>(prompt / 8 - 2); ++page)
+    if (ssd.contains({id, 0, 0, page})) ssd.flip_stored_bit({id, 0, 0, page}, 77);
+  bool caught = false;
+  for (int s = 1; s < 6 && !caught; ++s) {
+    try {
+      step(s);
+    } catch (const Error& e) {
+      caught = std::string(e.what()).find("checksum mismatch on page (seq 1, layer 0, head 0") != std::string::npos;
+      REQUIRE(caught);
+    }
+  }
+  CHECK(caught);
+  CHECK(ssd.inner().stored_pages() >= stored);  // nothing stored before was lost
+  (void)first;
+}

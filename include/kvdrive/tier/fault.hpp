@@ -1,6 +1,10 @@
-// tier::FaultTier<Inner>: wraps a tier and injects read and write errors and read delays, for
-// tests of failure handling (commit or nothing, Decision 8). It presents itself as a slow,
-// non-addressable tier, so pages stored in it always go through the cache and fetch path.
+// tier::FaultTier<Inner>: wraps a tier and injects faults, for tests of failure handling
+// (commit or nothing, Decision 8): read errors (EIO or a short read, each naming the page),
+// write errors (EIO or ENOSPC), read latency, bit flips on the medium (for inner tiers that
+// can flip a stored bit, such as SsdTier: the flip lands below the checksum), and power loss
+// (forwarded to inner tiers that simulate it). It presents itself as a slow, non-addressable
+// tier, so pages stored in it always go through the cache and fetch path. Batched writes are
+// passed on as batches, all or nothing.
 #pragma once
 
 #include <chrono>
@@ -8,7 +12,8 @@
 #include <cstdint>
 #include <limits>
 #include <mutex>
-#include <set>
+#include <map>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <thread>
@@ -31,15 +36,30 @@ class FaultTier {
   std::string_view name() const { return "fault"; }
   Inner& inner() { return inner_; }
 
+  enum class ReadFault { eio, short_read };
+  enum class WriteFault { eio, no_space };
+
   /// After `n` more successful page reads, every read fails until heal().
-  void fail_reads_after(std::uint64_t n) {
+  void fail_reads_after(std::uint64_t n, ReadFault kind = ReadFault::eio) {
     std::lock_guard lock(mutex_);
     reads_left_ = n;
+    read_fault_ = kind;
   }
   /// After `n` more successful page writes, every write fails until heal().
-  void fail_writes_after(std::uint64_t n) {
+  void fail_writes_after(std::uint64_t n, WriteFault kind = WriteFault::eio) {
     std::lock_guard lock(mutex_);
     writes_left_ = n;
+    write_fault_ = kind;
+  }
+  /// Flips one bit of a stored page on the inner tier's medium (below its checksum).
+  void flip_stored_bit(const PageKey& key, std::size_t bit) {
+    static_assert(requires(Inner& i) { i.flip_stored_bit(key, bit); }, "the inner tier cannot flip a stored bit");
+    inner_.flip_stored_bit(key, bit);
+  }
+  /// The power goes at the inner tier's n-th write or sync from now.
+  void simulate_power_loss_after(std::uint64_t n) {
+    static_assert(requires(Inner& i) { i.simulate_power_loss_after(n); }, "the inner tier cannot simulate a power loss");
+    inner_.simulate_power_loss_after(n);
   }
   /// Each read batch sleeps this long before completing.
   void delay_reads(std::chrono::microseconds d) {
@@ -58,25 +78,26 @@ class FaultTier {
   void open(const TierGeometry& g) { inner_.open(g); }
 
   void write(const PageKey& key, const std::byte* src) {
-    {
-      std::lock_guard lock(mutex_);
-      if (writes_left_ == 0) {
-        ++errors_;
-        fail("FaultTier: injected write error on page {}", key);
-      }
-      if (writes_left_ != kNever) --writes_left_;
-      ++writes_;
-    }
+    count_writes(std::span<const WriteRequest>(), key, 1);
     inner_.write(key, src);
   }
 
+  /// All or nothing: if any page of the batch would fail, none is written.
+  void write_batch(std::span<const WriteRequest> pages)
+    requires requires(Inner& i) { i.write_batch(pages); }
+  {
+    if (pages.empty()) return;
+    count_writes(pages, pages.front().key, pages.size());
+    inner_.write_batch(pages);
+  }
+
   ReadTicket submit(std::span<const ReadRequest> reads) {
-    bool failed = false;
+    std::optional<PageKey> failed;
     {
       std::lock_guard lock(mutex_);
       for (std::size_t i = 0; i < reads.size(); ++i) {
-        if (reads_left_ == 0) failed = true;
-        else if (reads_left_ != kNever) --reads_left_;
+        if (reads_left_ == 0 && !failed) failed = reads[i].key;
+        else if (reads_left_ != kNever && reads_left_ > 0) --reads_left_;
       }
       reads_ += reads.size();
     }
@@ -86,21 +107,27 @@ class FaultTier {
     const ReadTicket t = ++tickets_;
     if (failed) {
       ++errors_;
-      failed_.insert(t);
+      failed_.emplace(t, *failed);
     }
     return t;
   }
 
   void wait(ReadTicket t) {
     std::chrono::microseconds d;
-    bool failed;
+    std::optional<PageKey> failed;
+    ReadFault kind;
     {
       std::lock_guard lock(mutex_);
       d = delay_;
-      failed = failed_.erase(t) != 0;
+      kind = read_fault_;
+      if (auto it = failed_.find(t); it != failed_.end()) {
+        failed = it->second;
+        failed_.erase(it);
+      }
     }
     if (d.count() > 0) std::this_thread::sleep_for(d);
-    if (failed) fail("FaultTier: injected read error (batch {})", t);
+    if (failed && kind == ReadFault::short_read) fail("FaultTier: injected short read of page {} (batch {})", *failed, t);
+    if (failed) fail("FaultTier: injected read error (EIO) on page {} (batch {})", *failed, t);
   }
 
   void erase(const PageKey& key) { inner_.erase(key); }
@@ -108,12 +135,26 @@ class FaultTier {
   std::size_t free_pages() const { return inner_.free_pages(); }
 
  private:
+  /// Counts `n` page writes, failing them all if the budget of good writes runs out.
+  void count_writes(std::span<const WriteRequest>, const PageKey& first, std::size_t n) {
+    std::lock_guard lock(mutex_);
+    if (writes_left_ != kNever && writes_left_ < n) {
+      ++errors_;
+      if (write_fault_ == WriteFault::no_space) fail("FaultTier: injected no space left on device, writing page {}", first);
+      fail("FaultTier: injected write error on page {}", first);
+    }
+    if (writes_left_ != kNever) writes_left_ -= n;
+    writes_ += n;
+  }
+
   Inner inner_;
   mutable std::mutex mutex_;
+  ReadFault read_fault_ = ReadFault::eio;
+  WriteFault write_fault_ = WriteFault::eio;
   std::uint64_t reads_left_ = kNever, writes_left_ = kNever;
   std::uint64_t reads_ = 0, writes_ = 0, errors_ = 0;
   std::chrono::microseconds delay_{};
-  std::set<ReadTicket> failed_;
+  std::map<ReadTicket, PageKey> failed_;  ///< batches that fail, and the first failing page
   ReadTicket tickets_ = 0;
 };
 

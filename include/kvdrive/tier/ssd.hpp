@@ -304,6 +304,22 @@ class SsdTier {
     power_.unsynced.clear();
   }
 
+  /// Tests: flips one bit of a stored page in the file (below the checksum), as a failing
+  /// medium would.
+  void flip_stored_bit(const PageKey& key, std::size_t bit) {
+    std::lock_guard lock(mutex_);
+    check_open();
+    auto it = map_.find(key);
+    KVD_EXPECT(it != map_.end(), "SsdTier {}: no page {}", params_.path, key);
+    KVD_EXPECT(bit < page_bytes_ * 8, "SsdTier: bit {} outside a {}-byte page", bit, page_bytes_);
+    const int fd = buffered_fd(data_fd_);
+    const auto at = static_cast<off_t>(slot_offset(it->second.slot) + bit / 8);
+    unsigned char c = 0;
+    KVD_EXPECT(::pread(fd, &c, 1, at) == 1, "SsdTier {}: cannot read back page {}", params_.path, key);
+    c = static_cast<unsigned char>(c ^ (1u << (bit % 8)));
+    KVD_EXPECT(::pwrite(fd, &c, 1, at) == 1 && ::fdatasync(fd) == 0, "SsdTier {}: cannot flip a bit of page {}", params_.path, key);
+  }
+
   /// Deletes a store's files (for tests and tools); missing files are fine.
   static void remove_files(const std::string& path) {
     ::unlink(path.c_str());
