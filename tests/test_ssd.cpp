@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kvdrive/kvdrive.hpp"
+#include "kvdrive/tier/mmap.hpp"
 #include "kvdrive/tier/ssd.hpp"
 #include "support.hpp"
 
@@ -475,4 +476,23 @@ TEST_CASE("faults under KvManager with an SSD store: clear errors naming the pag
   CHECK(caught);
   CHECK(ssd.inner().stored_pages() >= stored);  // nothing stored before was lost
   (void)first;
+}
+
+TEST_CASE("MmapTier, the strawman: pages round-trip, and a read loads its whole layer") {
+  TempDir dir;
+  MmapTier t(MmapTier::Params{dir.file("mm"), 64});
+  t.open({4096});
+  for (std::uint32_t layer = 0; layer < 2; ++layer)
+    for (std::uint32_t page = 0; page < 20; ++page) t.write({1, layer, 0, page}, page_bytes_of(4096, {1, layer, 0, page}).data());
+  t.drop_cache();
+  std::vector<std::byte> a(4096), b(4096);
+  const ReadRequest reads[] = {{{1, 1, 0, 3}, a.data()}, {{1, 1, 0, 17}, b.data()}};
+  t.wait(t.submit(reads));
+  CHECK(a == page_bytes_of(4096, {1, 1, 0, 3}));
+  CHECK(b == page_bytes_of(4096, {1, 1, 0, 17}));
+  CHECK(t.layer_loads() == 1);                // both pages are in layer 1: loaded once
+  CHECK(t.bytes_loaded() == 20 * 4096);       // all of it
+  CHECK(t.free_pages() == 24);
+  for (std::uint32_t page = 0; page < 24; ++page) t.write({2, 0, 0, page}, a.data());
+  CHECK_THROWS_WITH_AS(t.write({3, 0, 0, 0}, a.data()), doctest::Contains("full"), Error);
 }

@@ -54,6 +54,7 @@
 #include "kvdrive/tier/page_key.hpp"
 #include "kvdrive/tier/page_pool.hpp"
 #include "kvdrive/tier/io_engine.hpp"
+#include "kvdrive/tier/mmap.hpp"
 #include "kvdrive/tier/placement.hpp"
 #include "kvdrive/tier/ssd.hpp"
 #include "kvdrive/tier/ssd_format.hpp"
