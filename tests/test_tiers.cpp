@@ -82,3 +82,26 @@ TEST_CASE("FaultTier: injects read and write errors on schedule, then heals") {
   CHECK(t.injected_errors() == 2);
   CHECK(t.reads() == 6);
 }
+
+TEST_CASE("HostTier: each new block of memory goes through the pinning hook; a failing hook fails the allocation") {
+  std::vector<std::pair<std::byte*, std::size_t>> blocks;
+  HostTier::Params p;
+  p.on_new_block = [&](std::byte* at, std::size_t bytes) { blocks.emplace_back(at, bytes); };
+  HostTier t(p);
+  t.open({4096});
+  std::vector<Slot> slots;
+  for (int i = 0; i < 3000; ++i) slots.push_back(t.allocate());  // ~4 MiB blocks of 1024 pages
+  REQUIRE(blocks.size() == 3);
+  for (Slot s : slots) {
+    const std::byte* d = t.slot_data(s);
+    bool inside = false;
+    for (const auto& [at, bytes] : blocks) inside = inside || (d >= at && d + 4096 <= at + bytes);
+    CHECK(inside);
+  }
+  HostTier::Params bad;
+  bad.on_new_block = [](std::byte*, std::size_t) { throw Error("cannot pin"); };
+  HostTier u(bad);
+  u.open({4096});
+  CHECK_THROWS_WITH_AS(u.allocate(), doctest::Contains("cannot pin"), Error);
+  CHECK(u.used_pages() == 0);
+}

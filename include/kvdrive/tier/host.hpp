@@ -23,19 +23,20 @@ class HostTier {
   struct Params {
     std::size_t capacity_pages = 0;  ///< 0: unbounded
     std::size_t alignment = 4096;    ///< slot alignment (direct I/O wants 4096)
+    PagePool::BlockHook on_new_block{};  ///< each new block of memory: pin it (CUDA) or register it
   };
 
   static constexpr bool kAddressable = true;
 
   HostTier() = default;
   explicit HostTier(Params p) : params_(p) {}
-  HostTier(HostTier&& o) noexcept : params_(o.params_) {}  // movable before open() only
+  HostTier(HostTier&& o) noexcept : params_(std::move(o.params_)) {}  // movable before open() only
 
   std::string_view name() const { return "host"; }
 
   void open(const TierGeometry& g) {
     page_bytes_ = g.page_bytes;
-    pool_.open(g.page_bytes, params_.alignment, params_.capacity_pages);
+    pool_.open(g.page_bytes, params_.alignment, params_.capacity_pages, params_.on_new_block);
   }
 
   // ---- keyed store ---------------------------------------------------------------------------

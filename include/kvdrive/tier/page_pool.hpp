@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -24,9 +25,13 @@ class PagePool {
   using Slot = std::int32_t;
 
   PagePool() = default;
+  /// Called with each new block of memory (address, bytes), e.g. to pin it for GPU copies
+  /// (cudaHostRegister) or register it with io_uring; it may throw, and the block is then freed.
+  using BlockHook = std::function<void(std::byte*, std::size_t)>;
+
   /// page_bytes per slot, each slot starting at a multiple of `alignment` (a power of two);
   /// capacity 0 means unbounded.
-  void open(std::size_t page_bytes, std::size_t alignment, std::size_t capacity) {
+  void open(std::size_t page_bytes, std::size_t alignment, std::size_t capacity, BlockHook on_new_block = {}) {
     KVD_EXPECT(page_bytes > 0, "PagePool: page_bytes is 0");
     KVD_EXPECT(alignment >= 16 && (alignment & (alignment - 1)) == 0,
                "PagePool: alignment {} is not a power of two >= 16", alignment);
@@ -37,6 +42,7 @@ class PagePool {
     capacity_ = capacity;
     block_pages_ = std::max<std::size_t>(1, (std::size_t{4} << 20) / stride_);  // ~4 MiB blocks
     directory_ = std::make_unique<std::byte*[]>(kMaxBlocks);
+    on_new_block_ = std::move(on_new_block);
   }
 
   Slot allocate() {
@@ -89,7 +95,9 @@ class PagePool {
     const std::size_t bytes = block_pages_ * stride_;
     const std::size_t align = std::max(alignment_, kHugePage);
     auto* raw = static_cast<std::byte*>(::operator new[](bytes, std::align_val_t{align}));
-    blocks_.emplace_back(raw, AlignedDelete{align});
+    std::unique_ptr<std::byte[], AlignedDelete> block(raw, AlignedDelete{align});
+    if (on_new_block_) on_new_block_(raw, bytes);
+    blocks_.push_back(std::move(block));
     directory_[blocks_.size() - 1] = raw;
 #ifdef MADV_HUGEPAGE
     if (bytes >= kHugePage) ::madvise(raw, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);  // a hint
@@ -106,6 +114,7 @@ class PagePool {
   std::unique_ptr<std::byte*[]> directory_;  ///< block addresses; fixed size, never reallocated
   std::vector<Slot> free_;
   std::size_t alignment_ = 64, stride_ = 0, capacity_ = 0, block_pages_ = 1, total_ = 0;
+  BlockHook on_new_block_;
 };
 
 }  // namespace kvdrive::tier
