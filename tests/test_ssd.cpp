@@ -496,3 +496,55 @@ TEST_CASE("MmapTier, the strawman: pages round-trip, and a read loads its whole 
   for (std::uint32_t page = 0; page < 24; ++page) t.write({2, 0, 0, page}, a.data());
   CHECK_THROWS_WITH_AS(t.write({3, 0, 0, 0}, a.data()), doctest::Contains("full"), Error);
 }
+
+TEST_CASE("SsdTier: log blocks past a torn one are never replayed, and freed slots are reused") {
+  TempDir dir;
+  const std::string path = dir.file("store");
+  const PageKey k{1, 0, 0, 100};
+  {
+    SsdTier t(params(path));
+    t.open({4096});
+    t.write(k, page_bytes_of(4096, k, 1).data());  // acknowledged: k = v1
+    std::vector<std::vector<std::byte>> bytes;
+    std::vector<WriteRequest> reqs;
+    for (std::uint32_t i = 0; i < 146; ++i) bytes.push_back(page_bytes_of(4096, {1, 0, 0, i}, i == 100 ? 2 : 0));
+    for (std::uint32_t i = 0; i < 146; ++i) reqs.push_back({{1, 0, 0, i}, bytes[i].data()});
+    t.write_batch(reqs);  // two log blocks (73 records each), at 8192 and 12288
+  }
+  // A crash in which the batch's second log block reached the medium and its first did not.
+  {
+    const int fd = ::open((path + ".log").c_str(), O_RDWR);
+    REQUIRE(fd >= 0);
+    std::vector<char> zero(4096, 0);
+    REQUIRE(::pwrite(fd, zero.data(), zero.size(), 8192) == 4096);
+    ::close(fd);
+  }
+  {
+    SsdTier t(params(path));
+    t.open({4096});
+    CHECK(read_one(t, k, 4096) == page_bytes_of(4096, k, 1));
+    CHECK(t.stored_pages() == 1);
+    std::vector<std::vector<std::byte>> bytes;
+    std::vector<WriteRequest> reqs;
+    for (std::uint32_t i = 0; i < 73; ++i) bytes.push_back(page_bytes_of(4096, {2, 0, 0, i}));
+    for (std::uint32_t i = 0; i < 73; ++i) reqs.push_back({{2, 0, 0, i}, bytes[i].data()});
+    t.write_batch(reqs);  // exactly one block: the stale block after it must not come back
+  }
+  {
+    SsdTier t(params(path));
+    t.open({4096});
+    CHECK(read_one(t, k, 4096) == page_bytes_of(4096, k, 1));  // never the unacknowledged v2
+    CHECK(t.stored_pages() == 74);
+  }
+  // Without a capacity, erased and overwritten slots are reused once durable: the file stays small.
+  SsdTier t(params(dir.file("reuse")));
+  t.open({4096});
+  for (std::uint32_t i = 0; i < 20; ++i) {
+    t.write({1, 0, 0, 0}, page_bytes_of(4096, {1, 0, 0, 0}, static_cast<int>(i)).data());  // overwrites
+    t.write({9, 0, 0, i}, page_bytes_of(4096, {9, 0, 0, i}).data());
+    t.erase({9, 0, 0, i});
+  }
+  t.sync();
+  CHECK(t.slot_of({1, 0, 0, 0}) < 8);  // within the first extent: old slots came back
+  CHECK(std::filesystem::file_size(dir.file("reuse")) <= 4096 + 8 * 4096 * 2);
+}

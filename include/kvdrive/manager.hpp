@@ -105,6 +105,16 @@ class KvManager {
       }
     }
     sequences_.erase(id);
+    // Make the erases durable where a tier defers them (SsdTier), so their room is usable.
+    for (std::size_t i = 1; i < TierList::kCount; ++i)
+      tiers_.visit(i, [](auto& t) {
+        if constexpr (requires { t.sync(); }) {
+          try {
+            t.sync();
+          } catch (...) {  // the erases stay pending; the store stays correct
+          }
+        }
+      });
   }
 
   std::optional<PrefixDigest> prefix_digest(SeqId id) const { return sequence(id).digest; }
@@ -863,6 +873,7 @@ class KvManager {
           if constexpr (requires(std::span<const tier::WriteRequest> w) { t.write_batch(w); }) {
             std::vector<tier::WriteRequest> reqs;
             for (std::size_t j = next; j < next + n; ++j) reqs.push_back({pages[j].key, pages[j].bytes});
+            written.reserve(written.size() + n);  // recording them after the write must not fail
             t.write_batch(reqs);
             for (std::size_t j = next; j < next + n; ++j) written.emplace_back(home, pages[j].key);
           } else {

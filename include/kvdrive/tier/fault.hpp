@@ -131,6 +131,12 @@ class FaultTier {
   }
 
   void erase(const PageKey& key) { inner_.erase(key); }
+  /// Makes the inner tier's erases durable, where it defers them.
+  void sync()
+    requires requires(Inner& i) { i.sync(); }
+  {
+    inner_.sync();
+  }
   bool contains(const PageKey& key) const { return inner_.contains(key); }
   std::size_t free_pages() const { return inner_.free_pages(); }
 

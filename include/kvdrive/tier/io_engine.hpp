@@ -2,7 +2,8 @@
 // liburing-dev; KVD_HAVE_LIBURING) it drives an io_uring of `queue_depth` entries; where
 // io_uring is missing or refused (old kernels, seccomp in containers) it falls back to a thread
 // pool of pread() calls, and name() says which one runs. A read that returns fewer bytes than
-// asked (end of file) or fails reports it in its own result; only a broken ring throws.
+// asked (end of file) or fails reports it in its own result; only a broken ring throws (after
+// the reads it took have finished).
 #pragma once
 
 #include <unistd.h>
@@ -102,9 +103,20 @@ class IoEngine {
 
 #if KVD_HAVE_LIBURING
   void ring_read_all(int fd, std::span<IoRead> reads) {
-    std::size_t next = 0, inflight = 0;
+    std::size_t next = 0, inflight = 0;  // inflight: queued or submitted, not yet completed
+    const auto reap = [&](io_uring_cqe* cqe) {
+      IoRead& r = reads[io_uring_cqe_get_data64(cqe)];
+      r.result = cqe->res;
+      io_uring_cqe_seen(ring_.get(), cqe);
+      --inflight;
+      // A partial read (possible on some files) is finished synchronously.
+      if (r.result > 0 && static_cast<std::size_t>(r.result) < r.len) {
+        IoRead rest{r.offset + static_cast<std::uint64_t>(r.result), r.len - static_cast<std::size_t>(r.result), r.buf + r.result, 0};
+        pread_full(fd, rest);
+        r.result = rest.result < 0 ? rest.result : r.result + rest.result;
+      }
+    };
     while (next < reads.size() || inflight > 0) {
-      bool queued = false;
       while (next < reads.size() && inflight < depth_) {
         io_uring_sqe* sqe = io_uring_get_sqe(ring_.get());
         if (!sqe) break;
@@ -113,29 +125,22 @@ class IoEngine {
         io_uring_sqe_set_data64(sqe, next);
         ++next;
         ++inflight;
-        queued = true;
       }
-      if (queued) {
-        // Queued entries stay in the ring until a submit takes them; busy or interrupted
-        // submits are retried after reaping below.
-        const int rc = io_uring_submit(ring_.get());
-        KVD_EXPECT(rc >= 0 || rc == -EINTR || rc == -EAGAIN || rc == -EBUSY, "io_uring submit failed: {}", std::strerror(-rc));
+      // Submits everything queued (a busy or interrupted submit is retried) and waits for one.
+      const int rc = io_uring_submit_and_wait(ring_.get(), 1);
+      if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
+        // The ring is broken: let what it took finish (the kernel writes into our buffers), then fail.
+        std::size_t taken = inflight - io_uring_sq_ready(ring_.get());
+        while (taken > 0) {
+          io_uring_cqe* cqe = nullptr;
+          if (io_uring_wait_cqe(ring_.get(), &cqe) < 0) break;
+          io_uring_cqe_seen(ring_.get(), cqe);
+          --taken;
+        }
+        fail("io_uring submit failed: {}", std::strerror(-rc));
       }
       io_uring_cqe* cqe = nullptr;
-      const int rc = io_uring_wait_cqe(ring_.get(), &cqe);
-      if (rc == -EINTR || rc == -EAGAIN) continue;
-      KVD_EXPECT(rc >= 0, "io_uring wait failed: {}", std::strerror(-rc));
-      IoRead& r = reads[io_uring_cqe_get_data64(cqe)];
-      r.result = cqe->res;
-      io_uring_cqe_seen(ring_.get(), cqe);
-      --inflight;
-      // A partial read (possible on some files) is finished synchronously.
-      if (r.result > 0 && static_cast<std::size_t>(r.result) < r.len) {
-        IoRead rest{r.offset + static_cast<std::uint64_t>(r.result), r.len - static_cast<std::size_t>(r.result),
-                    r.buf + r.result, 0};
-        pread_full(fd, rest);
-        r.result = rest.result < 0 ? rest.result : r.result + rest.result;
-      }
+      while (io_uring_peek_cqe(ring_.get(), &cqe) == 0 && cqe) reap(cqe);
     }
   }
   std::unique_ptr<io_uring> ring_;

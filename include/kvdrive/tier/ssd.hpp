@@ -116,6 +116,10 @@ class SsdTier {
     for (std::size_t i = 0; i < pages.size(); ++i)
       for (std::size_t j = 0; j < i; ++j)
         KVD_EXPECT(!(pages[i].key == pages[j].key), "SsdTier {}: page {} twice in one write batch", params_.path, pages[i].key);
+    // Erased pages' slots become usable once their records are durable: flush them first when
+    // the store needs the room.
+    if (!pending_free_.empty() && params_.capacity_pages && map_.size() + pending_free_.size() + pages.size() > params_.capacity_pages)
+      flush_erases();
     // Slots first (all or nothing), then data, sync, log, sync.
     std::vector<std::uint64_t> slots;
     const auto give_back = [&] {
@@ -152,6 +156,7 @@ class SsdTier {
       for (std::size_t i = 0; i < pages.size(); ++i) records.push_back(make_record(ssd_format::RecordKind::put, pages[i].key, slots[i], hashes[i]));
       append_log(records);
     } catch (...) {
+      roll_back_log();
       give_back();
       throw;
     }
@@ -273,7 +278,7 @@ class SsdTier {
   std::size_t free_pages() const {
     std::lock_guard lock(mutex_);
     if (params_.capacity_pages == 0) return std::numeric_limits<std::size_t>::max();
-    const std::size_t held = map_.size() + pending_free_.size();
+    const std::size_t held = map_.size();  // erased pages' slots are free once write_batch flushes them
     return held < params_.capacity_pages ? params_.capacity_pages - held : 0;
   }
   /// The slot of a stored page (for layout tests and tools).
@@ -290,8 +295,14 @@ class SsdTier {
   std::string_view io_name() const { return io_.name(); }
   const std::string& path() const { return params_.path; }
   /// Read batches run and the I/Os they took after merging.
-  std::uint64_t read_batches() const { return read_batches_; }
-  std::uint64_t read_ops() const { return read_ops_; }
+  std::uint64_t read_batches() const {
+    std::lock_guard lock(mutex_);
+    return read_batches_;
+  }
+  std::uint64_t read_ops() const {
+    std::lock_guard lock(mutex_);
+    return read_ops_;
+  }
 
   /// Tests: the power goes at the n-th write or sync from now (n >= 1): writes not yet synced
   /// are lost, the last of them torn; that call throws and the tier is dead (reopen the store).
@@ -539,6 +550,9 @@ class SsdTier {
     bool stop = false;
     IoEngine once;
     once.open(IoBackend::threads, 1, 1);
+    struct stat dst {};
+    KVD_EXPECT(::fstat(data_fd_, &dst) == 0, "{}: stat failed: {}", params_.path, std::strerror(errno));
+    const auto data_size = static_cast<std::uint64_t>(dst.st_size);
     while (!stop && at < log_size) {
       const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(kChunkBlocks * align_, round_up(log_size - at, align_)));
       std::byte* buf = bounce(len);
@@ -559,7 +573,11 @@ class SsdTier {
             for (std::size_t k = i * sizeof rec; k < align_; ++k) ok = ok && block[k] == std::byte{0};
             break;
           }
-          ok = rec.valid() && rec.sequence == expected + recs.size() && rec.slot < (std::uint64_t{1} << 48);
+          // A put's data was synced before its record: its slot lies inside the data file.
+          ok = rec.valid() && rec.sequence == expected + recs.size() &&
+               (rec.kind == ssd_format::RecordKind::erase ||
+                (rec.kind == ssd_format::RecordKind::put && rec.slot < data_size / slot_bytes_ &&
+                 align_ + (rec.slot + 1) * slot_bytes_ <= data_size));
           if (ok) recs.push_back(rec);
         }
         (void)padding;
@@ -575,6 +593,9 @@ class SsdTier {
     }
     log_end_ = at;
     next_sequence_ = expected;
+    // Cut the log at its end, so that blocks past a torn one can never be replayed later.
+    KVD_EXPECT(::ftruncate(log_fd_, static_cast<off_t>(log_end_)) == 0 && ::fdatasync(log_fd_) == 0,
+               "{}.log: cannot cut the log after recovery: {}", params_.path, std::strerror(errno));
     // Slots: everything below the high-water mark that no page holds is free.
     std::uint64_t high = 0;
     std::vector<bool> used;
@@ -624,9 +645,22 @@ class SsdTier {
     log_end_ += len;
   }
 
+  /// After a failed append: cut the log back to its last committed block, so that a record
+  /// that may have landed cannot point at slots handed out again. If even that fails, the
+  /// store refuses further calls (reopen it).
+  void roll_back_log() {
+    if (dead_) return;
+    if (::ftruncate(log_fd_, static_cast<off_t>(log_end_)) != 0 || ::fdatasync(log_fd_) != 0) dead_ = true;
+  }
+
   void flush_erases() {
     if (pending_erases_.empty()) return;
-    append_log(pending_erases_);
+    try {
+      append_log(pending_erases_);
+    } catch (...) {
+      roll_back_log();
+      throw;
+    }
     next_sequence_ += pending_erases_.size();
     pending_erases_.clear();
     for (std::uint64_t s : pending_free_) free_slots_.push_back(s);
@@ -638,17 +672,17 @@ class SsdTier {
   std::uint64_t allocate_slot(const PageKey& key) {
     Extent& ex = extents_[StreamKey{key.sequence, key.layer, key.head}];
     if (ex.next < ex.end) return ex.next++;
+    if (!free_slots_.empty()) {  // freed slots (durably) first, so the file does not grow forever
+      const std::uint64_t s = free_slots_.back();
+      free_slots_.pop_back();
+      return s;
+    }
     const std::uint64_t cap = params_.capacity_pages ? params_.capacity_pages : std::numeric_limits<std::uint64_t>::max();
     if (high_water_ < cap) {
       const std::uint64_t n = std::min<std::uint64_t>(params_.extent_pages, cap - high_water_);
       ex = Extent{high_water_ + 1, high_water_ + n};
       high_water_ += n;
       return ex.next - 1;
-    }
-    if (!free_slots_.empty()) {
-      const std::uint64_t s = free_slots_.back();
-      free_slots_.pop_back();
-      return s;
     }
     for (auto& [stream, other] : extents_)
       if (other.next < other.end) return other.next++;
