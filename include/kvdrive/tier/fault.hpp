@@ -78,7 +78,7 @@ class FaultTier {
   void open(const TierGeometry& g) { inner_.open(g); }
 
   void write(const PageKey& key, const std::byte* src) {
-    count_writes(std::span<const WriteRequest>(), key, 1);
+    count_writes(key, 1);
     inner_.write(key, src);
   }
 
@@ -87,7 +87,7 @@ class FaultTier {
     requires requires(Inner& i) { i.write_batch(pages); }
   {
     if (pages.empty()) return;
-    count_writes(pages, pages.front().key, pages.size());
+    count_writes(pages.front().key, pages.size());
     inner_.write_batch(pages);
   }
 
@@ -142,7 +142,7 @@ class FaultTier {
 
  private:
   /// Counts `n` page writes, failing them all if the budget of good writes runs out.
-  void count_writes(std::span<const WriteRequest>, const PageKey& first, std::size_t n) {
+  void count_writes(const PageKey& first, std::size_t n) {
     std::lock_guard lock(mutex_);
     if (writes_left_ != kNever && writes_left_ < n) {
       ++errors_;

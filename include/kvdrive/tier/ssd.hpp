@@ -564,12 +564,11 @@ class SsdTier {
       for (std::size_t b = 0; b < blocks && !stop; ++b) {
         const std::byte* block = buf + b * align_;
         std::vector<ssd_format::LogRecord> recs;
-        bool ok = true, padding = false;
+        bool ok = true;
         for (std::size_t i = 0; i < per_block && ok; ++i) {
           ssd_format::LogRecord rec;
           std::memcpy(&rec, block + i * sizeof rec, sizeof rec);
-          if (rec.sequence == 0) {
-            padding = true;
+          if (rec.sequence == 0) {  // padding: the rest of the block must be zero
             for (std::size_t k = i * sizeof rec; k < align_; ++k) ok = ok && block[k] == std::byte{0};
             break;
           }
@@ -580,7 +579,6 @@ class SsdTier {
                  align_ + (rec.slot + 1) * slot_bytes_ <= data_size));
           if (ok) recs.push_back(rec);
         }
-        (void)padding;
         if (!ok || recs.empty()) {  // torn, unwritten or garbage: the log ends before this block
           stop = true;
           break;
