@@ -302,13 +302,22 @@ TEST_CASE("outputs are bitwise identical across threads, tiers and eviction poli
     KvManager<index::Oracle, eviction::Lru, Tiers<tier::HostTier, tier::HostTier>> kv(w.cfg);
     CHECK(same(run(kv, w)));
   }
-  {  // A capped first backing tier spills into a second one.
+  {  // The last backing tier keeps every page; a capped middle one takes copies of the pages
+     // sealed while decoding, while it has room (prompt pages reach it through warm_up).
     using Three = Tiers<tier::HostTier, tier::FaultTier<tier::HostTier>, tier::HostTier>;
+    const std::size_t cap = 10;
     KvManager<index::Oracle, eviction::Lru, Three> kv(
-        w.cfg, {}, {}, Three(tier::HostTier{}, tier::FaultTier<tier::HostTier>(tier::HostTier({40, 64})), tier::HostTier{}));
+        w.cfg, {}, {}, Three(tier::HostTier{}, tier::FaultTier<tier::HostTier>(tier::HostTier({cap, 64})), tier::HostTier{}));
     CHECK(same(run(kv, w)));
-    CHECK(kv.tiers().get<1>().inner().stored_pages() == 40);
-    CHECK(kv.tiers().get<2>().stored_pages() > 0);
+    std::size_t all = 0, decoded = 0;
+    for (int len : w.prompt) {
+      all += static_cast<std::size_t>((len + w.steps) / w.cfg.page_tokens);
+      decoded += static_cast<std::size_t>((len + w.steps) / w.cfg.page_tokens - len / w.cfg.page_tokens);
+    }
+    const auto streams = static_cast<std::size_t>(w.cfg.shape.layers * w.cfg.shape.kv_heads);
+    REQUIRE(decoded * streams > cap);  // the cap is reached
+    CHECK(kv.tiers().get<2>().stored_pages() == all * streams);
+    CHECK(kv.tiers().get<1>().inner().stored_pages() == cap);
   }
 }
 
@@ -701,4 +710,109 @@ TEST_CASE("a failed warm-up changes nothing") {
   // Healed, it warms the same pages as an undisturbed manager.
   kv.warm_up(ids[0], 0, make_view(q, 16, sh.q_heads, sh.head_dim));
   for (int h = 0; h < sh.kv_heads; ++h) CHECK(kv.cached_pages(ids[0], 0, h) == clean.cached_pages(ids[0], 0, h));
+}
+
+TEST_CASE("placement: the best pages go to the cache, the next to the middle tier, all to the last") {
+  Workload w;
+  w.cfg = small_config();
+  w.cfg.local_tokens = 8;
+  w.prompt = {200};
+  w.steps = 6;
+  const auto& sh = w.cfg.shape;
+  const int obs = 16, pt = w.cfg.page_tokens, g = w.cfg.group(), d = sh.head_dim;
+  using Slow = tier::FaultTier<tier::HostTier>;
+  using Three = Tiers<tier::HostTier, Slow, Slow>;
+  const std::size_t middle_pages = 24;  // 6 per stream: 24 / (2 layers x 2 heads)
+  auto three = [&] { return Three(tier::HostTier{}, Slow(tier::HostTier({middle_pages, 64})), Slow(tier::HostTier{})); };
+  KvManager<index::Quest, eviction::Lookahead, Three> kv(w.cfg, {}, {}, three());
+  const auto ids = prefill_and_warm(kv, w, obs);
+  // Before warm-up the last tier held every sealed page and the middle one none; now the middle
+  // one holds, per stream, the 6 best-ranked pages after the cache's W x budget.
+  const PageRanges r = page_ranges(w.prompt[0] + 1, pt, w.cfg.sink_tokens, w.cfg.local_tokens);
+  const std::size_t capacity = 3 * static_cast<std::size_t>(w.cfg.budget.pages_for(r.candidates()));
+  const std::size_t sealed = static_cast<std::size_t>(w.prompt[0] / pt);
+  const tier::ImportanceGuided placement;
+  for (int l = 0; l < sh.layers; ++l)
+    for (int h = 0; h < sh.kv_heads; ++h) {
+      CAPTURE(l);
+      CAPTURE(h);
+      std::vector<float> keys, q;
+      for (int t = 0; t < w.prompt[0]; ++t) {
+        const auto k = w.key(0, l, t);
+        keys.insert(keys.end(), k.begin() + h * d, k.begin() + (h + 1) * d);
+      }
+      for (int t = w.prompt[0] - obs; t < w.prompt[0]; ++t) {
+        const auto qr = w.query(0, l, t);
+        q.insert(q.end(), qr.begin() + h * g * d, qr.begin() + (h + 1) * g * d);
+      }
+      tier::PlacementInput in;
+      in.keys = keys.data();
+      in.tokens = w.prompt[0];
+      in.queries = q.data();
+      in.observed = obs;
+      in.group = g;
+      in.head_dim = d;
+      in.page_tokens = pt;
+      in.scale = w.cfg.scale();
+      const tier::PageRanking ranking = placement.rank(in, static_cast<std::uint32_t>(r.sink_end), static_cast<std::uint32_t>(r.local_begin));
+      REQUIRE(ranking.pages.size() >= capacity + 6);
+      std::vector<char> middle(sealed, 0);
+      for (std::size_t i = capacity; i < capacity + 6; ++i) middle[ranking.pages[i]] = 1;
+      CHECK(kv.cached_pages(ids[0], l, h) == capacity);
+      for (std::uint32_t p = 0; p < sealed; ++p) {
+        const tier::PageKey key{ids[0], static_cast<std::uint32_t>(l), static_cast<std::uint32_t>(h), p};
+        CHECK(kv.tiers().get<2>().contains(key));
+        CHECK(kv.tiers().get<1>().contains(key) == static_cast<bool>(middle[p]));
+      }
+    }
+  CHECK(kv.total_stats().placed == middle_pages);
+  CHECK(kv.total_stats().bytes_written[1] == middle_pages * w.cfg.page_bytes());
+  // Decoding reads the placed pages from the middle tier, and computes exactly what a manager
+  // without the middle tier computes.
+  KvManager<index::Quest, eviction::Lookahead, FaultyTiers> two(w.cfg);
+  const auto ids2 = prefill_and_warm(two, w, obs);
+  for (int step = 0; step < w.steps; ++step)
+    for (int l = 0; l < sh.layers; ++l) {
+      const auto a = decode_step(kv, w, ids, l, step), b = decode_step(two, w, ids2, l, step);
+      REQUIRE(a.size() == b.size());
+      CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+    }
+  CHECK(kv.total_stats().misses == two.total_stats().misses);
+  CHECK(kv.total_stats().bytes_read[1] > 0);
+  // The same pages were read, some from the middle tier; warm-up also read the placed ones once.
+  CHECK(kv.total_stats().bytes_read[1] + kv.total_stats().bytes_read[2] == two.total_stats().bytes_read[1] + middle_pages * w.cfg.page_bytes());
+  // Pages sealed while decoding went to the last tier, with a copy in the middle one.
+  CHECK(kv.tiers().get<2>().inner().stored_pages() == two.tiers().get<1>().inner().stored_pages());
+  CHECK(kv.tiers().get<1>().inner().stored_pages() == middle_pages);  // full: no room for copies
+  kv.release(ids[0]);
+  CHECK(kv.tiers().get<1>().inner().stored_pages() == 0);
+  CHECK(kv.tiers().get<2>().inner().stored_pages() == 0);
+}
+
+TEST_CASE("a warm-up whose middle-tier copy fails changes nothing") {
+  Workload w;
+  w.cfg = small_config();
+  w.cfg.local_tokens = 8;
+  w.prompt = {200};
+  w.steps = 0;
+  using Slow = tier::FaultTier<tier::HostTier>;
+  using Three = Tiers<tier::HostTier, Slow, Slow>;
+  KvManager<index::Quest, eviction::Lookahead, Three> kv(w.cfg, {}, {}, Three(tier::HostTier{}, Slow(tier::HostTier({40, 64})), Slow(tier::HostTier{})));
+  run(kv, w);
+  const auto& sh = w.cfg.shape;
+  const std::vector<float> q = observation_queries(w, 0, 0, 16);
+  const std::size_t used = kv.tiers().get<0>().used_pages();
+  for (std::uint64_t fail_after : {0u, 5u}) {  // the first head's copies, or the second's
+    CAPTURE(fail_after);
+    kv.tiers().get<1>().fail_writes_after(fail_after);
+    CHECK_THROWS_WITH_AS(kv.warm_up(1, 0, make_view(q, 16, sh.q_heads, sh.head_dim)), doctest::Contains("injected"), Error);
+    kv.tiers().get<1>().heal();
+    CHECK(kv.tiers().get<1>().inner().stored_pages() == 0);
+    CHECK(kv.tiers().get<0>().used_pages() == used);
+    for (int h = 0; h < sh.kv_heads; ++h) CHECK(kv.cached_pages(1, 0, h) == 0);
+    CHECK(kv.total_stats().placed == 0);
+  }
+  kv.warm_up(1, 0, make_view(q, 16, sh.q_heads, sh.head_dim));
+  CHECK(kv.total_stats().placed == 2 * (40 / (2 * 2)));
+  CHECK(kv.tiers().get<1>().inner().stored_pages() == 20);
 }

@@ -4,7 +4,9 @@
 // Prefill runs in chunks of tokens through all layers: projections as matrix products, causal
 // attention of the chunk over the prompt so far (kept in float per KV head while prefilling; see
 // prefill_attention.hpp), then the chunk's K/V go to KvManager::prefill. Decoding calls
-// KvManager::attend once per layer.
+// KvManager::attend once per layer. With warm_up_after_prefill(n), the queries of the prompt's
+// last n positions are kept per layer and each layer is warmed up (KvManager::warm_up: the best
+// pages into the cache, the next into middle tiers) once the prompt is in.
 #pragma once
 
 #include <chrono>
@@ -42,6 +44,7 @@ inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 struct DecoderTimes {
   double prefill_ms = 0, decode_ms = 0;
   double prefill_attention_ms = 0;  ///< causal attention inside prefill
+  double warm_up_ms = 0;            ///< KvManager::warm_up after prefill (part of prefill_ms)
   double linear_ms = 0;             ///< projections, FFN and logits
   std::int64_t prefill_tokens = 0, decode_tokens = 0;
 };
@@ -77,6 +80,13 @@ class Decoder {
     pos_ = tokens;
   }
 
+  /// After prefill, warm up every layer from the queries of the prompt's last `observed`
+  /// positions (0: no warm-up). Prompts shorter than that use all their positions.
+  void warm_up_after_prefill(int observed) {
+    KVD_EXPECT(observed >= 0, "warm_up_after_prefill: {} observation queries", observed);
+    observed_ = observed;
+  }
+
   /// Records Q (after RoPE), K (after RoPE) and V of every layer and position from now on.
   void record(eval::TraceWriter* trace) { trace_ = trace; }
 
@@ -97,6 +107,8 @@ class Decoder {
     prompt_k_.assign(static_cast<std::size_t>(c_.layers) * kvh, {});
     prompt_v_.assign(prompt_k_.size(), {});
     const auto n = static_cast<std::int64_t>(tokens.size());
+    obs_first_ = n - std::min<std::int64_t>(observed_, n);
+    obs_q_.assign(observed_ > 0 ? static_cast<std::size_t>(c_.layers) : 0, {});
     for (std::int64_t p0 = 0; p0 < n; p0 += chunk_) {
       const std::int64_t len = std::min<std::int64_t>(chunk_, n - p0);
       prefill_chunk(tokens.subspan(static_cast<std::size_t>(p0), static_cast<std::size_t>(len)), p0);
@@ -104,6 +116,13 @@ class Decoder {
     }
     prompt_k_.clear();
     prompt_v_.clear();
+    if (observed_ > 0) {
+      const auto tw = Clock::now();
+      for (int l = 0; l < c_.layers; ++l)
+        kv_.warm_up(seq_, l, make_view(obs_q_[static_cast<std::size_t>(l)].data(), n - obs_first_, c_.heads, c_.head_dim()));
+      obs_q_.clear();
+      times_.warm_up_ms += ms_since(tw);
+    }
     pos_ = n;
     times_.prefill_tokens += n;
     times_.prefill_ms += ms_since(t0);
@@ -224,6 +243,10 @@ class Decoder {
         rope_.rotate(q_.data() + i * dim, c_.heads, p0 + i);
         rope_.rotate(k_.data() + i * kvd, kvh, p0 + i);
         if (trace_) trace_->write(l, p0 + i, q_.data() + i * dim, k_.data() + i * kvd, v_.data() + i * kvd);
+        if (!obs_q_.empty() && p0 + i >= obs_first_) {
+          auto& oq = obs_q_[static_cast<std::size_t>(l)];
+          oq.insert(oq.end(), q_.data() + i * dim, q_.data() + (i + 1) * dim);
+        }
       }
       // The prompt so far, per KV head, contiguous [tokens][head_dim] for the attention kernel.
       for (int h = 0; h < kvh; ++h) {
@@ -268,6 +291,9 @@ class Decoder {
   eval::TraceWriter* trace_ = nullptr;
   std::vector<float> x_, xb_, q_, k_, v_, att_, tmp_, h1_, h3_, logits_;
   std::vector<std::vector<float>> prompt_k_, prompt_v_;  ///< [layer][kv_head] while prefilling
+  int observed_ = 0;                      ///< warm-up observation queries (0: none)
+  std::int64_t obs_first_ = 0;            ///< first prompt position whose queries are kept
+  std::vector<std::vector<float>> obs_q_;  ///< [layer]: [observed][heads][head_dim] while prefilling
 };
 
 }  // namespace kvdrive::llama

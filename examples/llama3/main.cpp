@@ -53,6 +53,7 @@ struct Options {
   int page_tokens = 8, sink_tokens = 4, local_tokens = 64, prefill_chunk = 256;
   // tiered mode
   std::int64_t fast_bytes = 64ll << 20, host_bytes = 0;
+  int warm_up = 32;  ///< tiered: observation queries for placement after prefill
   std::string ssd_path = "kvd-llama.store";
 };
 
@@ -167,6 +168,7 @@ int run(const Options& o, const Model& model, ThreadPool& pool) {
   KvManager<Index, eviction::Lookahead, TierList> kv(cfg, {}, eviction::Lookahead{plan.window}, make_tiers<TierList>(o, plan), {},
                                                      backend::Cpu({o.threads}));
   Decoder decoder(model, kv, pool, o.prefill_chunk);
+  if constexpr (tiered) decoder.warm_up_after_prefill(o.warm_up);
   std::optional<eval::TraceWriter> trace;
   if (!o.record_trace.empty()) {
     trace.emplace(o.record_trace, cfg.shape, cfg.dtype);
@@ -183,6 +185,7 @@ int run(const Options& o, const Model& model, ThreadPool& pool) {
 
   Progress prefill_bar("prefill"), decode_bar("decode");
   const std::vector<float>* logits = &decoder.prefill(prompt, [&](std::int64_t d, std::int64_t t) { prefill_bar.update(d, t); });
+  const auto prefill_bytes_read = kv.total_stats().bytes_read;  // warm-up reads, kept apart from decoding's
   Sampler sampler(o.temperature, o.top_p, o.seed);
   std::vector<int> generated;
   for (int s = 0; s < o.steps; ++s) {
@@ -215,6 +218,7 @@ int run(const Options& o, const Model& model, ThreadPool& pool) {
   j["decode_tokens_per_s"] = t.decode_ms > 0 ? 1000.0 * static_cast<double>(t.decode_tokens) / t.decode_ms : 0.0;
   j["time_ms"] = {{"prefill", t.prefill_ms},
                   {"prefill_attention", t.prefill_attention_ms},
+                  {"warm_up", t.warm_up_ms},
                   {"decode", t.decode_ms},
                   {"linear", t.linear_ms},
                   {"select", s.time.select_ms},
@@ -230,6 +234,8 @@ int run(const Options& o, const Model& model, ThreadPool& pool) {
                     {"hits", s.hits},
                     {"misses", s.misses},
                     {"evictions", s.evictions},
+                    {"warmed_pages", s.warmed},
+                    {"placed_pages", s.placed},
                     {"hit_rate", s.hit_rate()},
                     {"index_bytes", kv.index_bytes()}};
   j["generated"] = generated;
@@ -281,8 +287,12 @@ int run(const Options& o, const Model& model, ThreadPool& pool) {
       std::string per_tier;
       for (std::size_t i = 1; i < TierList::kCount; ++i)
         per_tier += fmt::format("{}{} {:.1f} KiB", i > 1 ? ", " : "", i + 1 == TierList::kCount ? "ssd" : "host",
-                                static_cast<double>(s.bytes_read[i]) / static_cast<double>(std::max<std::uint64_t>(1, t.decode_tokens)) / 1024);
+                                static_cast<double>(s.bytes_read[i] - prefill_bytes_read[i]) /
+                                    static_cast<double>(std::max<std::uint64_t>(1, t.decode_tokens)) / 1024);
       fmt::print("  bytes read per decoded token (misses, every layer): {}\n", per_tier);
+      if (o.warm_up > 0)
+        fmt::print("  placement after prefill ({} observation queries, {:.1f} s): {} pages warmed into the cache, {} copied to host\n",
+                   o.warm_up, t.warm_up_ms / 1000, s.warmed, s.placed);
     }
   }
   return 0;
@@ -315,6 +325,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 50));
   app.add_option("--host-bytes", o.host_bytes, "tiered: a DRAM tier between the fast tier and the SSD (0: none)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 50));
+  app.add_option("--warm-up", o.warm_up, "tiered: after prefill, rank pages by the last N prompt queries' attention (SnapKV) and "
+                 "place the best in the cache, the next in the host tier (0: no placement)")
+      ->check(CLI::Range(0, 1024));
   app.add_option("--ssd-path", o.ssd_path, "tiered: the SSD store file (recreated; PATH.log beside it)");
   app.add_option("--budget", o.budget, "sparse budget: fraction of candidate pages, in (0, 1]");
   app.add_option("--index", o.index, "sparse index: hierarchical (KVDrive), quest, mean-key, centroid, simhash, product-quant, oracle, oracle-mass")
@@ -340,8 +353,8 @@ int main(int argc, char** argv) {
                  "--layers/--heads/--kv-heads/--head-dim/--hidden/--vocab apply to synthetic models only");
       model = std::filesystem::is_directory(o.model) ? load_hf(o.model) : load_llama2c(o.model);
     }
-    KVD_EXPECT(o.mode == "tiered" || (app.count("--fast-bytes") + app.count("--host-bytes") + app.count("--ssd-path")) == 0,
-               "--fast-bytes, --host-bytes and --ssd-path apply to --mode tiered");
+    KVD_EXPECT(o.mode == "tiered" || (app.count("--fast-bytes") + app.count("--host-bytes") + app.count("--ssd-path") + app.count("--warm-up")) == 0,
+               "--fast-bytes, --host-bytes, --ssd-path and --warm-up apply to --mode tiered");
     if (o.mode == "tiered") {
       KVD_EXPECT(o.index != "dense", "--mode tiered is sparse: choose a sparse --index");
       using Ssd = Tiers<tier::HostTier, tier::SsdTier>;

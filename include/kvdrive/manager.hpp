@@ -98,10 +98,7 @@ class KvManager {
       for (std::size_t p = 0; p < st.pages.size(); ++p) {
         const PageEntry& e = st.pages[p];
         if (e.slot >= 0) tiers_.fast().release(e.slot);
-        if (e.home > 0) {
-          const tier::PageKey key{id, layer, head, static_cast<std::uint32_t>(p)};
-          tiers_.visit(e.home, [&](auto& t) { t.erase(key); });
-        }
+        erase_backed(e.home, tier::PageKey{id, layer, head, static_cast<std::uint32_t>(p)});
       }
     }
     sequences_.erase(id);
@@ -180,7 +177,7 @@ class KvManager {
         }
       }
       // Every head's sealed pages go to the backing tiers together (one sync per tier).
-      store_sealed(seals, written);
+      store_sealed(seals, written, false);
       std::size_t at = 0;
       for (HeadWork& w : work)
         for (std::size_t i = 0; i < w.sealed.size(); ++i) w.sealed_home.push_back(seals[at++].home);
@@ -224,9 +221,14 @@ class KvManager {
   /// pages from the prompt's last queries, q_obs [observed][q_heads][head_dim] (the queries of
   /// the last `observed` prompt positions, 16-64 for SnapKV), and the top W x budget pages that
   /// live on a non-addressable tier are read into the stream's cache at step 0. Pages on
-  /// addressable tiers are attended in place and need none. Scoring needs the prompt's keys:
-  /// pages that left the fast tier are read back for it (counted in bytes_read), so call it
-  /// right after prefill. Returns the pages read into the cache. On error nothing changes.
+  /// addressable tiers are attended in place and need none. With middle tiers (Tiers<Fast, A,
+  /// ..., Last>), the next pages of the ranking are copied from the last tier into them, in
+  /// order, each tier taking an even share of its free room per (layer, head) of the layers not
+  /// yet warmed (so call it layer by layer, in order): best pages in the cache, the next in the
+  /// middle tiers, all of them in the last tier (Stats::placed counts the copies). Scoring needs
+  /// the prompt's keys: pages that left the fast tier are read back for it (counted in
+  /// bytes_read), so call it right after prefill. Returns the pages read into the cache. On
+  /// error nothing changes.
   template <tier::PlacementPolicy P = tier::ImportanceGuided>
   std::size_t warm_up(SeqId id, int layer, View<const float, 3> q_obs, const P& placement = {}) {
     check_layer(layer);
@@ -240,8 +242,16 @@ class KvManager {
       std::vector<std::uint32_t> pages;
       std::vector<float> scores;
       std::vector<Slot> slots;  // fresh slot per page, or -1 if it already has one
+      std::vector<std::pair<std::uint32_t, std::uint8_t>> placed;  // page, middle tier it was copied to
     };
     std::vector<HeadWarm> work(static_cast<std::size_t>(kvh));
+    std::vector<std::pair<std::uint8_t, tier::PageKey>> written;  // middle-tier copies, undone on failure
+    // Each middle tier's share per stream: its room split evenly over this layer's heads and the
+    // layers not yet placed (warm-up runs layer by layer), so every layer gets its best pages there.
+    std::array<std::size_t, kMaxTiers> share{};
+    const auto layers_left = static_cast<std::size_t>(std::max(1, cfg_.shape.layers - layer));
+    for (std::size_t i = 1; i < kLastTier; ++i)
+      share[i] = tiers_.visit(i, [](auto& t) -> std::size_t { return t.free_pages(); }) / (layers_left * static_cast<std::size_t>(kvh));
     std::vector<float> keys, q;
     std::vector<std::byte> scratch(cfg_.page_bytes());
     std::array<std::uint64_t, kMaxTiers> key_bytes{};  // pages read back to score their keys
@@ -289,6 +299,7 @@ class KvManager {
           if (e.home == 0 || TierList::addressable(e.home)) continue;  // resident or attended in place
           chosen.emplace_back(ranking.pages[i], ranking.scores[i]);
         }
+        if constexpr (TierList::kCount > 2) place_in_middle_tiers(st, base, ranking, chosen, share, w.placed, written);
         std::sort(chosen.begin(), chosen.end());
         std::array<std::vector<tier::ReadRequest>, kMaxTiers> reads;  // one batch per tier
         for (const auto& [page, score] : chosen) {
@@ -308,6 +319,7 @@ class KvManager {
       for (HeadWarm& w : work)
         for (Slot s : w.slots)
           if (s >= 0) tiers_.fast().release(s);
+      for (auto& [home, key] : written) tiers_.visit(home, [&](auto& t) { t.erase(key); });
       throw;
     }
     // Commit: the pages take their slots (cannot fail), then enter the caches at step 0. The
@@ -317,6 +329,12 @@ class KvManager {
     for (int h = 0; h < kvh; ++h) {
       Stream& st = stream(seq, layer, h);
       HeadWarm& w = work[static_cast<std::size_t>(h)];
+      for (const auto& [page, tier_index] : w.placed) {
+        st.pages[page].home = tier_index;
+        total_.bytes_read[kLastTier] += cfg_.page_bytes();
+        total_.bytes_written[tier_index] += cfg_.page_bytes();
+        ++total_.placed;
+      }
       for (std::size_t i = 0; i < w.pages.size(); ++i)
         if (w.slots[i] >= 0) {
           st.pages[w.pages[i]].slot = w.slots[i];
@@ -595,12 +613,13 @@ class KvManager {
         key.page = static_cast<std::uint32_t>(p.ranges.pages - 1);
         seals_.push_back({key, m_.tiers_.fast().slot_data(p.tail_slot())});
       }
-      m_.store_sealed(seals_, written_);
+      m_.store_sealed(seals_, written_, true);
       std::size_t at = 0;
       for (StepPlan& p : m_.plans_) {
         if (!p.seals) continue;
         p.seal_home = seals_[at++].home;
-        if (p.seal_home > 0) stats.bytes_written[p.seal_home] += m_.cfg_.page_bytes();
+        if (p.seal_home > 0) stats.bytes_written[kLastTier] += m_.cfg_.page_bytes();
+        if (p.seal_home > 0 && p.seal_home != kLastTier) stats.bytes_written[p.seal_home] += m_.cfg_.page_bytes();
       }
       // Still fallible: the index gets the sealed page's keys as float.
       for (StepPlan& p : m_.plans_)
@@ -619,10 +638,10 @@ class KvManager {
           for (Slot s : p.staged) m_.tiers_.fast().release(s);  // slots no stream took over
           p.staged.clear();
           if (p.new_tail >= 0) m_.tiers_.fast().release(std::exchange(p.new_tail, -1));
-          if (j > i && p.seals && p.seal_home > 0) {  // pages written for streams never applied
+          if (j > i && p.seals) {  // pages written for streams never applied
             tier::PageKey key = p.base;
             key.page = static_cast<std::uint32_t>(p.ranges.pages - 1);
-            m_.tiers_.visit(p.seal_home, [&](auto& t) { t.erase(key); });
+            m_.erase_backed(p.seal_home, key);
           }
         }
         std::string ids;
@@ -856,38 +875,105 @@ class KvManager {
     });
   }
 
-  /// Writes sealed pages to the backing tiers in order, each tier taking what fits, in one
-  /// write_batch() where the tier has one (SsdTier syncs once per batch); sets each page's home
-  /// (0 when there is no backing tier: the page stays in the fast tier). Appends each page
-  /// written to `written` as it goes, so that the caller can undo them on failure.
-  void store_sealed(std::span<SealedPage> pages, std::vector<std::pair<std::uint8_t, tier::PageKey>>& written) {
+  static constexpr std::size_t kLastTier = TierList::kCount - 1;
+
+  /// Writes one batch of pages to backing tier `i`, in one write_batch() where the tier has one
+  /// (SsdTier syncs once per batch), recording each page in `written` as soon as it is stored so
+  /// the caller can undo them on failure.
+  void write_pages(std::size_t i, std::span<const tier::WriteRequest> reqs,
+                   std::vector<std::pair<std::uint8_t, tier::PageKey>>& written) {
+    if (reqs.empty()) return;
+    const auto home = static_cast<std::uint8_t>(i);
+    written.reserve(written.size() + reqs.size());  // recording them after the write must not fail
+    tiers_.visit(i, [&](auto& t) {
+      if constexpr (requires { t.write_batch(reqs); }) {
+        t.write_batch(reqs);
+        for (const tier::WriteRequest& r : reqs) written.emplace_back(home, r.key);
+      } else {
+        for (const tier::WriteRequest& r : reqs) {
+          t.write(r.key, r.src);
+          written.emplace_back(home, r.key);
+        }
+      }
+    });
+  }
+
+  /// Writes sealed pages to the backing tiers and sets each page's home, the nearest tier that
+  /// holds it (0 when there is no backing tier: the page stays in the fast tier). The last tier
+  /// keeps every page. With `copy_to_middle` (pages sealed while decoding), a copy also goes to
+  /// the first middle tier with room; prompt pages reach the middle tiers through placement
+  /// (warm_up), by importance. Appends each page written to `written`.
+  void store_sealed(std::span<SealedPage> pages, std::vector<std::pair<std::uint8_t, tier::PageKey>>& written,
+                    bool copy_to_middle) {
     if constexpr (TierList::kCount == 1) {
       for (SealedPage& p : pages) p.home = 0;
     } else {
+      if (pages.empty()) return;
+      std::vector<tier::WriteRequest> reqs;
+      for (const SealedPage& p : pages) reqs.push_back({p.key, p.bytes});
+      const std::size_t room = tiers_.visit(kLastTier, [](auto& t) -> std::size_t { return t.free_pages(); });
+      if (room < pages.size())
+        fail("backing tier {} (tier {}, the last, which keeps every page) is full: cannot store page {}",
+             tiers_.visit(kLastTier, [](auto& t) { return std::string(t.name()); }), kLastTier, pages[room].key);
+      write_pages(kLastTier, reqs, written);
+      for (SealedPage& p : pages) p.home = static_cast<std::uint8_t>(kLastTier);
+      if (!copy_to_middle) return;
       std::size_t next = 0;
-      for (std::size_t i = 1; i < TierList::kCount && next < pages.size(); ++i) {
-        tiers_.visit(i, [&](auto& t) {
-          const std::size_t n = std::min(pages.size() - next, t.free_pages());
-          if (n == 0) return;
-          const auto home = static_cast<std::uint8_t>(i);
-          if constexpr (requires(std::span<const tier::WriteRequest> w) { t.write_batch(w); }) {
-            std::vector<tier::WriteRequest> reqs;
-            for (std::size_t j = next; j < next + n; ++j) reqs.push_back({pages[j].key, pages[j].bytes});
-            written.reserve(written.size() + n);  // recording them after the write must not fail
-            t.write_batch(reqs);
-            for (std::size_t j = next; j < next + n; ++j) written.emplace_back(home, pages[j].key);
-          } else {
-            for (std::size_t j = next; j < next + n; ++j) {
-              t.write(pages[j].key, pages[j].bytes);
-              written.emplace_back(home, pages[j].key);
-            }
-          }
-          for (std::size_t j = next; j < next + n; ++j) pages[j].home = home;
-          next += n;
-        });
+      for (std::size_t i = 1; i < kLastTier && next < pages.size(); ++i) {
+        const std::size_t n = std::min(pages.size() - next, tiers_.visit(i, [](auto& t) -> std::size_t { return t.free_pages(); }));
+        write_pages(i, std::span<const tier::WriteRequest>(reqs).subspan(next, n), written);
+        for (std::size_t j = next; j < next + n; ++j) pages[j].home = static_cast<std::uint8_t>(i);
+        next += n;
       }
-      if (next < pages.size()) fail("every backing tier is full: cannot store page {}", pages[next].key);
     }
+  }
+
+  /// Placement below the cache: walks the ranking past the pages chosen for the cache and copies
+  /// the next ones from the last tier into the middle tiers, in tier order, each up to its
+  /// per-stream share. Records each copy in `placed` and `written`; the pages' homes change at
+  /// commit.
+  void place_in_middle_tiers(const Stream& st, const tier::PageKey& base, const tier::PageRanking& ranking,
+                             const std::vector<std::pair<std::uint32_t, float>>& chosen, const std::array<std::size_t, kMaxTiers>& share,
+                             std::vector<std::pair<std::uint32_t, std::uint8_t>>& placed,
+                             std::vector<std::pair<std::uint8_t, tier::PageKey>>& written) {
+    std::vector<char> cached(st.pages.size(), 0);
+    for (const auto& c : chosen) cached[c.first] = 1;
+    std::size_t to = 1;
+    std::size_t left = share[1];
+    std::array<std::vector<std::uint32_t>, kMaxTiers> pages;
+    for (std::uint32_t page : ranking.pages) {
+      const PageEntry& e = st.pages[page];
+      if (cached[page] || e.slot >= 0 || e.home != kLastTier) continue;
+      while (left == 0 && ++to < kLastTier) left = share[to];
+      if (to >= kLastTier) break;
+      pages[to].push_back(page);
+      --left;
+    }
+    std::vector<std::byte> bytes;
+    std::vector<tier::ReadRequest> reads;
+    std::vector<tier::WriteRequest> writes;
+    for (std::size_t i = 1; i < kLastTier; ++i) {
+      if (pages[i].empty()) continue;
+      bytes.resize(pages[i].size() * cfg_.page_bytes());
+      reads.clear();
+      writes.clear();
+      for (std::size_t j = 0; j < pages[i].size(); ++j) {
+        tier::PageKey key = base;
+        key.page = pages[i][j];
+        reads.push_back({key, bytes.data() + j * cfg_.page_bytes()});
+        writes.push_back({key, reads.back().dst});
+      }
+      tiers_.visit(kLastTier, [&](auto& t) { t.wait(t.submit(reads)); });
+      write_pages(i, writes, written);
+      for (std::uint32_t page : pages[i]) placed.emplace_back(page, static_cast<std::uint8_t>(i));
+    }
+  }
+
+  /// Forgets a backed page on every tier that holds it: its home and the last tier.
+  void erase_backed(std::uint8_t home, const tier::PageKey& key) {
+    if (home == 0) return;
+    tiers_.visit(home, [&](auto& t) { t.erase(key); });
+    if (home != kLastTier) tiers_.visit(kLastTier, [&](auto& t) { t.erase(key); });
   }
 
   /// Appends the keys of the page in `slot` to `keys`, as float, for the index.

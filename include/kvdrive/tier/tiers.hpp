@@ -1,7 +1,10 @@
 // Tiers<Fast, Backing...>: the storage hierarchy of a KvManager. The first tier is the fast tier
 // (a slot pool that holds sink, local, tail and cached pages); the rest are backing stores in
-// order of preference, each with its own capacity. Sealed pages are written to the first backing
-// tier with room; with no backing tier, pages stay in the fast tier for their whole life.
+// order of preference, each with its own capacity. The last tier keeps every sealed page; the
+// middle tiers hold copies of the pages most likely to be needed: placement
+// (KvManager::warm_up) copies each layer's next-best prompt pages into them, and pages sealed
+// while decoding are copied to the first one with room. A page is read from the nearest tier
+// that holds it. With no backing tier, pages stay in the fast tier for their whole life.
 #pragma once
 
 #include <cstddef>
