@@ -291,6 +291,73 @@ TEST_CASE("SsdTier behind KvManager: the same output as host memory, misses read
   CHECK(ssd.tiers().get<1>().stored_pages() > 0);
 }
 
+TEST_CASE("semantic packing: after warm_up each cluster's pages sit in adjacent slots") {
+  TempDir dir;
+  Config c;
+  c.shape = {2, 8, 2, 64};
+  c.page_tokens = 8;
+  c.local_tokens = 16;
+  c.dtype = DType::f16;
+  c.budget = Budget::fraction(0.125);
+  const int d = 64, prompt = 1600, obs = 16;
+  using SsdTiers = Tiers<HostTier, SsdTier>;
+  using M = KvManager<index::Hierarchical, eviction::Lookahead, SsdTiers>;
+  auto prefill = [&](M& kv) {
+    const SeqId id = kv.add_sequence();
+    for (int l = 0; l < 2; ++l) {
+      const auto k = test::random_floats(static_cast<std::size_t>(prompt) * 2 * d, 10 + l), v = test::random_floats(k.size(), 20 + l);
+      kv.prefill(id, l, make_view(k, prompt, 2, d), make_view(v, prompt, 2, d));
+      const auto q = test::random_floats(static_cast<std::size_t>(obs) * 8 * d, 30 + l);
+      kv.warm_up(id, l, make_view(q, obs, 8, d));
+    }
+    return id;
+  };
+  // Of the pairs of pages that follow each other within a cluster (in page order), the share
+  // whose slots are adjacent.
+  auto adjacency = [&](M& kv, SeqId id) {
+    std::size_t pairs = 0, adjacent = 0;
+    const auto sealed = static_cast<std::uint32_t>(prompt / c.page_tokens);
+    for (std::uint32_t l = 0; l < 2; ++l)
+      for (std::uint32_t h = 0; h < 2; ++h) {
+        const auto& state = kv.index_state(id, static_cast<int>(l), static_cast<int>(h));
+        std::map<std::uint32_t, std::vector<std::uint32_t>> members;
+        for (std::uint32_t p = 0; p < sealed; ++p) members[index::Hierarchical::cluster_of(state, p)].push_back(p);
+        for (const auto& [cluster, pages] : members)
+          for (std::size_t i = 1; i < pages.size(); ++i) {
+            ++pairs;
+            adjacent += kv.tiers().get<1>().slot_of({id, l, h, pages[i]}) == kv.tiers().get<1>().slot_of({id, l, h, pages[i - 1]}) + 1;
+          }
+      }
+    REQUIRE(pairs > 0);
+    return static_cast<double>(adjacent) / static_cast<double>(pairs);
+  };
+  M packed(c, {}, {}, SsdTiers(HostTier{}, SsdTier(params(dir.file("packed")))));
+  Config naive_config = c;
+  naive_config.pack_by_cluster = false;
+  M naive(naive_config, {}, {}, SsdTiers(HostTier{}, SsdTier(params(dir.file("naive")))));
+  const SeqId a = prefill(packed), b = prefill(naive);
+  CHECK(packed.total_stats().packed > 0);
+  CHECK(naive.total_stats().packed == 0);
+  const double packed_adjacency = adjacency(packed, a), naive_adjacency = adjacency(naive, b);
+  CAPTURE(packed_adjacency);
+  CAPTURE(naive_adjacency);
+  CHECK(packed_adjacency >= 0.9);  // breaks only where a cluster crosses an extent boundary
+  CHECK(naive_adjacency < packed_adjacency);
+  // The layout changes where pages sit, never what attention computes.
+  const SeqId batch_a[] = {a}, batch_b[] = {b};
+  for (int step = 0; step < 8; ++step)
+    for (int l = 0; l < 2; ++l) {
+      const auto q = test::random_floats(8 * d, 100 + step * 2 + l), k = test::random_floats(2 * d, 200 + step * 2 + l),
+                 v = test::random_floats(2 * d, 300 + step * 2 + l);
+      std::vector<float> out_a(8 * d), out_b(8 * d);
+      packed.attend(l, batch_a, make_view(q, 1, 8, d), make_view(k, 1, 2, d), make_view(v, 1, 2, d), make_view(out_a, 1, 8, d));
+      naive.attend(l, batch_b, make_view(q, 1, 8, d), make_view(k, 1, 2, d), make_view(v, 1, 2, d), make_view(out_b, 1, 8, d));
+      CHECK(out_a == out_b);
+    }
+  CHECK(packed.total_stats().misses == naive.total_stats().misses);
+  CHECK(packed.total_stats().misses > 0);
+}
+
 TEST_CASE("SsdTier kill test: a writer killed at a random moment leaves exactly a prefix of its pages") {
   // The child writes batches of 1-4 fresh pages, each batch only after the last returned; the
   // parent kills it with SIGKILL after a random delay. Reopened, the store must hold a prefix of

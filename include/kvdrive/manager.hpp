@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <numeric>
 #include <optional>
 #include <span>
 #include <unordered_map>
@@ -254,6 +255,10 @@ class KvManager {
       share[i] = tiers_.visit(i, [](auto& t) -> std::size_t { return t.free_pages(); }) / (layers_left * static_cast<std::size_t>(kvh));
     std::vector<float> keys, q;
     std::vector<std::byte> scratch(cfg_.page_bytes());
+    const bool pack = kCanPack && cfg_.pack_by_cluster;
+    std::vector<std::uint32_t> pack_pages;
+    std::vector<std::byte> pack_bytes;
+    std::size_t packed = 0;
     std::array<std::uint64_t, kMaxTiers> key_bytes{};  // pages read back to score their keys
     try {
       for (int h = 0; h < kvh; ++h) {
@@ -262,14 +267,21 @@ class KvManager {
         const PageRanges r = page_ranges(tokens + 1, pt, cfg_.sink_tokens, cfg_.local_tokens);
         if (r.candidates() <= 0) continue;
         const tier::PageKey base{id, static_cast<std::uint32_t>(layer), static_cast<std::uint32_t>(h), 0};
-        // The prompt's keys as float, every page (the tail page's filled rows only).
+        // The prompt's keys as float, every page (the tail page's filled rows only); with
+        // packing, the bytes of the pages on the last tier too.
         keys.assign(static_cast<std::size_t>(tokens) * d, 0.0f);
+        pack_pages.clear();
+        pack_bytes.clear();
         for (std::int64_t page = 0; page * pt < tokens; ++page) {
           tier::PageKey key = base;
           key.page = static_cast<std::uint32_t>(page);
           const PageEntry& e = st.pages[static_cast<std::size_t>(page)];
           const std::byte* bytes = resident_page(e, key, scratch.data());
           if (bytes == scratch.data()) key_bytes[e.home] += cfg_.page_bytes();
+          if (pack && e.home == kLastTier) {
+            pack_pages.push_back(key.page);
+            pack_bytes.insert(pack_bytes.end(), bytes, bytes + cfg_.page_bytes());
+          }
           const auto rows = static_cast<std::size_t>(std::min<std::int64_t>(pt, tokens - page * pt));
           dispatch_dtype(cfg_.dtype, [&](auto tag) {
             using T = typename decltype(tag)::type;
@@ -280,6 +292,7 @@ class KvManager {
         for (std::int64_t i = 0; i < q_obs.extent(0); ++i)
           for (int j = 0; j < g; ++j)
             std::copy_n(q_obs.row(i, h * g + j), d, q.data() + (static_cast<std::size_t>(i) * g + j) * d);
+        if (pack) packed += pack_by_cluster(st, base, pack_pages, pack_bytes);
         tier::PlacementInput in;
         in.keys = keys.data();
         in.tokens = tokens;
@@ -325,6 +338,8 @@ class KvManager {
     // Commit: the pages take their slots (cannot fail), then enter the caches at step 0. The
     // policies' update() must not throw; if one does, the sequence is marked unusable (its
     // pages, slots included, are freed by release()).
+    total_.packed += packed;
+    total_.bytes_written[kLastTier] += packed * cfg_.page_bytes();
     std::size_t warmed = 0;
     for (int h = 0; h < kvh; ++h) {
       Stream& st = stream(seq, layer, h);
@@ -448,6 +463,13 @@ class KvManager {
   std::size_t cached_pages(SeqId id, int layer, int head) const {
     check_layer(layer);
     return eviction_.size(stream(sequence(id), layer, head).cache);
+  }
+
+  /// The index state of one stream, for inspection (e.g. Hierarchical::cluster_of).
+  const typename Index::State& index_state(SeqId id, int layer, int head) const {
+    check_layer(layer);
+    KVD_EXPECT(head >= 0 && head < cfg_.shape.kv_heads, "head {} outside 0..{}", head, cfg_.shape.kv_heads - 1);
+    return stream(sequence(id), layer, head).index;
   }
 
  private:
@@ -925,6 +947,48 @@ class KvManager {
         for (std::size_t j = next; j < next + n; ++j) pages[j].home = static_cast<std::uint8_t>(i);
         next += n;
       }
+    }
+  }
+
+  /// Semantic packing is possible: the index groups pages into clusters, and the last tier is
+  /// a store read through fetches that takes batches.
+  static constexpr bool kCanPack = [] {
+    if constexpr (TierList::kCount == 1) {
+      return false;
+    } else {
+      using Last = std::remove_cvref_t<decltype(std::declval<TierList&>().template get<kLastTier>())>;
+      return !Last::kAddressable &&
+             requires(const Index& ix, const typename Index::State& s, Last& t, std::span<const tier::WriteRequest> w) {
+               { ix.cluster_of(s, std::uint32_t{0}) } -> std::convertible_to<std::uint32_t>;
+               t.write_batch(w);
+             };
+    }
+  }();
+
+  /// Rewrites a stream's prompt pages (`pages`, ascending, with their bytes) on the last tier
+  /// ordered by (cluster, page), in one batch, so that each cluster's pages take consecutive
+  /// slots. Skips a stream whose clusters already follow page order. Returns the pages written.
+  /// The bytes are the same, so a failure leaves every page readable as before.
+  std::size_t pack_by_cluster(const Stream& st, const tier::PageKey& base, const std::vector<std::uint32_t>& pages,
+                              const std::vector<std::byte>& bytes) {
+    if constexpr (kCanPack) {
+      std::vector<std::size_t> order(pages.size());
+      std::iota(order.begin(), order.end(), std::size_t{0});
+      const auto cluster = [&](std::size_t i) { return static_cast<std::uint32_t>(index_.cluster_of(st.index, pages[i])); };
+      std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return cluster(a) < cluster(b); });
+      if (std::is_sorted(order.begin(), order.end())) return 0;
+      std::vector<tier::WriteRequest> reqs;
+      reqs.reserve(order.size());
+      for (std::size_t i : order) {
+        tier::PageKey key = base;
+        key.page = pages[i];
+        reqs.push_back({key, bytes.data() + i * cfg_.page_bytes()});
+      }
+      tiers_.template get<kLastTier>().write_batch(reqs);
+      return reqs.size();
+    } else {
+      (void)st, (void)base, (void)pages, (void)bytes;
+      return 0;
     }
   }
 

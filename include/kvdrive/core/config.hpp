@@ -82,6 +82,11 @@ struct Config {
   int local_tokens = 64; ///< last tokens of every stream, always attended and resident
   Budget budget = Budget::fraction(0.0625);
   float softmax_scale = 0.0f;  ///< 0 means 1/sqrt(head_dim)
+  /// Semantic packing: KvManager::warm_up rewrites each stream's prompt pages on the last tier
+  /// (when it is not addressable) grouped by the index's cluster_of(page), so pages selected
+  /// together sit together and a step's misses merge into fewer, larger reads. Costs one more
+  /// write of the prompt; needs an index with clusters (Hierarchical).
+  bool pack_by_cluster = true;
 
   int group() const { return shape.group(); }
   float scale() const {

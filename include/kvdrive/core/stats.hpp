@@ -34,6 +34,7 @@ struct Stats {
   std::uint64_t evictions = 0;   ///< pages that left the fast-tier cache
   std::uint64_t warmed = 0;      ///< pages read into the cache by warm-up (KvManager::warm_up)
   std::uint64_t placed = 0;      ///< pages warm-up copied into a middle tier by importance
+  std::uint64_t packed = 0;      ///< pages warm-up rewrote on the last tier grouped by cluster
   std::uint64_t attended_pages = 0;  ///< sink + selected + local pages attended
   std::uint64_t attended_tokens = 0;
   std::array<std::uint64_t, kMaxTiers> bytes_read{};     ///< per tier index in Tiers<...>
@@ -55,6 +56,7 @@ struct Stats {
     evictions += o.evictions;
     warmed += o.warmed;
     placed += o.placed;
+    packed += o.packed;
     attended_pages += o.attended_pages;
     attended_tokens += o.attended_tokens;
     for (std::size_t i = 0; i < kMaxTiers; ++i) {

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -124,6 +125,7 @@ class SsdTier {
     std::vector<std::uint64_t> slots;
     const auto give_back = [&] {
       for (std::uint64_t s : slots) free_slots_.push_back(s);
+      order_free_slots();
     };
     try {
       for (const WriteRequest& r : pages) slots.push_back(allocate_slot(r.key));
@@ -172,6 +174,7 @@ class SsdTier {
         it->second = Entry{slots[i], hashes[i]};
       }
     }
+    order_free_slots();
   }
 
   /// Forgets a page now; durable at the next write or sync().
@@ -663,7 +666,12 @@ class SsdTier {
     pending_erases_.clear();
     for (std::uint64_t s : pending_free_) free_slots_.push_back(s);
     pending_free_.clear();
+    order_free_slots();
   }
+
+  /// Free slots are taken lowest first (from the back), so a batch that reuses them gets runs
+  /// of adjacent slots where they exist: what packing and merged reads rely on.
+  void order_free_slots() { std::sort(free_slots_.begin(), free_slots_.end(), std::greater<>()); }
 
   /// A slot for the page: its stream's extent, a fresh extent, a free slot, or any stream's
   /// extent; throws when the capacity is reached.
