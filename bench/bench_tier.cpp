@@ -11,7 +11,11 @@
 // through MmapTier, the FlexGen-style strawman that loads whole layers (cold each step), and
 // MmapTier's sequential bandwidth against O_DIRECT 1 MiB reads of the same bytes.
 //
+// Last, semantic packing against seal order on the misses of a Lookahead W=3 cache (see
+// packing_report).
+//
 //   bench_tier [--dir PATH] [--pages N] [--batch N] [--qd N] [--rounds N]
+//              [--pack-layers N] [--pack-context TOKENS] [--pack-steps N]
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -27,6 +31,7 @@
 #include <vector>
 
 #include "kvdrive/kvdrive.hpp"
+#include "kvdrive/eval/synthetic.hpp"
 #include "kvdrive/tier/mmap.hpp"
 
 using namespace kvdrive;
@@ -40,10 +45,111 @@ struct Options {
   std::size_t batch = 256;
   unsigned qd = 64;
   int rounds = 3;
+  int pack_layers = 2;                // packing report: layers of the synthetic trace
+  std::int64_t pack_context = 16384;  // packing report: prompt tokens
+  std::int64_t pack_steps = 64;       // packing report: decode steps
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// Semantic packing against the naive layout (pages in seal order), on the miss stream a
+/// Lookahead W=3 cache leaves: two KvManagers over their own SsdTier stores, the same synthetic
+/// trace (preset `default`, its first `layers` layers), the Hierarchical index at a 6.25%
+/// budget, warm-up after prefill. They decode step by step in turns, so the disk's state is
+/// shared; every miss is an O_DIRECT read. Reports I/Os, pages per I/O and fetch throughput.
+void packing_report(const Options& o, const index::HierarchicalParams& params, const char* clustering) {
+  const eval::SyntheticPreset preset = eval::synthetic_preset("default");
+  const int layers = o.pack_layers, kvh = preset.shape.kv_heads, qh = preset.shape.q_heads, d = preset.shape.head_dim;
+  const int g = qh / kvh;
+  const eval::SyntheticTrace trace(preset, 1, o.pack_context, o.pack_steps);
+  Config c;
+  c.shape = {layers, qh, kvh, d};
+  c.budget = Budget::fraction(0.0625);
+  using SsdTiers = Tiers<HostTier, SsdTier>;
+  using M = KvManager<index::Hierarchical, eviction::Lookahead, SsdTiers>;
+  auto store = [&](const char* name) {
+    SsdTier::Params p;
+    p.path = (std::filesystem::path(o.dir) / fmt::format("kvd_bench_pack_{}.store", name)).string();
+    p.queue_depth = o.qd;
+    SsdTier::remove_files(p.path);
+    return p;
+  };
+  const SsdTier::Params packed_store = store("packed"), naive_store = store("naive");
+  Config naive_config = c;
+  naive_config.pack_by_cluster = false;
+  M packed(c, index::Hierarchical(params), eviction::Lookahead{3}, SsdTiers(HostTier{}, SsdTier(packed_store)));
+  M naive(naive_config, index::Hierarchical(params), eviction::Lookahead{3}, SsdTiers(HostTier{}, SsdTier(naive_store)));
+  const SeqId pid = packed.add_sequence(), nid = naive.add_sequence();
+  std::vector<eval::StreamTrace> streams;
+  for (int l = 0; l < layers; ++l)
+    for (int h = 0; h < kvh; ++h) streams.push_back(trace.stream(l, h));
+  const std::int64_t n = o.pack_context, obs = streams[0].observed;
+  std::vector<float> k, v, q;
+  for (int l = 0; l < layers; ++l) {
+    k.assign(static_cast<std::size_t>(n) * kvh * d, 0.0f);
+    v.assign(k.size(), 0.0f);
+    q.assign(static_cast<std::size_t>(obs) * qh * d, 0.0f);
+    for (int h = 0; h < kvh; ++h) {
+      const eval::StreamTrace& st = streams[static_cast<std::size_t>(l * kvh + h)];
+      for (std::int64_t t = 0; t < n; ++t) {
+        std::copy_n(st.key(t), d, k.data() + (static_cast<std::size_t>(t) * kvh + h) * d);
+        std::copy_n(st.value(t), d, v.data() + (static_cast<std::size_t>(t) * kvh + h) * d);
+      }
+          for (std::int64_t i = 0; i < obs; ++i)
+        std::copy_n(st.observed_queries.data() + static_cast<std::size_t>(i) * g * d, static_cast<std::size_t>(g) * d,
+                    q.data() + (static_cast<std::size_t>(i) * qh + static_cast<std::size_t>(h) * g) * d);
+    }
+    for (M* kv : {&packed, &naive}) {
+      const SeqId id = kv == &packed ? pid : nid;
+      kv->prefill(id, l, make_view(k, n, kvh, d), make_view(v, n, kvh, d));
+      kv->warm_up(id, l, make_view(q, obs, qh, d));
+    }
+  }
+  const std::uint64_t ops0[2] = {packed.tiers().get<1>().read_ops(), naive.tiers().get<1>().read_ops()};
+  const std::uint64_t bytes0[2] = {packed.total_stats().bytes_read[1], naive.total_stats().bytes_read[1]};
+  double fetch[2] = {0, 0};
+  std::vector<float> qs(static_cast<std::size_t>(qh) * d), ks(static_cast<std::size_t>(kvh) * d), vs(ks.size()), out(qs.size());
+  for (std::int64_t s = 0; s < o.pack_steps; ++s)
+    for (int l = 0; l < layers; ++l) {
+      for (int h = 0; h < kvh; ++h) {
+        const eval::StreamTrace& st = streams[static_cast<std::size_t>(l * kvh + h)];
+        std::copy_n(st.query(s), static_cast<std::size_t>(g) * d, qs.data() + static_cast<std::size_t>(h) * g * d);
+        std::copy_n(st.key(n + s), d, ks.data() + static_cast<std::size_t>(h) * d);
+        std::copy_n(st.value(n + s), d, vs.data() + static_cast<std::size_t>(h) * d);
+      }
+      for (int which = 0; which < 2; ++which) {
+        M& kv = which == 0 ? packed : naive;
+        const SeqId batch[] = {which == 0 ? pid : nid};
+        kv.attend(l, batch, make_view(qs, 1, qh, d), make_view(ks, 1, kvh, d), make_view(vs, 1, kvh, d), make_view(out, 1, qh, d));
+        fetch[which] += kv.last_stats().time.fetch_ms / 1e3;
+      }
+    }
+  const Stats& ps = packed.total_stats();
+  const Stats& ns = naive.total_stats();
+  std::uint64_t ops[2], bytes[2];
+  for (int i = 0; i < 2; ++i) {
+    M& kv = i == 0 ? packed : naive;
+    ops[i] = kv.tiers().get<1>().read_ops() - ops0[i];
+    bytes[i] = kv.total_stats().bytes_read[1] - bytes0[i];
+  }
+  std::printf("packing, %s (synthetic default, %d layers x %d KV heads, %lld-token prompt, %lld steps, 6.25%%, Lookahead W=3, "
+              "warm-up): %llu pages packed; misses %llu (same in both: %s), hit rate %.1f%%\n",
+              clustering, layers, kvh, static_cast<long long>(n), static_cast<long long>(o.pack_steps), static_cast<unsigned long long>(ps.packed),
+              static_cast<unsigned long long>(ps.misses), ps.misses == ns.misses ? "yes" : "NO", 100 * ps.hit_rate());
+  const char* names[2] = {"packed", "naive"};
+  for (int i = 0; i < 2; ++i)
+    std::printf("  %-6s: %llu I/Os for %llu pages (%.2f pages per I/O), fetch %.1f ms, %.0f MB/s\n", names[i],
+                static_cast<unsigned long long>(ops[i]), static_cast<unsigned long long>(bytes[i] / c.page_bytes()),
+                static_cast<double>(bytes[i] / c.page_bytes()) / static_cast<double>(std::max<std::uint64_t>(1, ops[i])), 1e3 * fetch[i],
+                static_cast<double>(bytes[i]) / 1e6 / std::max(1e-9, fetch[i]));
+  std::printf("  packed / naive: I/Os %.2f, fetch time %.2f\n", static_cast<double>(ops[0]) / static_cast<double>(std::max<std::uint64_t>(1, ops[1])),
+              fetch[0] / std::max(1e-9, fetch[1]));
+  packed.release(pid);
+  naive.release(nid);
+  SsdTier::remove_files(packed_store.path);
+  SsdTier::remove_files(naive_store.path);
 }
 
 }  // namespace
@@ -57,6 +163,9 @@ int main(int argc, char** argv) {
     else if (a == "--batch") o.batch = std::strtoull(argv[i + 1], nullptr, 10);
     else if (a == "--qd") o.qd = static_cast<unsigned>(std::strtoul(argv[i + 1], nullptr, 10));
     else if (a == "--rounds") o.rounds = std::atoi(argv[i + 1]);
+    else if (a == "--pack-layers") o.pack_layers = std::atoi(argv[i + 1]);
+    else if (a == "--pack-context") o.pack_context = std::strtoll(argv[i + 1], nullptr, 10);
+    else if (a == "--pack-steps") o.pack_steps = std::strtoll(argv[i + 1], nullptr, 10);
     else {
       std::fprintf(stderr, "bench_tier: unknown option %s\n", a.c_str());
       return 2;
@@ -64,6 +173,8 @@ int main(int argc, char** argv) {
   }
   try {
     KVD_EXPECT(o.pages >= 64 && o.batch >= 1 && o.qd >= 1 && o.rounds >= 1, "bench_tier: bad options");
+    KVD_EXPECT(o.pack_layers >= 1 && o.pack_layers <= 8 && o.pack_context >= 1024 && o.pack_steps >= 1,
+               "bench_tier: --pack-layers 1..8, --pack-context >= 1024, --pack-steps >= 1");
     constexpr std::size_t kPage = 4096;
     const std::string path = (std::filesystem::path(o.dir) / "kvd_bench_tier.store").string();
     SsdTier::remove_files(path);
@@ -229,6 +340,10 @@ int main(int argc, char** argv) {
     }
     std::filesystem::remove(mpath);
     SsdTier::remove_files(path);
+    packing_report(o, index::HierarchicalParams{}, "hierarchical, clusters of neighbouring runs (KVDrive)");
+    index::HierarchicalParams global;
+    global.neighbourhood = 1 << 20;  // plain k-means: a page may join any cluster (RetroInfer-like)
+    packing_report(o, global, "hierarchical with global k-means");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_tier: %s\n", e.what());
     return 1;

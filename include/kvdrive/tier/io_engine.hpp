@@ -6,8 +6,10 @@
 // the reads it took have finished).
 #pragma once
 
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -15,6 +17,7 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "kvdrive/core/error.hpp"
 #include "kvdrive/core/thread_pool.hpp"
@@ -25,18 +28,25 @@
 
 namespace kvdrive::tier {
 
-/// One read: `len` bytes at `offset` into `buf`. `result` is the bytes read or -errno.
+/// One read: `len` bytes at `offset` into `buf`, or, when `iov` is set, scattered over the
+/// `iov_count` buffers of `iov` (a readv; their lengths sum to `len`). `result` is the bytes
+/// read or -errno.
 struct IoRead {
   std::uint64_t offset = 0;
   std::size_t len = 0;
   std::byte* buf = nullptr;
   std::int64_t result = 0;
+  const ::iovec* iov = nullptr;
+  unsigned iov_count = 0;
 };
 
 enum class IoBackend { automatic, io_uring, threads };
 
 class IoEngine {
  public:
+  /// The most buffers one vectored read may name (Linux UIO_MAXIOV).
+  static constexpr std::size_t kMaxIov = 1024;
+
   IoEngine() = default;
   IoEngine(const IoEngine&) = delete;
   IoEngine& operator=(const IoEngine&) = delete;
@@ -86,10 +96,32 @@ class IoEngine {
   }
 
  private:
+  /// The part of r's buffers that starts `done` bytes in (a partial vectored read resumes here).
+  static void resume_at(const IoRead& r, std::size_t done, std::vector<::iovec>& rest) {
+    rest.clear();
+    std::size_t skip = done;
+    for (unsigned i = 0; i < r.iov_count; ++i) {
+      const ::iovec& v = r.iov[i];
+      if (skip >= v.iov_len) {
+        skip -= v.iov_len;
+        continue;
+      }
+      rest.push_back({static_cast<std::byte*>(v.iov_base) + skip, v.iov_len - skip});
+      skip = 0;
+    }
+  }
+
   static void pread_full(int fd, IoRead& r) {
     std::size_t done = 0;
+    std::vector<::iovec> rest;
     while (done < r.len) {
-      const ssize_t n = ::pread(fd, r.buf + done, r.len - done, static_cast<off_t>(r.offset + done));
+      ssize_t n;
+      if (r.iov) {
+        resume_at(r, done, rest);
+        n = ::preadv(fd, rest.data(), static_cast<int>(std::min<std::size_t>(rest.size(), kMaxIov)), static_cast<off_t>(r.offset + done));
+      } else {
+        n = ::pread(fd, r.buf + done, r.len - done, static_cast<off_t>(r.offset + done));
+      }
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) {
         r.result = -errno;
@@ -111,7 +143,15 @@ class IoEngine {
       --inflight;
       // A partial read (possible on some files) is finished synchronously.
       if (r.result > 0 && static_cast<std::size_t>(r.result) < r.len) {
-        IoRead rest{r.offset + static_cast<std::uint64_t>(r.result), r.len - static_cast<std::size_t>(r.result), r.buf + r.result, 0};
+        IoRead rest{r.offset + static_cast<std::uint64_t>(r.result), r.len - static_cast<std::size_t>(r.result), nullptr, 0};
+        std::vector<::iovec> tail;
+        if (r.iov) {
+          resume_at(r, static_cast<std::size_t>(r.result), tail);
+          rest.iov = tail.data();
+          rest.iov_count = static_cast<unsigned>(tail.size());
+        } else {
+          rest.buf = r.buf + r.result;
+        }
         pread_full(fd, rest);
         r.result = rest.result < 0 ? rest.result : r.result + rest.result;
       }
@@ -121,7 +161,10 @@ class IoEngine {
         io_uring_sqe* sqe = io_uring_get_sqe(ring_.get());
         if (!sqe) break;
         IoRead& r = reads[next];
-        io_uring_prep_read(sqe, fd, r.buf, static_cast<unsigned>(r.len), r.offset);
+        if (r.iov)
+          io_uring_prep_readv(sqe, fd, r.iov, r.iov_count, r.offset);
+        else
+          io_uring_prep_read(sqe, fd, r.buf, static_cast<unsigned>(r.len), r.offset);
         io_uring_sqe_set_data64(sqe, next);
         ++next;
         ++inflight;

@@ -226,25 +226,45 @@ class SsdTier {
       want.push_back({it->second.slot, it->second.hash, &r});
     }
     std::sort(want.begin(), want.end(), [](const Want& a, const Want& b) { return a.slot < b.slot; });
-    // Merge runs of adjacent slots; one bounce buffer holds every run.
+    // Pages go straight into the callers' buffers (one readv per run of adjacent slots) when
+    // direct I/O allows it: every buffer aligned and no slot padding. Otherwise runs are read
+    // into one bounce buffer and copied out.
+    bool scatter = slot_bytes_ == page_bytes_;
+    for (std::size_t i = 0; scatter && i < want.size(); ++i)
+      scatter = !direct_ || reinterpret_cast<std::uintptr_t>(want[i].req->dst) % align_ == 0;
+    // Merge runs of adjacent slots.
     std::vector<IoRead> ops;
     std::vector<std::size_t> first;  // first want of each op
     std::size_t total = 0;
+    const std::size_t max_run = scatter ? IoEngine::kMaxIov : std::numeric_limits<std::size_t>::max();
     for (std::size_t i = 0; i < want.size();) {
       std::size_t j = i + 1;
-      while (j < want.size() && want[j].slot == want[j - 1].slot + 1 && (j - i + 1) * slot_bytes_ <= params_.max_merge_bytes) ++j;
+      while (j < want.size() && want[j].slot == want[j - 1].slot + 1 && (j - i + 1) * slot_bytes_ <= params_.max_merge_bytes &&
+             j - i < max_run)
+        ++j;
       ops.push_back({slot_offset(want[i].slot), (j - i) * slot_bytes_, nullptr, 0});
       first.push_back(i);
       total += (j - i) * slot_bytes_;
       i = j;
     }
-    std::byte* buf = bounce(total);
-    std::size_t at = 0;
-    for (IoRead& op : ops) {
-      op.buf = buf + at;
-      at += op.len;
+    std::vector<::iovec> iov;
+    if (scatter) {
+      iov.reserve(want.size());
+      for (const Want& w : want) iov.push_back({w.req->dst, page_bytes_});
+      for (std::size_t o = 0; o < ops.size(); ++o) {
+        ops[o].iov = iov.data() + first[o];
+        ops[o].iov_count = static_cast<unsigned>(ops[o].len / slot_bytes_);
+      }
+    } else {
+      std::byte* buf = bounce(total);
+      std::size_t at = 0;
+      for (IoRead& op : ops) {
+        op.buf = buf + at;
+        at += op.len;
+      }
     }
     io_.read_all(data_fd_, ops);
+    scattered_ops_ += scatter ? ops.size() : 0;
     ++read_batches_;
     read_ops_ += ops.size();
     for (std::size_t o = 0; o < ops.size(); ++o) {
@@ -257,13 +277,13 @@ class SsdTier {
       const std::size_t pages_in_op = op.len / slot_bytes_;
       for (std::size_t k = 0; k < pages_in_op; ++k) {
         const Want& w = want[first[o] + k];
-        const std::byte* src = op.buf + k * slot_bytes_;
+        const std::byte* src = scatter ? w.req->dst : op.buf + k * slot_bytes_;
 #ifndef KVD_SSD_MUTATE_NO_VERIFY  // the durability tests' mutation check: this build must fail them
         const std::uint64_t h = ssd_format::page_hash(src, page_bytes_);
         KVD_EXPECT(h == w.hash, "SsdTier {}: checksum mismatch on page {} (slot {}): stored xxh3 {:016x}, read {:016x}",
                    params_.path, w.req->key, w.slot, w.hash, h);
 #endif
-        std::memcpy(w.req->dst, src, page_bytes_);
+        if (!scatter) std::memcpy(w.req->dst, src, page_bytes_);
       }
     }
   }
@@ -305,6 +325,11 @@ class SsdTier {
   std::uint64_t read_ops() const {
     std::lock_guard lock(mutex_);
     return read_ops_;
+  }
+  /// Of read_ops(): reads that went straight into the callers' buffers (readv), no bounce copy.
+  std::uint64_t scattered_ops() const {
+    std::lock_guard lock(mutex_);
+    return scattered_ops_;
   }
 
   /// Tests: the power goes at the n-th write or sync from now (n >= 1): writes not yet synced
@@ -710,7 +735,7 @@ class SsdTier {
   std::unique_ptr<std::byte, AlignedFree> bounce_;
   std::size_t bounce_bytes_ = 0;
   IoEngine io_;
-  std::uint64_t read_batches_ = 0, read_ops_ = 0;
+  std::uint64_t read_batches_ = 0, read_ops_ = 0, scattered_ops_ = 0;
   PowerLossSim power_;
   bool dead_ = false;  ///< after a simulated power loss: every call fails
   int data_buffered_ = -1, log_buffered_ = -1;
