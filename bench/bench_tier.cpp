@@ -25,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <random>
 #include <set>
 #include <string>
@@ -48,6 +49,21 @@ struct Options {
   int pack_layers = 2;                // packing report: layers of the synthetic trace
   std::int64_t pack_context = 16384;  // packing report: prompt tokens
   std::int64_t pack_steps = 64;       // packing report: decode steps
+};
+
+/// n pages of 4 KiB, 4096-aligned, as the host pool hands them out (so SsdTier reads into them
+/// directly, without its bounce buffer).
+class AlignedPages {
+ public:
+  explicit AlignedPages(std::size_t n) {
+    void* m = nullptr;
+    KVD_EXPECT(::posix_memalign(&m, 4096, std::max<std::size_t>(1, n) * 4096) == 0, "bench_tier: out of memory");
+    mem_.reset(static_cast<std::byte*>(m));
+  }
+  std::byte* operator[](std::size_t i) const { return mem_.get() + i * 4096; }
+
+ private:
+  std::unique_ptr<std::byte, decltype(&std::free)> mem_{nullptr, &std::free};
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -217,7 +233,7 @@ int main(int argc, char** argv) {
     void* mem = nullptr;
     KVD_EXPECT(::posix_memalign(&mem, 4096, o.batch * kPage) == 0, "bench_tier: out of memory");
     std::byte* buf = static_cast<std::byte*>(mem);
-    std::vector<std::vector<std::byte>> dst(o.batch, std::vector<std::byte>(kPage));
+    const AlignedPages dst(o.batch);
 
     const std::size_t want = std::max<std::size_t>(o.batch, o.pages / 16);  // 6.25% of the pages
     double t_raw = 0, t_ssd = 0, t_ssd1 = 0;
@@ -240,7 +256,7 @@ int main(int argc, char** argv) {
         for (const IoRead& r : reads) KVD_EXPECT(r.result == static_cast<std::int64_t>(kPage), "bench_tier: raw read failed");
         // ssd at the same queue depth, then at depth 1
         std::vector<ReadRequest> req(n);
-        for (std::size_t j = 0; j < n; ++j) req[j] = {keys[pick[at + j]], dst[j].data()};
+        for (std::size_t j = 0; j < n; ++j) req[j] = {keys[pick[at + j]], dst[j]};
         const std::uint64_t ops0 = ssd.read_ops();
         t0 = std::chrono::steady_clock::now();
         ssd.wait(ssd.submit(req));
@@ -288,14 +304,14 @@ int main(int argc, char** argv) {
         const std::size_t misses = std::max<std::size_t>(1, static_cast<std::size_t>(static_cast<double>(per_layer / 16) * miss_rate));
         double t_ssd_dec = 0, t_mm_dec = 0;
         std::mt19937_64 rng(7);
-        std::vector<std::vector<std::byte>> out(misses, std::vector<std::byte>(kPage));
+        const AlignedPages out(misses);
         for (int step = 0; step < steps; ++step)
           for (std::uint32_t layer = 0; layer < 8; ++layer) {
             std::vector<ReadRequest> req;
             std::set<std::uint32_t> chosen;
             while (chosen.size() < misses) chosen.insert(static_cast<std::uint32_t>(rng() % per_layer));
             std::size_t j = 0;
-            for (std::uint32_t pg : chosen) req.push_back({{1, layer, 0, pg}, out[j++].data()});
+            for (std::uint32_t pg : chosen) req.push_back({{1, layer, 0, pg}, out[j++]});
             auto t0 = std::chrono::steady_clock::now();
             ssd.wait(ssd.submit(req));
             t_ssd_dec += seconds_since(t0);
@@ -340,10 +356,7 @@ int main(int argc, char** argv) {
     }
     std::filesystem::remove(mpath);
     SsdTier::remove_files(path);
-    packing_report(o, index::HierarchicalParams{}, "hierarchical, clusters of neighbouring runs (KVDrive)");
-    index::HierarchicalParams global;
-    global.neighbourhood = 1 << 20;  // plain k-means: a page may join any cluster (RetroInfer-like)
-    packing_report(o, global, "hierarchical with global k-means");
+    packing_report(o, index::HierarchicalParams{}, "hierarchical (KVDrive)");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_tier: %s\n", e.what());
     return 1;
