@@ -113,7 +113,7 @@ void packing_report(const Options& o, const index::HierarchicalParams& params, c
         std::copy_n(st.key(t), d, k.data() + (static_cast<std::size_t>(t) * kvh + h) * d);
         std::copy_n(st.value(t), d, v.data() + (static_cast<std::size_t>(t) * kvh + h) * d);
       }
-          for (std::int64_t i = 0; i < obs; ++i)
+      for (std::int64_t i = 0; i < obs; ++i)
         std::copy_n(st.observed_queries.data() + static_cast<std::size_t>(i) * g * d, static_cast<std::size_t>(g) * d,
                     q.data() + (static_cast<std::size_t>(i) * qh + static_cast<std::size_t>(h) * g) * d);
     }

@@ -15,6 +15,7 @@
 #include <functional>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "kvdrive/attention/sparse_decode.hpp"
@@ -116,14 +117,14 @@ class Decoder {
     }
     prompt_k_.clear();
     prompt_v_.clear();
+    pos_ = n;  // the prompt is in the manager, whatever warm-up does
     if (observed_ > 0) {
       const auto tw = Clock::now();
+      const std::vector<std::vector<float>> obs_q = std::exchange(obs_q_, {});
       for (int l = 0; l < c_.layers; ++l)
-        kv_.warm_up(seq_, l, make_view(obs_q_[static_cast<std::size_t>(l)].data(), n - obs_first_, c_.heads, c_.head_dim()));
-      obs_q_.clear();
+        kv_.warm_up(seq_, l, make_view(obs_q[static_cast<std::size_t>(l)].data(), n - obs_first_, c_.heads, c_.head_dim()));
       times_.warm_up_ms += ms_since(tw);
     }
-    pos_ = n;
     times_.prefill_tokens += n;
     times_.prefill_ms += ms_since(t0);
     return logits_;

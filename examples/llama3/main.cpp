@@ -291,8 +291,8 @@ int run(const Options& o, const Model& model, ThreadPool& pool) {
                                     static_cast<double>(std::max<std::uint64_t>(1, t.decode_tokens)) / 1024);
       fmt::print("  bytes read per decoded token (misses, every layer): {}\n", per_tier);
       if (o.warm_up > 0)
-        fmt::print("  placement after prefill ({} observation queries, {:.1f} s): {} pages warmed into the cache, {} copied to host\n",
-                   o.warm_up, t.warm_up_ms / 1000, s.warmed, s.placed);
+        fmt::print("  placement after prefill ({} observation queries, {:.1f} s): {} pages warmed into the cache{}\n", o.warm_up,
+                   t.warm_up_ms / 1000, s.warmed, TierList::kCount == 3 ? fmt::format(", {} copied to host", s.placed) : std::string());
     }
   }
   return 0;

@@ -16,12 +16,14 @@
 
 #include <algorithm>
 #include <array>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <numeric>
 #include <optional>
 #include <span>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -228,8 +230,11 @@ class KvManager {
   /// yet warmed (so call it layer by layer, in order): best pages in the cache, the next in the
   /// middle tiers, all of them in the last tier (Stats::placed counts the copies). Scoring needs
   /// the prompt's keys: pages that left the fast tier are read back for it (counted in
-  /// bytes_read), so call it right after prefill. Returns the pages read into the cache. On
-  /// error nothing changes.
+  /// bytes_read), so call it right after prefill. With Config::pack_by_cluster it also packs
+  /// the prompt pages on the last tier by cluster (see there). Returns the pages read into the
+  /// cache. On error nothing changes, except that streams already packed keep their new slots
+  /// (same bytes). The shares assume one sequence at a time: a first sequence warmed up over
+  /// all layers takes the middle tiers' room, and later ones get what is left.
   template <tier::PlacementPolicy P = tier::ImportanceGuided>
   std::size_t warm_up(SeqId id, int layer, View<const float, 3> q_obs, const P& placement = {}) {
     check_layer(layer);
@@ -977,6 +982,9 @@ class KvManager {
       const auto cluster = [&](std::size_t i) { return static_cast<std::uint32_t>(index_.cluster_of(st.index, pages[i])); };
       std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return cluster(a) < cluster(b); });
       if (std::is_sorted(order.begin(), order.end())) return 0;
+      // An overwrite takes fresh slots before it frees the old ones: pack only with that room,
+      // since the layout is an optimisation and warm-up must not fail for want of it.
+      if (tiers_.template get<kLastTier>().free_pages() < pages.size()) return 0;
       std::vector<tier::WriteRequest> reqs;
       reqs.reserve(order.size());
       for (std::size_t i : order) {

@@ -1,5 +1,6 @@
 // PageTable: where each page of one stream lives. A page is resident when it holds a slot of the
-// fast tier (sink, local and tail pages, cached pages); its home is the tier that stores it (0:
+// fast tier (sink, local and tail pages, cached pages); its home is the nearest backing tier that
+// holds it (the last backing tier holds every page; 0:
 // only the fast tier, when there is no backing tier). Pages are indexed from 0; the last entry is
 // the tail page while tokens is not a multiple of the page size.
 #pragma once
@@ -15,7 +16,8 @@ using Slot = std::int32_t;
 
 struct PageEntry {
   Slot slot = -1;         ///< fast-tier slot holding the page, or -1
-  std::uint8_t home = 0;  ///< index in Tiers<...> of the tier storing the page; 0 = fast tier only
+  std::uint8_t home = 0;  ///< index in Tiers<...> of the nearest backing tier holding the page
+                          ///< (the last one always does); 0 = fast tier only
 
   bool resident() const { return slot >= 0; }
 };

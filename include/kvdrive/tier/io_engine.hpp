@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -96,29 +97,34 @@ class IoEngine {
   }
 
  private:
-  /// The part of r's buffers that starts `done` bytes in (a partial vectored read resumes here).
-  static void resume_at(const IoRead& r, std::size_t done, std::vector<::iovec>& rest) {
-    rest.clear();
+  using IovArray = std::array<::iovec, kMaxIov>;
+
+  /// The part of r's buffers that starts `done` bytes in (a partial vectored read resumes
+  /// here); returns how many of `rest` it filled. Allocates nothing: it runs while reads are in
+  /// flight.
+  static unsigned resume_at(const IoRead& r, std::size_t done, IovArray& rest) {
+    unsigned n = 0;
     std::size_t skip = done;
-    for (unsigned i = 0; i < r.iov_count; ++i) {
+    for (unsigned i = 0; i < r.iov_count && n < rest.size(); ++i) {
       const ::iovec& v = r.iov[i];
       if (skip >= v.iov_len) {
         skip -= v.iov_len;
         continue;
       }
-      rest.push_back({static_cast<std::byte*>(v.iov_base) + skip, v.iov_len - skip});
+      rest[n++] = {static_cast<std::byte*>(v.iov_base) + skip, v.iov_len - skip};
       skip = 0;
     }
+    return n;
   }
 
   static void pread_full(int fd, IoRead& r) {
     std::size_t done = 0;
-    std::vector<::iovec> rest;
+    IovArray rest;
     while (done < r.len) {
       ssize_t n;
       if (r.iov) {
-        resume_at(r, done, rest);
-        n = ::preadv(fd, rest.data(), static_cast<int>(std::min<std::size_t>(rest.size(), kMaxIov)), static_cast<off_t>(r.offset + done));
+        const unsigned count = resume_at(r, done, rest);
+        n = ::preadv(fd, rest.data(), static_cast<int>(count), static_cast<off_t>(r.offset + done));
       } else {
         n = ::pread(fd, r.buf + done, r.len - done, static_cast<off_t>(r.offset + done));
       }
@@ -136,6 +142,7 @@ class IoEngine {
 #if KVD_HAVE_LIBURING
   void ring_read_all(int fd, std::span<IoRead> reads) {
     std::size_t next = 0, inflight = 0;  // inflight: queued or submitted, not yet completed
+    IovArray tail;                       // the rest of a partial vectored read
     const auto reap = [&](io_uring_cqe* cqe) {
       IoRead& r = reads[io_uring_cqe_get_data64(cqe)];
       r.result = cqe->res;
@@ -144,11 +151,9 @@ class IoEngine {
       // A partial read (possible on some files) is finished synchronously.
       if (r.result > 0 && static_cast<std::size_t>(r.result) < r.len) {
         IoRead rest{r.offset + static_cast<std::uint64_t>(r.result), r.len - static_cast<std::size_t>(r.result), nullptr, 0};
-        std::vector<::iovec> tail;
         if (r.iov) {
-          resume_at(r, static_cast<std::size_t>(r.result), tail);
           rest.iov = tail.data();
-          rest.iov_count = static_cast<unsigned>(tail.size());
+          rest.iov_count = resume_at(r, static_cast<std::size_t>(r.result), tail);
         } else {
           rest.buf = r.buf + r.result;
         }

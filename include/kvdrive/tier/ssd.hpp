@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <tuple>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -114,9 +115,17 @@ class SsdTier {
     std::lock_guard lock(mutex_);
     check_open();
     if (pages.empty()) return;
-    for (std::size_t i = 0; i < pages.size(); ++i)
-      for (std::size_t j = 0; j < i; ++j)
-        KVD_EXPECT(!(pages[i].key == pages[j].key), "SsdTier {}: page {} twice in one write batch", params_.path, pages[i].key);
+    {
+      std::vector<PageKey> keys;
+      keys.reserve(pages.size());
+      for (const WriteRequest& r : pages) keys.push_back(r.key);
+      const auto less = [](const PageKey& a, const PageKey& b) {
+        return std::tie(a.sequence, a.layer, a.head, a.page) < std::tie(b.sequence, b.layer, b.head, b.page);
+      };
+      std::sort(keys.begin(), keys.end(), less);
+      const auto twice = std::adjacent_find(keys.begin(), keys.end());
+      KVD_EXPECT(twice == keys.end(), "SsdTier {}: page {} twice in one write batch", params_.path, *twice);
+    }
     // Erased pages' slots become usable once their records are durable: flush them first when
     // the store needs the room.
     if (!pending_free_.empty() && params_.capacity_pages && map_.size() + pending_free_.size() + pages.size() > params_.capacity_pages)
@@ -631,6 +640,7 @@ class SsdTier {
     for (std::uint64_t s = 0; s < high; ++s)
       if (!used[s]) free_slots_.push_back(s);
     std::reverse(free_slots_.begin(), free_slots_.end());  // lowest first when popped from the back
+    sorted_free_ = free_slots_.size();
     high_water_ = high;
   }
 
@@ -696,7 +706,13 @@ class SsdTier {
 
   /// Free slots are taken lowest first (from the back), so a batch that reuses them gets runs
   /// of adjacent slots where they exist: what packing and merged reads rely on.
-  void order_free_slots() { std::sort(free_slots_.begin(), free_slots_.end(), std::greater<>()); }
+  void order_free_slots() {
+    // The list is kept sorted (descending); only the slots appended since are out of place.
+    auto tail = free_slots_.begin() + static_cast<std::ptrdiff_t>(std::min(sorted_free_, free_slots_.size()));
+    std::sort(tail, free_slots_.end(), std::greater<>());
+    std::inplace_merge(free_slots_.begin(), tail, free_slots_.end(), std::greater<>());
+    sorted_free_ = free_slots_.size();
+  }
 
   /// A slot for the page: its stream's extent, a fresh extent, a free slot, or any stream's
   /// extent; throws when the capacity is reached.
@@ -729,6 +745,7 @@ class SsdTier {
   std::unordered_map<PageKey, Entry, PageKeyHash> map_;
   std::unordered_map<StreamKey, Extent, StreamKeyHash> extents_;
   std::vector<std::uint64_t> free_slots_, pending_free_;
+  std::size_t sorted_free_ = 0;  ///< free_slots_[0, sorted_free_) is in order (see order_free_slots)
   std::vector<ssd_format::LogRecord> pending_erases_;
   std::map<ReadTicket, std::vector<ReadRequest>> batches_;
   ReadTicket tickets_ = 0;
