@@ -261,8 +261,11 @@ class KvManager {
     std::vector<float> keys, q;
     std::vector<std::byte> scratch(cfg_.page_bytes());
     const bool pack = kCanPack && cfg_.pack_by_cluster;
-    std::vector<std::uint32_t> pack_pages;
-    std::vector<std::byte> pack_bytes;
+    // The bytes of each stream's pages on the last tier, read once for scoring, kept for packing
+    // and for the copies into middle tiers.
+    const bool keep_bytes = pack || TierList::kCount > 2;
+    std::vector<std::uint32_t> last_pages;
+    std::vector<std::byte> last_bytes;
     std::size_t packed = 0;
     std::array<std::uint64_t, kMaxTiers> key_bytes{};  // pages read back to score their keys
     try {
@@ -275,17 +278,17 @@ class KvManager {
         // The prompt's keys as float, every page (the tail page's filled rows only); with
         // packing, the bytes of the pages on the last tier too.
         keys.assign(static_cast<std::size_t>(tokens) * d, 0.0f);
-        pack_pages.clear();
-        pack_bytes.clear();
+        last_pages.clear();
+        last_bytes.clear();
         for (std::int64_t page = 0; page * pt < tokens; ++page) {
           tier::PageKey key = base;
           key.page = static_cast<std::uint32_t>(page);
           const PageEntry& e = st.pages[static_cast<std::size_t>(page)];
           const std::byte* bytes = resident_page(e, key, scratch.data());
           if (bytes == scratch.data()) key_bytes[e.home] += cfg_.page_bytes();
-          if (pack && e.home == kLastTier) {
-            pack_pages.push_back(key.page);
-            pack_bytes.insert(pack_bytes.end(), bytes, bytes + cfg_.page_bytes());
+          if (keep_bytes && e.home == kLastTier) {
+            last_pages.push_back(key.page);
+            last_bytes.insert(last_bytes.end(), bytes, bytes + cfg_.page_bytes());
           }
           const auto rows = static_cast<std::size_t>(std::min<std::int64_t>(pt, tokens - page * pt));
           dispatch_dtype(cfg_.dtype, [&](auto tag) {
@@ -297,7 +300,7 @@ class KvManager {
         for (std::int64_t i = 0; i < q_obs.extent(0); ++i)
           for (int j = 0; j < g; ++j)
             std::copy_n(q_obs.row(i, h * g + j), d, q.data() + (static_cast<std::size_t>(i) * g + j) * d);
-        if (pack) packed += pack_by_cluster(st, base, pack_pages, pack_bytes);
+        if (pack) packed += pack_by_cluster(st, base, last_pages, last_bytes);
         tier::PlacementInput in;
         in.keys = keys.data();
         in.tokens = tokens;
@@ -317,7 +320,7 @@ class KvManager {
           if (e.home == 0 || TierList::addressable(e.home)) continue;  // resident or attended in place
           chosen.emplace_back(ranking.pages[i], ranking.scores[i]);
         }
-        if constexpr (TierList::kCount > 2) place_in_middle_tiers(st, base, ranking, chosen, share, w.placed, written);
+        if constexpr (TierList::kCount > 2) place_in_middle_tiers(st, base, ranking, chosen, share, last_pages, last_bytes, w.placed, written);
         std::sort(chosen.begin(), chosen.end());
         std::array<std::vector<tier::ReadRequest>, kMaxTiers> reads;  // one batch per tier
         for (const auto& [page, score] : chosen) {
@@ -351,7 +354,6 @@ class KvManager {
       HeadWarm& w = work[static_cast<std::size_t>(h)];
       for (const auto& [page, tier_index] : w.placed) {
         st.pages[page].home = tier_index;
-        total_.bytes_read[kLastTier] += cfg_.page_bytes();
         total_.bytes_written[tier_index] += cfg_.page_bytes();
         ++total_.placed;
       }
@@ -1001,43 +1003,34 @@ class KvManager {
   }
 
   /// Placement below the cache: walks the ranking past the pages chosen for the cache and copies
-  /// the next ones from the last tier into the middle tiers, in tier order, each up to its
-  /// per-stream share. Records each copy in `placed` and `written`; the pages' homes change at
-  /// commit.
+  /// the next ones into the middle tiers, in tier order, each up to its per-stream share. The
+  /// bytes come from the last tier's pages as warm-up read them (`last_pages`, ascending, and
+  /// `last_bytes`). Records each copy in `placed` and `written`; homes change at commit.
   void place_in_middle_tiers(const Stream& st, const tier::PageKey& base, const tier::PageRanking& ranking,
                              const std::vector<std::pair<std::uint32_t, float>>& chosen, const std::array<std::size_t, kMaxTiers>& share,
+                             const std::vector<std::uint32_t>& last_pages, const std::vector<std::byte>& last_bytes,
                              std::vector<std::pair<std::uint32_t, std::uint8_t>>& placed,
                              std::vector<std::pair<std::uint8_t, tier::PageKey>>& written) {
     std::vector<char> cached(st.pages.size(), 0);
     for (const auto& c : chosen) cached[c.first] = 1;
     std::size_t to = 1;
     std::size_t left = share[1];
-    std::array<std::vector<std::uint32_t>, kMaxTiers> pages;
+    std::array<std::vector<tier::WriteRequest>, kMaxTiers> writes;
     for (std::uint32_t page : ranking.pages) {
       const PageEntry& e = st.pages[page];
       if (cached[page] || e.slot >= 0 || e.home != kLastTier) continue;
       while (left == 0 && ++to < kLastTier) left = share[to];
       if (to >= kLastTier) break;
-      pages[to].push_back(page);
+      const auto at = std::lower_bound(last_pages.begin(), last_pages.end(), page);
+      KVD_EXPECT(at != last_pages.end() && *at == page, "warm_up: page {} of the last tier was not read", page);
+      tier::PageKey key = base;
+      key.page = page;
+      writes[to].push_back({key, last_bytes.data() + static_cast<std::size_t>(at - last_pages.begin()) * cfg_.page_bytes()});
       --left;
     }
-    std::vector<std::byte> bytes;
-    std::vector<tier::ReadRequest> reads;
-    std::vector<tier::WriteRequest> writes;
     for (std::size_t i = 1; i < kLastTier; ++i) {
-      if (pages[i].empty()) continue;
-      bytes.resize(pages[i].size() * cfg_.page_bytes());
-      reads.clear();
-      writes.clear();
-      for (std::size_t j = 0; j < pages[i].size(); ++j) {
-        tier::PageKey key = base;
-        key.page = pages[i][j];
-        reads.push_back({key, bytes.data() + j * cfg_.page_bytes()});
-        writes.push_back({key, reads.back().dst});
-      }
-      tiers_.visit(kLastTier, [&](auto& t) { t.wait(t.submit(reads)); });
-      write_pages(i, writes, written);
-      for (std::uint32_t page : pages[i]) placed.emplace_back(page, static_cast<std::uint8_t>(i));
+      write_pages(i, writes[i], written);
+      for (const tier::WriteRequest& w : writes[i]) placed.emplace_back(w.key.page, static_cast<std::uint8_t>(i));
     }
   }
 
