@@ -68,6 +68,7 @@ class KvManager {
         backend_(std::move(backend)) {
     cfg_.validate();
     index::check_for_head_dim(index_, cfg_.shape.head_dim);
+    register_fast_memory();
     tiers_.open(tier::TierGeometry{cfg_.page_bytes()});
   }
 
@@ -905,6 +906,20 @@ class KvManager {
   }
 
   static constexpr std::size_t kLastTier = TierList::kCount - 1;
+
+  /// The fast tier's memory is where fetched pages land: each new block of it is registered
+  /// with every backing tier that reads into registered memory (SsdTier: io_uring fixed
+  /// buffers, Decision 9). A tier that cannot register just reads as before.
+  void register_fast_memory() {
+    if constexpr (requires(typename TierList::template Type<0>& f, tier::PagePool::BlockHook h) { f.add_block_hook(h); }) {
+      tiers_.fast().add_block_hook([this](std::byte* p, std::size_t bytes) {
+        for (std::size_t i = 1; i < TierList::kCount; ++i)
+          tiers_.visit(i, [&](auto& t) {
+            if constexpr (requires { t.register_memory(p, bytes); }) (void)t.register_memory(p, bytes);
+          });
+      });
+    }
+  }
 
   /// Writes one batch of pages to backing tier `i`, in one write_batch() where the tier has one
   /// (SsdTier syncs once per batch), recording each page in `written` as soon as it is stored so

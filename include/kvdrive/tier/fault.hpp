@@ -139,6 +139,12 @@ class FaultTier {
   }
   bool contains(const PageKey& key) const { return inner_.contains(key); }
   std::size_t free_pages() const { return inner_.free_pages(); }
+  /// Registers memory with the inner tier, where it takes registrations.
+  bool register_memory(std::byte* p, std::size_t bytes)
+    requires requires(Inner& i) { i.register_memory(p, bytes); }
+  {
+    return inner_.register_memory(p, bytes);
+  }
 
  private:
   /// Counts `n` page writes, failing them all if the budget of good writes runs out.

@@ -34,6 +34,19 @@ class HostTier {
 
   std::string_view name() const { return "host"; }
 
+  /// Adds a hook for each new block of memory, after the one in Params (before open() only):
+  /// KvManager uses it to register the pool with the tiers that read into it.
+  void add_block_hook(PagePool::BlockHook hook) {
+    if (!params_.on_new_block) {
+      params_.on_new_block = std::move(hook);
+      return;
+    }
+    params_.on_new_block = [first = std::move(params_.on_new_block), then = std::move(hook)](std::byte* p, std::size_t n) {
+      first(p, n);
+      then(p, n);
+    };
+  }
+
   void open(const TierGeometry& g) {
     page_bytes_ = g.page_bytes;
     pool_.open(g.page_bytes, params_.alignment, params_.capacity_pages, params_.on_new_block);

@@ -78,11 +78,46 @@ class IoEngine {
 
   void close() {
 #if KVD_HAVE_LIBURING
-    if (ring_) io_uring_queue_exit(ring_.get());
+    if (ring_) io_uring_queue_exit(ring_.get());  // unregisters the buffers too
     ring_.reset();
+    regions_.clear();
+    table_ready_ = table_failed_ = false;
 #endif
+    registered_bytes_ = 0;
     pool_.reset();
   }
+
+  /// Registers [p, p + bytes) with io_uring once, so that reads into it skip the per-I/O
+  /// pinning of user pages (IORING_OP_READ_FIXED). Returns false, changing nothing, where that
+  /// is not possible: the thread backend, a kernel without sparse buffer tables, the locked
+  /// memory limit, or a full table. Reads into memory that is not registered work as before.
+  /// The memory must stay mapped while the engine is open (the kernel pins it meanwhile).
+  bool register_memory(std::byte* p, std::size_t bytes) {
+#if KVD_HAVE_LIBURING
+    if (backend_ != IoBackend::io_uring || !ring_ || bytes == 0 || bytes > (std::size_t{1} << 30) || regions_.size() >= kMaxRegions)
+      return false;
+    if (!table_ready_) {
+      if (table_failed_ || io_uring_register_buffers_sparse(ring_.get(), kMaxRegions) < 0) {
+        table_failed_ = true;
+        return false;
+      }
+      table_ready_ = true;
+    }
+    ::iovec iov{p, bytes};
+    const auto index = static_cast<unsigned>(regions_.size());
+    if (io_uring_register_buffers_update_tag(ring_.get(), index, &iov, nullptr, 1) < 0) return false;
+    const Region r{p, bytes, index};
+    regions_.insert(std::upper_bound(regions_.begin(), regions_.end(), r, [](const Region& a, const Region& b) { return a.base < b.base; }), r);
+    registered_bytes_ += bytes;
+    return true;
+#else
+    (void)p, (void)bytes;
+    return false;
+#endif
+  }
+  std::size_t registered_bytes() const { return registered_bytes_; }
+  /// Reads issued as IORING_OP_READ_FIXED into registered memory.
+  std::uint64_t fixed_reads() const { return fixed_reads_; }
 
   IoBackend backend() const { return backend_; }
   std::string_view name() const { return backend_ == IoBackend::io_uring ? "io_uring" : "threads (pread)"; }
@@ -166,10 +201,14 @@ class IoEngine {
         io_uring_sqe* sqe = io_uring_get_sqe(ring_.get());
         if (!sqe) break;
         IoRead& r = reads[next];
-        if (r.iov)
+        if (r.iov) {
           io_uring_prep_readv(sqe, fd, r.iov, r.iov_count, r.offset);
-        else
+        } else if (const Region* reg = region_of(r.buf, r.len)) {
+          io_uring_prep_read_fixed(sqe, fd, r.buf, static_cast<unsigned>(r.len), r.offset, static_cast<int>(reg->index));
+          ++fixed_reads_;
+        } else {
           io_uring_prep_read(sqe, fd, r.buf, static_cast<unsigned>(r.len), r.offset);
+        }
         io_uring_sqe_set_data64(sqe, next);
         ++next;
         ++inflight;
@@ -191,8 +230,25 @@ class IoEngine {
       while (io_uring_peek_cqe(ring_.get(), &cqe) == 0 && cqe) reap(cqe);
     }
   }
+  struct Region {
+    std::byte* base;
+    std::size_t bytes;
+    unsigned index;  ///< in the ring's buffer table
+  };
+  /// The registered region holding [p, p + len), or null.
+  const Region* region_of(const std::byte* p, std::size_t len) const {
+    auto it = std::upper_bound(regions_.begin(), regions_.end(), p, [](const std::byte* x, const Region& r) { return x < r.base; });
+    if (it == regions_.begin()) return nullptr;
+    --it;
+    return p + len <= it->base + it->bytes ? &*it : nullptr;
+  }
+  static constexpr unsigned kMaxRegions = 1024;
   std::unique_ptr<io_uring> ring_;
+  std::vector<Region> regions_;  ///< sorted by base
+  bool table_ready_ = false, table_failed_ = false;
 #endif
+  std::size_t registered_bytes_ = 0;
+  std::uint64_t fixed_reads_ = 0;
 
   IoBackend backend_ = IoBackend::threads;
   unsigned depth_ = 1;

@@ -261,6 +261,10 @@ class SsdTier {
       iov.reserve(want.size());
       for (const Want& w : want) iov.push_back({w.req->dst, page_bytes_});
       for (std::size_t o = 0; o < ops.size(); ++o) {
+        if (ops[o].len == slot_bytes_) {  // one page: a plain read, fixed where the buffer is registered
+          ops[o].buf = want[first[o]].req->dst;
+          continue;
+        }
         ops[o].iov = iov.data() + first[o];
         ops[o].iov_count = static_cast<unsigned>(ops[o].len / slot_bytes_);
       }
@@ -335,6 +339,24 @@ class SsdTier {
     std::lock_guard lock(mutex_);
     return read_ops_;
   }
+  /// Registers host memory that reads will land in (the fast tier's page pool: KvManager does
+  /// it for each new block) with io_uring, once; single-page reads into it are then fixed reads.
+  /// Returns false where the engine cannot (see IoEngine::register_memory); nothing changes.
+  bool register_memory(std::byte* p, std::size_t bytes) {
+    std::lock_guard lock(mutex_);
+    check_open();
+    return io_.register_memory(p, bytes);
+  }
+  std::size_t registered_bytes() const {
+    std::lock_guard lock(mutex_);
+    return io_.registered_bytes();
+  }
+  /// Of read_ops(): reads into registered memory (IORING_OP_READ_FIXED).
+  std::uint64_t fixed_reads() const {
+    std::lock_guard lock(mutex_);
+    return io_.fixed_reads();
+  }
+
   /// Of read_ops(): reads that went straight into the callers' buffers (readv), no bounce copy.
   std::uint64_t scattered_ops() const {
     std::lock_guard lock(mutex_);

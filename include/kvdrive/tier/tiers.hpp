@@ -21,6 +21,8 @@ template <tier::FastTier Fast, tier::StorageTier... Backing>
 class Tiers {
  public:
   static constexpr std::size_t kCount = 1 + sizeof...(Backing);
+  template <std::size_t I>
+  using Type = std::tuple_element_t<I, std::tuple<Fast, Backing...>>;
   static_assert(kCount <= kMaxTiers, "Tiers: too many tiers (see kMaxTiers)");
 
   Tiers() = default;
