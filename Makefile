@@ -46,7 +46,8 @@ tsan-test: bootstrap
 # 32K tokens is about the longest prompt this 4-layer model prefills within 2 minutes on 2 cores
 # (about 80 s measured; 40K would take about 2 minutes). Tiered: of the 64 MiB of KV, 18 MB of
 # fast DRAM holds sink, local, staging and a 3-step lookahead cache, 16 MiB more DRAM holds the
-# first pages written, and the rest goes to an SSD store under the build folder.
+# pages warm-up placement ranks next, and every page is kept in an SSD store under the build
+# folder.
 DEMO_ARGS ?= --model synthetic:small --prompt-len 32768 --steps 64 --mode tiered --budget 0.0625 \
              --fast-bytes 18000000 --host-bytes 16777216 --ssd-path $(BUILD)/kvd-demo.store
 

@@ -47,6 +47,7 @@
 #include "kvdrive/index/simhash.hpp"
 #include "kvdrive/manager.hpp"
 #include "kvdrive/pipeline/concept.hpp"
+#include "kvdrive/pipeline/elastic.hpp"
 #include "kvdrive/pipeline/serial.hpp"
 #include "kvdrive/tier/concept.hpp"
 #include "kvdrive/tier/fault.hpp"

@@ -634,8 +634,12 @@ class KvManager {
     /// Where the pipeline records each stage's time.
     StageTimes& times() { return stats.time; }
 
-    void commit() {
-      // Fallible part first: sealed pages go to their backing tiers, together.
+    /// The fallible part of commit(), which needs no attention output: sealed pages go to their
+    /// backing tiers, and the index gets their keys as float. A pipeline may run it while
+    /// compute() runs (Elastic does); commit() runs it if nobody did. Undone by abort().
+    void prepare_commit() {
+      if (prepared_) return;
+      prepared_ = true;
       seals_.clear();
       for (StepPlan& p : m_.plans_) {
         if (!p.seals) continue;
@@ -657,6 +661,10 @@ class KvManager {
           p.seal_keys.clear();
           m_.append_page_keys(p.tail_slot(), p.seal_keys);
         }
+    }
+
+    void commit() {
+      prepare_commit();
       // The point of no return: from here the step applies, and the pages written above stay.
       written_.clear();
       std::size_t i = 0;
@@ -840,6 +848,7 @@ class KvManager {
     std::vector<std::pair<std::uint8_t, tier::PageKey>> written_;
     std::vector<SealedPage> seals_;
     std::vector<std::uint32_t> evicted_;
+    bool prepared_ = false;
   };
 
   // ---- helpers -------------------------------------------------------------------------------

@@ -10,15 +10,34 @@ namespace kvdrive {
 
 inline constexpr std::size_t kMaxTiers = 8;
 
+/// Where a step's time went. The *_ms of each stage is its busy time (summed over the threads
+/// that ran it one after another). A pipeline that overlaps select, classify and fetch also
+/// records how long classify and fetch waited for their input, and the wall time of that
+/// overlapped phase; a stage's bubble fraction is the share of the phase it was not busy.
 struct StageTimes {
   double select_ms = 0, classify_ms = 0, fetch_ms = 0, compute_ms = 0, commit_ms = 0;
+  double classify_wait_ms = 0, fetch_wait_ms = 0;  ///< waiting for the previous stage
+  double overlap_ms = 0;  ///< wall time from the first select to the last fetch
+  double wall_ms = 0;     ///< wall time of the whole step
+
+  /// The stages' busy time, as if they ran one after another.
   double total_ms() const { return select_ms + classify_ms + fetch_ms + compute_ms + commit_ms; }
+  /// Share of the overlapped phase a stage was idle: 1 - busy / overlap (0 when none ran).
+  static double bubble(double busy_ms, double overlap) { return overlap > 0 ? 1.0 - busy_ms / overlap : 0.0; }
+  double select_bubble() const { return bubble(select_ms, overlap_ms); }
+  double classify_bubble() const { return bubble(classify_ms, overlap_ms); }
+  double fetch_bubble() const { return bubble(fetch_ms, overlap_ms); }
+
   StageTimes& operator+=(const StageTimes& o) {
     select_ms += o.select_ms;
     classify_ms += o.classify_ms;
     fetch_ms += o.fetch_ms;
     compute_ms += o.compute_ms;
     commit_ms += o.commit_ms;
+    classify_wait_ms += o.classify_wait_ms;
+    fetch_wait_ms += o.fetch_wait_ms;
+    overlap_ms += o.overlap_ms;
+    wall_ms += o.wall_ms;
     return *this;
   }
 };

@@ -18,11 +18,14 @@ struct Serial {
   void run(S& s) const {
     const std::size_t n = s.streams();
     StageTimes& t = s.times();
+    const auto t0 = std::chrono::steady_clock::now();
     timed(t.select_ms, [&] { s.parallel_for(n, [&](std::size_t i) { s.select(i); }); });
     timed(t.classify_ms, [&] { for (std::size_t i = 0; i < n; ++i) s.classify(i); });
     timed(t.fetch_ms, [&] { for (std::size_t i = 0; i < n; ++i) s.fetch(i); });
+    t.overlap_ms += t.select_ms + t.classify_ms + t.fetch_ms;  // nothing overlaps
     timed(t.compute_ms, [&] { s.compute(0, n); });
     timed(t.commit_ms, [&] { s.commit(); });
+    t.wall_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
 
  private:

@@ -1,0 +1,274 @@
+// pipeline::Elastic: KVDrive's selection-fetching-computation disaggregation on the CPU. A step's
+// streams (sequence x KV head of one layer) are split into micro-batches of `micro_batch`
+// streams. While micro-batch i is selected (on the caller's thread, streams in parallel on the
+// backend's pool), micro-batch i-1 is classified into hits and misses (a stage thread) and
+// micro-batch i-2 is fetched (another stage thread); the stages hand micro-batches on through
+// counters under one mutex, a queue as deep as the step. Once every fetch is done the whole
+// batch computes, while the fetch thread writes the step's sealed pages and prepares the index
+// update (StepStages::prepare_commit, when the stages have it); then commit applies.
+//
+// Every stage function sees exactly the inputs it sees under Serial, so the results are bitwise
+// identical for any micro-batch size. An exception in any stage stops the others at their next
+// micro-batch; run() waits for both stage threads to go idle and rethrows the first one, so
+// attend() rolls the step back (Decision 8). The two stage threads live as long as the policy
+// object (a copy starts its own) and are joined by its destructor.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string_view>
+#include <thread>
+#include <utility>
+
+#include "kvdrive/core/error.hpp"
+#include "kvdrive/pipeline/concept.hpp"
+
+namespace kvdrive::pipeline {
+
+/// A thread that runs one posted job at a time. Jobs must not throw.
+class StageThread {
+ public:
+  StageThread() : thread_([this] { loop(); }) {}
+  StageThread(const StageThread&) = delete;
+  StageThread& operator=(const StageThread&) = delete;
+  ~StageThread() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+
+  void post(std::function<void()> job) {
+    {
+      std::lock_guard lock(mutex_);
+      job_ = std::move(job);
+      busy_ = true;
+    }
+    wake_.notify_all();
+  }
+
+  /// Blocks until the posted job has finished.
+  void wait() {
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [&] { return !busy_; });
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock lock(mutex_);
+        wake_.wait(lock, [&] { return stop_ || (busy_ && job_); });
+        if (stop_ && !busy_) return;
+        job = std::exchange(job_, nullptr);
+      }
+      job();
+      {
+        std::lock_guard lock(mutex_);
+        busy_ = false;
+      }
+      done_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  std::function<void()> job_;
+  bool busy_ = false, stop_ = false;
+  std::thread thread_;  // last: starts after the members it uses
+};
+
+struct ElasticParams {
+  /// Streams per micro-batch; 0 chooses ceil(streams / 4) (four micro-batches a step).
+  std::size_t micro_batch = 0;
+};
+
+class Elastic {
+ public:
+  using Params = ElasticParams;
+
+  Elastic() = default;
+  explicit Elastic(Params p) : params_(p) {}
+  Elastic(const Elastic& o) : params_(o.params_) {}  // the stage threads are not shared
+  Elastic& operator=(const Elastic& o) {
+    params_ = o.params_;
+    return *this;
+  }
+
+  static constexpr std::string_view name() { return "elastic"; }
+  const Params& params() const { return params_; }
+  void set_micro_batch(std::size_t streams) { params_.micro_batch = streams; }
+
+  /// Streams per micro-batch for a step of n streams.
+  std::size_t micro_batch_for(std::size_t n) const {
+    const std::size_t mb = params_.micro_batch ? params_.micro_batch : (n + 3) / 4;
+    return std::clamp<std::size_t>(mb, 1, std::max<std::size_t>(1, n));
+  }
+
+  template <StepStages S>
+  void run(S& s) const {
+    using Clock = std::chrono::steady_clock;
+    const auto t0 = Clock::now();
+    const std::size_t n = s.streams();
+    StageTimes& t = s.times();
+    const std::size_t mb = micro_batch_for(n);
+    const std::size_t batches = n == 0 ? 0 : (n + mb - 1) / mb;
+    const auto first = [&](std::size_t b) { return b * mb; };
+    const auto last = [&](std::size_t b) { return std::min(n, (b + 1) * mb); };
+    Threads& w = threads();
+
+    Progress prog;
+    double classify_busy = 0, classify_wait = 0, fetch_busy = 0, fetch_wait = 0, prepare_busy = 0;
+    // Whatever happens below, both stage threads are idle before run() returns (their jobs use
+    // the locals above).
+    struct Join {
+      Progress& prog;
+      Threads& w;
+      ~Join() {
+        prog.stop();
+        w.fetch.wait();
+        w.classify.wait();
+      }
+    } join{prog, w};
+    w.classify.post([&] {
+      stage_loop(prog, batches, prog.selected, prog.classified, classify_busy, classify_wait, [&](std::size_t b) {
+        for (std::size_t i = first(b); i < last(b); ++i) s.classify(i);
+      });
+    });
+    w.fetch.post([&] {
+      stage_loop(prog, batches, prog.classified, prog.fetched, fetch_busy, fetch_wait, [&](std::size_t b) {
+        for (std::size_t i = first(b); i < last(b); ++i) s.fetch(i);
+      });
+      // The sealed pages' writes overlap compute.
+      if constexpr (requires { s.prepare_commit(); }) {
+        if (!prog.stopped()) prog.run(prepare_busy, [&] { s.prepare_commit(); });
+      }
+    });
+
+    double select_busy = 0;
+    for (std::size_t b = 0; b < batches && !prog.stopped(); ++b) {
+      prog.run(select_busy, [&] { s.parallel_for(last(b) - first(b), [&](std::size_t j) { s.select(first(b) + j); }); });
+      prog.advance(prog.selected);
+    }
+    if (!prog.wait_for(prog.fetched, batches)) {  // a stage failed: let the others go idle first
+      prog.stop();
+      w.fetch.wait();
+      w.classify.wait();
+      prog.rethrow();
+      fail("pipeline::Elastic: the step stopped without an error");
+    }
+    // Every micro-batch is fetched: the classify thread is done and the fetch thread has moved
+    // on to prepare_commit, which touches none of the figures below.
+    const auto fetched_at = Clock::now();
+    t.select_ms += select_busy;
+    t.classify_ms += classify_busy;
+    t.fetch_ms += fetch_busy;
+    t.classify_wait_ms += classify_wait;
+    t.fetch_wait_ms += fetch_wait;
+    t.overlap_ms += std::chrono::duration<double, std::milli>(fetched_at - t0).count();
+
+    double compute_busy = 0;
+    prog.run(compute_busy, [&] { s.compute(0, n); });
+    w.fetch.wait();  // prepare_commit
+    prog.rethrow();
+    t.compute_ms += compute_busy;
+    double commit_busy = 0;
+    prog.run(commit_busy, [&] { s.commit(); });
+    prog.rethrow();
+    t.commit_ms += commit_busy + prepare_busy;
+    t.wall_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  }
+
+ private:
+  struct Threads {
+    StageThread classify, fetch;
+  };
+
+  /// How far each stage has come this step, and the first error.
+  struct Progress {
+    std::mutex mutex;
+    std::condition_variable moved;
+    std::size_t selected = 0, classified = 0, fetched = 0;
+    bool stopping = false;
+    std::exception_ptr error;
+
+    void advance(std::size_t& counter) {
+      {
+        std::lock_guard lock(mutex);
+        ++counter;
+      }
+      moved.notify_all();
+    }
+    void stop() {
+      {
+        std::lock_guard lock(mutex);
+        stopping = true;
+      }
+      moved.notify_all();
+    }
+    bool stopped() {
+      std::lock_guard lock(mutex);
+      return stopping;
+    }
+    /// Waits until counter reaches `target` or the step stops; returns false if it stopped.
+    bool wait_for(const std::size_t& counter, std::size_t target) {
+      std::unique_lock lock(mutex);
+      moved.wait(lock, [&] { return stopping || counter >= target; });
+      return counter >= target;
+    }
+    /// Runs f, adding its wall time to busy_ms; an exception stops the step and is kept.
+    template <class F>
+    void run(double& busy_ms, F&& f) {
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        f();
+      } catch (...) {
+        {
+          std::lock_guard lock(mutex);
+          if (!error) error = std::current_exception();
+          stopping = true;
+        }
+        moved.notify_all();
+      }
+      busy_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    }
+    void rethrow() {
+      std::lock_guard lock(mutex);
+      if (error) std::rethrow_exception(error);
+    }
+  };
+
+  /// One stage over the micro-batches: waits for each to be ready upstream, runs it, hands it on.
+  template <class F>
+  static void stage_loop(Progress& prog, std::size_t batches, const std::size_t& ready, std::size_t& done, double& busy_ms,
+                         double& wait_ms, F&& f) {
+    for (std::size_t b = 0; b < batches; ++b) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const bool go = prog.wait_for(ready, b + 1);
+      wait_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (!go || prog.stopped()) return;
+      prog.run(busy_ms, [&] { f(b); });
+      prog.advance(done);
+    }
+  }
+
+  Threads& threads() const {
+    if (!threads_) threads_ = std::make_unique<Threads>();
+    return *threads_;
+  }
+
+  Params params_;
+  mutable std::unique_ptr<Threads> threads_;
+};
+static_assert(PipelinePolicy<Elastic>);
+
+}  // namespace kvdrive::pipeline
