@@ -218,3 +218,43 @@ TEST_CASE("Elastic's micro-batches and stage statistics") {
   CHECK(t.fetch_bubble() == doctest::Approx(0.25));
   CHECK(StageTimes{}.fetch_bubble() == 0.0);
 }
+
+TEST_CASE("tune() picks a micro-batch size from dry steps and changes nothing else") {
+  Workload w;
+  w.cfg.shape = {2, 8, 4, 32};
+  w.cfg.page_tokens = 8;
+  w.cfg.local_tokens = 16;
+  w.cfg.budget = Budget::fraction(0.25);
+  w.prompt = {300, 120, 260};
+  w.steps = 4;
+  KvManager<index::Quest, eviction::Lookahead, TwoTiers> reference(w.cfg);
+  KvManager<index::Quest, eviction::Lookahead, TwoTiers, pipeline::Elastic> kv(w.cfg);
+  const auto ref_ids = prefill(reference, w), ids = prefill(kv, w);
+  const auto& sh = w.cfg.shape;
+  const std::size_t used = kv.tiers().fast().used_pages(), slow = kv.tiers().get<1>().inner().stored_pages();
+  std::vector<float> q = w.rows(0, 0, 999, 3, sh.q_heads, 5), k = w.rows(0, 0, 999, 3, sh.kv_heads, 6), v = w.rows(0, 0, 999, 3, sh.kv_heads, 7);
+  std::vector<float> out(q.size());
+  const auto report = kv.tune(0, ids, make_view(q, 3, sh.q_heads, sh.head_dim), make_view(k, 3, sh.kv_heads, sh.head_dim),
+                              make_view(v, 3, sh.kv_heads, sh.head_dim), make_view(out, 3, sh.q_heads, sh.head_dim));
+  // 3 sequences x 4 KV heads = 12 streams: sizes 12, 6, 3, 1 (12 / 8 rounds down to 1).
+  REQUIRE(report.step_ms.size() == 4);
+  CHECK(report.step_ms[0].first == 12);
+  CHECK(report.step_ms[3].first == 1);
+  CHECK(kv.pipeline_policy().micro_batch_for(12) == report.micro_batch);
+  bool listed = false;
+  for (const auto& [mb, ms] : report.step_ms) {
+    CHECK(ms > 0);
+    listed = listed || mb == report.micro_batch;
+  }
+  CHECK(listed);
+  // Nothing changed: no step counted, no page kept, and the next steps equal the reference's.
+  CHECK(kv.total_stats().steps == 0);
+  CHECK(kv.tiers().fast().used_pages() == used);
+  CHECK(kv.tiers().get<1>().inner().stored_pages() == slow);
+  for (int s = 0; s < w.steps; ++s)
+    for (int l = 0; l < sh.layers; ++l) CHECK(same_bits(step(kv, w, ids, l, s), step(reference, w, ref_ids, l, s)));
+  // Bad input is refused before anything runs.
+  CHECK_THROWS_AS(kv.tune(0, ids, make_view(q, 3, sh.q_heads, sh.head_dim), make_view(k, 3, sh.kv_heads, sh.head_dim),
+                          make_view(v, 3, sh.kv_heads, sh.head_dim), make_view(out, 3, sh.q_heads, sh.head_dim), 0),
+                  Error);
+}

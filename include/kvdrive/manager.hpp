@@ -16,10 +16,12 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <span>
@@ -404,19 +406,7 @@ class KvManager {
   /// The new token is appended and attended. On error nothing changes (Decision 8).
   void attend(int layer, std::span<const SeqId> batch, View<const float, 3> q,
               View<const float, 3> k, View<const float, 3> v, View<float, 3> out) {
-    check_layer(layer);
-    KVD_EXPECT(!batch.empty(), "attend: empty batch");
-    const auto b = static_cast<std::int64_t>(batch.size());
-    check_q_view(q, "attend: q", b);
-    check_q_view(View<const float, 3>(out), "attend: out", b);
-    check_kv_view(k, "attend: k", b);
-    check_kv_view(v, "attend: v", b);
-    for (std::size_t i = 0; i < batch.size(); ++i) {
-      usable_sequence(batch[i]);
-      for (std::size_t j = 0; j < i; ++j)
-        KVD_EXPECT(batch[i] != batch[j], "attend: sequence {} appears twice in the batch", batch[i]);
-    }
-
+    check_step_inputs(layer, batch, q, k, v, out);
     Step step(*this, layer, batch, q, k, v, out);
     try {
       pipeline_.run(step);
@@ -428,12 +418,73 @@ class KvManager {
     total_ += step.stats;
   }
 
+  // ---- tuning --------------------------------------------------------------------------------
+
+  /// What tune() measured: the step time of each micro-batch size tried, and the one chosen.
+  struct TuneReport {
+    std::size_t micro_batch = 0;                                  ///< chosen (streams)
+    std::vector<std::pair<std::size_t, double>> step_ms;          ///< (micro-batch, median ms)
+  };
+
+  /// Calibrates the pipeline on one step of this batch without applying it: for pipelines with
+  /// micro-batches (Elastic), each size in {streams, /2, /4, /8, 1} runs `repeats` dry steps
+  /// (select, classify, fetch and compute, then rolled back: nothing changes), and the fastest
+  /// median is set. Call it after warm-up, with a representative batch. Arguments as attend().
+  TuneReport tune(int layer, std::span<const SeqId> batch, View<const float, 3> q, View<const float, 3> k,
+                  View<const float, 3> v, View<float, 3> out, int repeats = 3) {
+    KVD_EXPECT(repeats >= 1, "tune: repeats {} must be >= 1", repeats);
+    check_step_inputs(layer, batch, q, k, v, out);
+    TuneReport report;
+    if constexpr (requires(Pipeline& p, std::size_t n) { p.set_micro_batch(n); }) {
+      const std::size_t streams = batch.size() * static_cast<std::size_t>(cfg_.shape.kv_heads);
+      std::vector<std::size_t> sizes;
+      for (std::size_t div : {1, 2, 4, 8, 1 << 30}) {
+        const std::size_t mb = std::max<std::size_t>(1, streams / std::min<std::size_t>(div, streams));
+        if (std::find(sizes.begin(), sizes.end(), mb) == sizes.end()) sizes.push_back(mb);
+      }
+      const Pipeline saved = pipeline_;
+      double best = std::numeric_limits<double>::infinity();
+      try {
+        for (std::size_t mb : sizes) {
+          pipeline_.set_micro_batch(mb);
+          std::vector<double> ms;
+          for (int r = 0; r < repeats; ++r) {
+            Step step(*this, layer, batch, q, k, v, out);
+            DryRun<Step> dry{step};
+            const auto t0 = std::chrono::steady_clock::now();
+            try {
+              pipeline_.run(dry);
+            } catch (...) {
+              step.abort();
+              throw;
+            }
+            ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+            step.abort();
+          }
+          std::sort(ms.begin(), ms.end());
+          report.step_ms.emplace_back(mb, ms[ms.size() / 2]);
+          if (ms[ms.size() / 2] < best) {
+            best = ms[ms.size() / 2];
+            report.micro_batch = mb;
+          }
+        }
+      } catch (...) {
+        pipeline_ = saved;
+        throw;
+      }
+      pipeline_.set_micro_batch(report.micro_batch);
+    }
+    return report;
+  }
+
   // ---- inspection ----------------------------------------------------------------------------
 
   const Config& config() const { return cfg_; }
   TierList& tiers() { return tiers_; }
   const Index& index_policy() const { return index_; }
   const Eviction& eviction_policy() const { return eviction_; }
+  const Pipeline& pipeline_policy() const { return pipeline_; }
+  Pipeline& pipeline_policy() { return pipeline_; }
   /// Statistics of the last successful attend() and of all of them.
   const Stats& last_stats() const { return last_; }
   const Stats& total_stats() const { return total_; }
@@ -603,12 +654,16 @@ class KvManager {
       }
     }
 
-    void fetch(std::size_t i) {
-      StepPlan& p = m_.plans_[i];
-      if (!p.misses.empty()) {
-        std::vector<tier::ReadRequest> reads;
-        for (std::size_t tier_index = 1; tier_index < TierList::kCount; ++tier_index) {
-          reads.clear();
+    void fetch(std::size_t i) { fetch_range(i, i + 1); }
+
+    /// Fetches the misses of streams [first, last) into staging slots, in one batch per tier,
+    /// so their reads are in flight together (one round trip to the device, not one per stream).
+    void fetch_range(std::size_t first, std::size_t last) {
+      std::vector<tier::ReadRequest> reads;
+      for (std::size_t tier_index = 1; tier_index < TierList::kCount; ++tier_index) {
+        reads.clear();
+        for (std::size_t i = first; i < last; ++i) {
+          StepPlan& p = m_.plans_[i];
           for (std::uint32_t page : p.misses) {
             if (p.stream->pages[page].home != tier_index) continue;
             p.staged.push_back(m_.tiers_.fast().allocate());
@@ -616,12 +671,14 @@ class KvManager {
             key.page = page;
             reads.push_back({key, m_.tiers_.fast().slot_data(p.staged.back())});
           }
-          if (reads.empty()) continue;
-          m_.tiers_.visit(tier_index, [&](auto& t) { t.wait(t.submit(reads)); });
         }
-        // staged[] follows the tier loop's order; put it back in misses order.
-        if (TierList::kCount > 2) sort_staged_by_page(p);
+        if (reads.empty()) continue;
+        m_.tiers_.visit(tier_index, [&](auto& t) { t.wait(t.submit(reads)); });
       }
+      // staged[] follows the tier loop's order; put it back in misses order.
+      if (TierList::kCount > 2)
+        for (std::size_t i = first; i < last; ++i)
+          if (!m_.plans_[i].misses.empty()) sort_staged_by_page(m_.plans_[i]);
     }
 
     void compute(std::size_t first, std::size_t last) {
@@ -852,6 +909,37 @@ class KvManager {
   };
 
   // ---- helpers -------------------------------------------------------------------------------
+
+  void check_step_inputs(int layer, std::span<const SeqId> batch, View<const float, 3> q, View<const float, 3> k,
+                         View<const float, 3> v, View<float, 3> out) {
+    check_layer(layer);
+    KVD_EXPECT(!batch.empty(), "attend: empty batch");
+    const auto b = static_cast<std::int64_t>(batch.size());
+    check_q_view(q, "attend: q", b);
+    check_q_view(View<const float, 3>(out), "attend: out", b);
+    check_kv_view(k, "attend: k", b);
+    check_kv_view(v, "attend: v", b);
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      usable_sequence(batch[i]);
+      for (std::size_t j = 0; j < i; ++j)
+        KVD_EXPECT(batch[i] != batch[j], "attend: sequence {} appears twice in the batch", batch[i]);
+    }
+  }
+
+  /// A step's stages with commit turned off: for calibration runs that are then rolled back.
+  template <class S>
+  struct DryRun {
+    S& s;
+    std::size_t streams() const { return s.streams(); }
+    void select(std::size_t i) { s.select(i); }
+    void classify(std::size_t i) { s.classify(i); }
+    void fetch(std::size_t i) { s.fetch(i); }
+    void fetch_range(std::size_t a, std::size_t b) { s.fetch_range(a, b); }
+    void compute(std::size_t a, std::size_t b) { s.compute(a, b); }
+    void commit() {}
+    void parallel_for(std::size_t n, const std::function<void(std::size_t)>& fn) { s.parallel_for(n, fn); }
+    StageTimes& times() { return s.times(); }
+  };
 
   Sequence& sequence(SeqId id) {
     return const_cast<Sequence&>(static_cast<const KvManager*>(this)->sequence(id));

@@ -3,6 +3,8 @@
 //   select(i)   index -> candidate pages within budget          (per stream, commits nothing)
 //   classify(i) cache  -> hits and misses                       (per stream, commits nothing)
 //   fetch(i)    tiers  -> staging slots for the misses          (per stream, commits nothing)
+//   fetch_range(a, b)  the same for streams [a, b), their reads in flight together (optional)
+//   prepare_commit()   commit's fallible part: seal writes; may overlap compute (optional)
 //   compute(a, b) attention for streams [a, b) over page pointers
 //   commit()    append K/V, seal, extend the index, update eviction: all or nothing
 // A pipeline may interleave select/classify/fetch of different streams, or run one stage for

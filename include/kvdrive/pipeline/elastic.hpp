@@ -146,7 +146,10 @@ class Elastic {
     });
     w.fetch.post([&] {
       stage_loop(prog, batches, prog.classified, prog.fetched, fetch_busy, fetch_wait, [&](std::size_t b) {
-        for (std::size_t i = first(b); i < last(b); ++i) s.fetch(i);
+        if constexpr (requires { s.fetch_range(b, b); })
+          s.fetch_range(first(b), last(b));  // the micro-batch's reads in flight together
+        else
+          for (std::size_t i = first(b); i < last(b); ++i) s.fetch(i);
       });
       // The sealed pages' writes overlap compute.
       if constexpr (requires { s.prepare_commit(); }) {

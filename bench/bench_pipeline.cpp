@@ -1,0 +1,191 @@
+// bench_pipeline: pipeline::Elastic against pipeline::Serial on DRAM cache + SSD backing with real
+// I/O (SsdTier, O_DIRECT, io_uring; no sleeps stand in for it), and both against DRAM only.
+// For each (context, batch): `batch` sequences of the synthetic trace `default` (seed 1, 2, ...;
+// one layer, `--kv-heads` KV heads of it), the Hierarchical index at a 6.25% budget, a Lookahead
+// W=3 cache, warm-up placement after prefill. Three KvManagers run the same steps in turns:
+//   serial   Tiers<HostTier, SsdTier>, pipeline::Serial
+//   elastic  Tiers<HostTier, SsdTier>, pipeline::Elastic (its own store, same layout)
+//   dram     Tiers<HostTier> (everything in DRAM), pipeline::Serial
+// and it prints per-step wall times, the ideal max(select, classify, fetch) + compute + commit +
+// the pipeline fill ((select + classify) / micro-batches), all from Serial's stage times, and the
+// ratios. Step times are the medians over `--steps` decode steps.
+//
+//   bench_pipeline [--dir PATH] [--contexts 32768,131072] [--batches 1,4,8] [--steps N]
+//                  [--kv-heads N] [--micro-batch N]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "kvdrive/eval/synthetic.hpp"
+#include "kvdrive/kvdrive.hpp"
+
+using namespace kvdrive;
+using namespace kvdrive::tier;
+
+namespace {
+
+struct Options {
+  std::string dir = std::filesystem::temp_directory_path().string();
+  std::vector<std::int64_t> contexts = {32768, 131072};
+  std::vector<int> batches = {1, 4, 8};
+  int steps = 24;
+  int kv_heads = 2;
+  std::size_t micro_batch = 0;
+};
+
+std::vector<std::int64_t> parse_list(const std::string& s) {
+  std::vector<std::int64_t> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) out.push_back(std::strtoll(item.c_str(), nullptr, 10));
+  return out;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+/// The decode inputs of one sequence: per step, the group's queries and the new token's K/V, for
+/// each KV head.
+struct DecodeInputs {
+  std::vector<float> q, k, v;  // [steps][kv_heads][group or 1][d]
+};
+
+void run_case(const Options& o, std::int64_t context, int batch) {
+  const eval::SyntheticPreset preset = eval::synthetic_preset("default");
+  const int kvh = o.kv_heads, d = preset.shape.head_dim, g = preset.shape.q_heads / preset.shape.kv_heads, qh = g * kvh;
+  Config c;
+  c.shape = {1, qh, kvh, d};
+  c.budget = Budget::fraction(0.0625);
+  using Ssd = Tiers<HostTier, SsdTier>;
+  auto store = [&](const char* name) {
+    SsdTier::Params p;
+    p.path = (std::filesystem::path(o.dir) / fmt::format("kvd_bench_pipeline_{}.store", name)).string();
+    SsdTier::remove_files(p.path);
+    return p;
+  };
+  const SsdTier::Params serial_store = store("serial"), elastic_store = store("elastic");
+  KvManager<index::Hierarchical, eviction::Lookahead, Ssd, pipeline::Serial> serial(c, {}, eviction::Lookahead{3},
+                                                                                     Ssd(HostTier{}, SsdTier(serial_store)));
+  KvManager<index::Hierarchical, eviction::Lookahead, Ssd, pipeline::Elastic> elastic(
+      c, {}, eviction::Lookahead{3}, Ssd(HostTier{}, SsdTier(elastic_store)), pipeline::Elastic({o.micro_batch}));
+  KvManager<index::Hierarchical, eviction::Lookahead, Tiers<HostTier>, pipeline::Serial> dram(c, {}, eviction::Lookahead{3});
+
+  std::vector<SeqId> ids_s, ids_e, ids_d;
+  std::vector<DecodeInputs> inputs(static_cast<std::size_t>(batch));
+  for (int b = 0; b < batch; ++b) {
+    const eval::SyntheticTrace trace(preset, static_cast<std::uint64_t>(b + 1), context, o.steps);
+    std::vector<float> k(static_cast<std::size_t>(context) * kvh * d), v(k.size()), qo;
+    std::int64_t observed = 0;
+    DecodeInputs& in = inputs[static_cast<std::size_t>(b)];
+    in.q.resize(static_cast<std::size_t>(o.steps) * kvh * g * d);
+    in.k.resize(static_cast<std::size_t>(o.steps) * kvh * d);
+    in.v.resize(in.k.size());
+    for (int h = 0; h < kvh; ++h) {
+      const eval::StreamTrace st = trace.stream(0, h);
+      for (std::int64_t t = 0; t < context; ++t) {
+        std::copy_n(st.key(t), d, k.data() + (static_cast<std::size_t>(t) * kvh + h) * d);
+        std::copy_n(st.value(t), d, v.data() + (static_cast<std::size_t>(t) * kvh + h) * d);
+      }
+      observed = st.observed;
+      qo.resize(static_cast<std::size_t>(observed) * qh * d);
+      for (std::int64_t i = 0; i < observed; ++i)
+        std::copy_n(st.observed_queries.data() + static_cast<std::size_t>(i) * g * d, static_cast<std::size_t>(g) * d,
+                    qo.data() + (static_cast<std::size_t>(i) * qh + static_cast<std::size_t>(h) * g) * d);
+      for (int s = 0; s < o.steps; ++s) {
+        std::copy_n(st.query(s), static_cast<std::size_t>(g) * d, in.q.data() + (static_cast<std::size_t>(s) * kvh + h) * g * d);
+        std::copy_n(st.key(context + s), d, in.k.data() + (static_cast<std::size_t>(s) * kvh + h) * d);
+        std::copy_n(st.value(context + s), d, in.v.data() + (static_cast<std::size_t>(s) * kvh + h) * d);
+      }
+    }
+    auto load = [&](auto& kv, std::vector<SeqId>& ids) {
+      ids.push_back(kv.add_sequence());
+      kv.prefill(ids.back(), 0, make_view(k, context, kvh, d), make_view(v, context, kvh, d));
+      kv.warm_up(ids.back(), 0, make_view(qo, observed, qh, d));
+    };
+    load(serial, ids_s);
+    load(elastic, ids_e);
+    load(dram, ids_d);
+  }
+
+  std::vector<float> q(static_cast<std::size_t>(batch) * qh * d), k(static_cast<std::size_t>(batch) * kvh * d), v(k.size()), out(q.size());
+  std::vector<double> t_serial, t_elastic, t_dram, ideal, share;
+  StageTimes es;
+  for (int s = 0; s < o.steps; ++s) {
+    for (int b = 0; b < batch; ++b) {
+      const DecodeInputs& in = inputs[static_cast<std::size_t>(b)];
+      std::copy_n(in.q.data() + static_cast<std::size_t>(s) * qh * d, static_cast<std::size_t>(qh) * d, q.data() + static_cast<std::size_t>(b) * qh * d);
+      std::copy_n(in.k.data() + static_cast<std::size_t>(s) * kvh * d, static_cast<std::size_t>(kvh) * d, k.data() + static_cast<std::size_t>(b) * kvh * d);
+      std::copy_n(in.v.data() + static_cast<std::size_t>(s) * kvh * d, static_cast<std::size_t>(kvh) * d, v.data() + static_cast<std::size_t>(b) * kvh * d);
+    }
+    auto timed = [&](auto& kv, const std::vector<SeqId>& ids) {
+      const auto t0 = std::chrono::steady_clock::now();
+      kv.attend(0, ids, make_view(q, batch, qh, d), make_view(k, batch, kvh, d), make_view(v, batch, kvh, d), make_view(out, batch, qh, d));
+      return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    };
+    t_serial.push_back(timed(serial, ids_s));
+    t_elastic.push_back(timed(elastic, ids_e));
+    t_dram.push_back(timed(dram, ids_d));
+    const StageTimes& st = serial.last_stats().time;
+    const double micro = static_cast<double>((batch * kvh + elastic.pipeline_policy().micro_batch_for(static_cast<std::size_t>(batch * kvh)) - 1) /
+                                             elastic.pipeline_policy().micro_batch_for(static_cast<std::size_t>(batch * kvh)));
+    ideal.push_back(std::max({st.select_ms, st.classify_ms, st.fetch_ms}) + st.compute_ms + st.commit_ms + (st.select_ms + st.classify_ms) / micro);
+    share.push_back((st.select_ms + st.fetch_ms) / std::max(1e-9, st.wall_ms));
+    es += elastic.last_stats().time;
+  }
+  const double ms_s = median(t_serial), ms_e = median(t_elastic), ms_d = median(t_dram), ms_i = median(ideal);
+  std::printf("%8lld %6d %8zu %7.1f%% %9.3f %9.3f %9.3f %9.3f %8.2fx %8.2f %8.0f%% %8.2f   %.2f/%.2f/%.2f\n", static_cast<long long>(context), batch,
+              static_cast<std::size_t>(batch * kvh), 100 * elastic.total_stats().hit_rate(), ms_s, ms_e, ms_i, ms_d, ms_s / ms_e, ms_e / ms_i,
+              100 * median(share), ms_e / ms_d, es.select_bubble(), es.classify_bubble(), es.fetch_bubble());
+  std::fflush(stdout);
+  for (SeqId id : ids_s) serial.release(id);
+  for (SeqId id : ids_e) elastic.release(id);
+  SsdTier::remove_files(serial_store.path);
+  SsdTier::remove_files(elastic_store.path);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--dir") o.dir = argv[i + 1];
+    else if (a == "--contexts") o.contexts = parse_list(argv[i + 1]);
+    else if (a == "--batches") {
+      o.batches.clear();
+      for (std::int64_t b : parse_list(argv[i + 1])) o.batches.push_back(static_cast<int>(b));
+    } else if (a == "--steps") o.steps = std::atoi(argv[i + 1]);
+    else if (a == "--kv-heads") o.kv_heads = std::atoi(argv[i + 1]);
+    else if (a == "--micro-batch") o.micro_batch = std::strtoull(argv[i + 1], nullptr, 10);
+    else {
+      std::fprintf(stderr, "bench_pipeline: unknown option %s\n", a.c_str());
+      return 2;
+    }
+  }
+  try {
+    KVD_EXPECT(!o.contexts.empty() && !o.batches.empty() && o.steps >= 1 && o.kv_heads >= 1 && o.kv_heads <= 8,
+               "bench_pipeline: bad options (--kv-heads 1..8, --steps >= 1)");
+    for (std::int64_t c : o.contexts) KVD_EXPECT(c >= 1024, "bench_pipeline: context {} < 1024", c);
+    for (int b : o.batches) KVD_EXPECT(b >= 1 && b <= 64, "bench_pipeline: batch {} outside 1..64", b);
+    std::printf("bench_pipeline: one layer of %d KV heads (synthetic `default`), hierarchical at 6.25%%, Lookahead W=3, warm-up; "
+                "DRAM cache + SsdTier in %s; medians of %d steps; ms per layer step\n",
+                o.kv_heads, o.dir.c_str(), o.steps);
+    std::printf("%8s %6s %8s %8s %9s %9s %9s %9s %9s %8s %9s %8s   %s\n", "context", "batch", "streams", "hit", "serial", "elastic", "ideal",
+                "dram", "ser/ela", "ela/idl", "sel+fet", "ela/dram", "bubbles sel/cls/fet");
+    for (std::int64_t c : o.contexts)
+      for (int b : o.batches) run_case(o, c, b);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_pipeline: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
