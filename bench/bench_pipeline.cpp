@@ -117,15 +117,24 @@ void run_case(const Options& o, std::int64_t context, int batch) {
   }
 
   std::vector<float> q(static_cast<std::size_t>(batch) * qh * d), k(static_cast<std::size_t>(batch) * kvh * d), v(k.size()), out(q.size());
-  std::vector<double> t_serial, t_elastic, t_dram, ideal, share;
-  StageTimes es;
-  for (int s = 0; s < o.steps; ++s) {
+  auto inputs_of_step = [&](int s) {
     for (int b = 0; b < batch; ++b) {
       const DecodeInputs& in = inputs[static_cast<std::size_t>(b)];
       std::copy_n(in.q.data() + static_cast<std::size_t>(s) * qh * d, static_cast<std::size_t>(qh) * d, q.data() + static_cast<std::size_t>(b) * qh * d);
       std::copy_n(in.k.data() + static_cast<std::size_t>(s) * kvh * d, static_cast<std::size_t>(kvh) * d, k.data() + static_cast<std::size_t>(b) * kvh * d);
       std::copy_n(in.v.data() + static_cast<std::size_t>(s) * kvh * d, static_cast<std::size_t>(kvh) * d, v.data() + static_cast<std::size_t>(b) * kvh * d);
     }
+  };
+  // Elastic's micro-batch: given, or tuned on dry runs of the first step.
+  if (o.micro_batch == 0) {
+    inputs_of_step(0);
+    elastic.tune(0, ids_e, make_view(q, batch, qh, d), make_view(k, batch, kvh, d), make_view(v, batch, kvh, d), make_view(out, batch, qh, d));
+  }
+  const std::size_t streams = static_cast<std::size_t>(batch * kvh), mb = elastic.pipeline_policy().micro_batch_for(streams);
+  std::vector<double> t_serial, t_elastic, t_dram, ideal, share;
+  StageTimes es, ss;
+  for (int s = 0; s < o.steps; ++s) {
+    inputs_of_step(s);
     auto timed = [&](auto& kv, const std::vector<SeqId>& ids) {
       const auto t0 = std::chrono::steady_clock::now();
       kv.attend(0, ids, make_view(q, batch, qh, d), make_view(k, batch, kvh, d), make_view(v, batch, kvh, d), make_view(out, batch, qh, d));
@@ -135,16 +144,20 @@ void run_case(const Options& o, std::int64_t context, int batch) {
     t_elastic.push_back(timed(elastic, ids_e));
     t_dram.push_back(timed(dram, ids_d));
     const StageTimes& st = serial.last_stats().time;
-    const double micro = static_cast<double>((batch * kvh + elastic.pipeline_policy().micro_batch_for(static_cast<std::size_t>(batch * kvh)) - 1) /
-                                             elastic.pipeline_policy().micro_batch_for(static_cast<std::size_t>(batch * kvh)));
+    const double micro = static_cast<double>((streams + mb - 1) / mb);
     ideal.push_back(std::max({st.select_ms, st.classify_ms, st.fetch_ms}) + st.compute_ms + st.commit_ms + (st.select_ms + st.classify_ms) / micro);
     share.push_back((st.select_ms + st.fetch_ms) / std::max(1e-9, st.wall_ms));
     es += elastic.last_stats().time;
+    ss += st;
   }
   const double ms_s = median(t_serial), ms_e = median(t_elastic), ms_d = median(t_dram), ms_i = median(ideal);
-  std::printf("%8lld %6d %8zu %7.1f%% %9.3f %9.3f %9.3f %9.3f %8.2fx %8.2f %8.0f%% %8.2f   %.2f/%.2f/%.2f\n", static_cast<long long>(context), batch,
-              static_cast<std::size_t>(batch * kvh), 100 * elastic.total_stats().hit_rate(), ms_s, ms_e, ms_i, ms_d, ms_s / ms_e, ms_e / ms_i,
+  std::printf("%8lld %6d %5zu/%-3zu %7.1f%% %9.3f %9.3f %9.3f %9.3f %8.2fx %8.2f %8.0f%% %8.2f   %.2f/%.2f/%.2f\n", static_cast<long long>(context), batch,
+              streams, mb, 100 * elastic.total_stats().hit_rate(), ms_s, ms_e, ms_i, ms_d, ms_s / ms_e, ms_e / ms_i,
               100 * median(share), ms_e / ms_d, es.select_bubble(), es.classify_bubble(), es.fetch_bubble());
+  const double n_steps = o.steps;
+  std::printf("%26s serial stages (mean ms): select %.3f, classify %.3f, fetch %.3f, compute %.3f, commit %.3f; misses/step %.1f\n", "",
+              ss.select_ms / n_steps, ss.classify_ms / n_steps, ss.fetch_ms / n_steps, ss.compute_ms / n_steps, ss.commit_ms / n_steps,
+              static_cast<double>(serial.total_stats().misses) / n_steps);
   std::fflush(stdout);
   for (SeqId id : ids_s) serial.release(id);
   for (SeqId id : ids_e) elastic.release(id);
@@ -179,7 +192,7 @@ int main(int argc, char** argv) {
     std::printf("bench_pipeline: one layer of %d KV heads (synthetic `default`), hierarchical at 6.25%%, Lookahead W=3, warm-up; "
                 "DRAM cache + SsdTier in %s; medians of %d steps; ms per layer step\n",
                 o.kv_heads, o.dir.c_str(), o.steps);
-    std::printf("%8s %6s %8s %8s %9s %9s %9s %9s %9s %8s %9s %8s   %s\n", "context", "batch", "streams", "hit", "serial", "elastic", "ideal",
+    std::printf("%8s %6s %9s %8s %9s %9s %9s %9s %9s %8s %9s %8s   %s\n", "context", "batch", "streams/mb", "hit", "serial", "elastic", "ideal",
                 "dram", "ser/ela", "ela/idl", "sel+fet", "ela/dram", "bubbles sel/cls/fet");
     for (std::int64_t c : o.contexts)
       for (int b : o.batches) run_case(o, c, b);

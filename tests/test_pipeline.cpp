@@ -104,7 +104,9 @@ TEST_CASE("Elastic equals Serial bitwise on random batches of mixed lengths, any
     const int window = static_cast<int>(rng() % 4);
     const std::size_t micro = std::vector<std::size_t>{0, 1, 2, 3, 5, 100}[rng() % 6];
     const unsigned threads = 1 + static_cast<unsigned>(rng() % 3);
+    const bool as_fetched = rng() % 2 == 0;
     CAPTURE(trial);
+    CAPTURE(as_fetched);
     CAPTURE(w.prompt.size());
     CAPTURE(window);
     CAPTURE(micro);
@@ -125,14 +127,14 @@ TEST_CASE("Elastic equals Serial bitwise on random batches of mixed lengths, any
     {
       KvManager<index::Quest, eviction::Lookahead, TwoTiers> serial(w.cfg, {}, eviction::Lookahead{window}, {}, {}, backend::Cpu({threads}));
       KvManager<index::Quest, eviction::Lookahead, TwoTiers, pipeline::Elastic> elastic(
-          w.cfg, {}, eviction::Lookahead{window}, {}, pipeline::Elastic({micro}), backend::Cpu({threads}));
+          w.cfg, {}, eviction::Lookahead{window}, {}, pipeline::Elastic({micro, as_fetched}), backend::Cpu({threads}));
       check(serial, elastic);
     }
     {
       auto three = [] { return ThreeTiers(tier::HostTier{}, Slow(tier::HostTier({64, 64})), Slow(tier::HostTier{})); };
       KvManager<index::Hierarchical, eviction::Lru, ThreeTiers> serial(w.cfg, {}, eviction::Lru{window}, three(), {}, backend::Cpu({threads}));
       KvManager<index::Hierarchical, eviction::Lru, ThreeTiers, pipeline::Elastic> elastic(
-          w.cfg, {}, eviction::Lru{window}, three(), pipeline::Elastic({micro}), backend::Cpu({threads}));
+          w.cfg, {}, eviction::Lru{window}, three(), pipeline::Elastic({micro, as_fetched}), backend::Cpu({threads}));
       check(serial, elastic);
     }
   }

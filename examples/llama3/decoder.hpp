@@ -88,6 +88,11 @@ class Decoder {
     observed_ = observed;
   }
 
+  /// Calibrates the manager's pipeline (KvManager::tune) on layer 0 of the first decode step.
+  void tune_pipeline() { tune_ = true; }
+  /// The micro-batch size tune chose (0 before, or if the pipeline has none).
+  std::size_t tuned_micro_batch() const { return tuned_; }
+
   /// Records Q (after RoPE), K (after RoPE) and V of every layer and position from now on.
   void record(eval::TraceWriter* trace) { trace_ = trace; }
 
@@ -153,6 +158,15 @@ class Decoder {
       rope_.rotate(q_.data(), c_.heads, pos_);
       rope_.rotate(k_.data(), c_.kv_heads, pos_);
       if (trace_) trace_->write(l, pos_, q_.data(), k_.data(), v_.data());
+      if constexpr (requires { kv_.tune(l, batch, make_view(q_, 1, c_.heads, d), make_view(k_, 1, c_.kv_heads, d),
+                                         make_view(v_, 1, c_.kv_heads, d), make_view(att_, 1, c_.heads, d)); }) {
+        if (tune_ && l == 0) {  // calibrate the pipeline on the first step, then decode with it
+          tune_ = false;
+          tuned_ = kv_.tune(l, batch, make_view(q_, 1, c_.heads, d), make_view(k_, 1, c_.kv_heads, d), make_view(v_, 1, c_.kv_heads, d),
+                            make_view(att_, 1, c_.heads, d))
+                       .micro_batch;
+        }
+      }
       kv_.attend(l, batch, make_view(q_, 1, c_.heads, d), make_view(k_, 1, c_.kv_heads, d),
                  make_view(v_, 1, c_.kv_heads, d), make_view(att_, 1, c_.heads, d));
       residual(w.wo, att_.data(), 1, dim);
@@ -293,6 +307,8 @@ class Decoder {
   std::vector<float> x_, xb_, q_, k_, v_, att_, tmp_, h1_, h3_, logits_;
   std::vector<std::vector<float>> prompt_k_, prompt_v_;  ///< [layer][kv_head] while prefilling
   int observed_ = 0;                      ///< warm-up observation queries (0: none)
+  bool tune_ = false;                      ///< tune the pipeline at the next step
+  std::size_t tuned_ = 0;
   std::int64_t obs_first_ = 0;            ///< first prompt position whose queries are kept
   std::vector<std::vector<float>> obs_q_;  ///< [layer]: [observed][heads][head_dim] while prefilling
 };

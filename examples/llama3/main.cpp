@@ -13,6 +13,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <unistd.h>
@@ -54,6 +55,7 @@ struct Options {
   // tiered mode
   std::int64_t fast_bytes = 64ll << 20, host_bytes = 0;
   int warm_up = 32;  ///< tiered: observation queries for placement after prefill
+  std::string pipeline = "serial";  ///< tiered: serial or elastic
   std::string ssd_path = "kvd-llama.store";
 };
 
@@ -149,7 +151,7 @@ std::vector<int> make_prompt(const Options& o, const LlamaConfig& c, const std::
   return prompt;
 }
 
-template <class Index, class TierList = Tiers<tier::HostTier>>
+template <class Index, class TierList = Tiers<tier::HostTier>, class Pipeline = pipeline::Serial>
 int run(const Options& o, const Model& model, ThreadPool& pool) {
   const LlamaConfig& c = model.config;
   Config cfg;
@@ -165,10 +167,11 @@ int run(const Options& o, const Model& model, ThreadPool& pool) {
   constexpr bool tiered = TierList::kCount > 1;
   TierPlan plan;
   if constexpr (tiered) plan = plan_tiers(o, cfg, static_cast<std::int64_t>(prompt.size()) + o.steps);
-  KvManager<Index, eviction::Lookahead, TierList> kv(cfg, {}, eviction::Lookahead{plan.window}, make_tiers<TierList>(o, plan), {},
+  KvManager<Index, eviction::Lookahead, TierList, Pipeline> kv(cfg, {}, eviction::Lookahead{plan.window}, make_tiers<TierList>(o, plan), {},
                                                      backend::Cpu({o.threads}));
   Decoder decoder(model, kv, pool, o.prefill_chunk);
   if constexpr (tiered) decoder.warm_up_after_prefill(o.warm_up);
+  if constexpr (!std::is_same_v<Pipeline, pipeline::Serial>) decoder.tune_pipeline();
   std::optional<eval::TraceWriter> trace;
   if (!o.record_trace.empty()) {
     trace.emplace(o.record_trace, cfg.shape, cfg.dtype);
@@ -225,7 +228,12 @@ int run(const Options& o, const Model& model, ThreadPool& pool) {
                   {"classify", s.time.classify_ms},
                   {"fetch", s.time.fetch_ms},
                   {"compute", s.time.compute_ms},
-                  {"commit", s.time.commit_ms}};
+                  {"commit", s.time.commit_ms},
+                  {"classify_wait", s.time.classify_wait_ms},
+                  {"fetch_wait", s.time.fetch_wait_ms},
+                  {"overlap", s.time.overlap_ms},
+                  {"attention_wall", s.time.wall_ms}};
+  j["pipeline"] = std::string(Pipeline::name());
   j["attention"] = {{"steps", s.steps},
                     {"streams", s.streams},
                     {"candidate_pages", s.candidates},
@@ -263,9 +271,16 @@ int run(const Options& o, const Model& model, ThreadPool& pool) {
                t.prefill_ms / 1000, j["prefill_tokens_per_s"].get<double>(), t.prefill_attention_ms / 1000);
     fmt::print("  decode:  {} tokens in {:.2f} s = {:.2f} tokens/s\n", t.decode_tokens, t.decode_ms / 1000,
                j["decode_tokens_per_s"].get<double>());
-    fmt::print("  decode attention per layer step: select {:.3f} ms, classify {:.3f}, fetch {:.3f}, compute {:.3f}, commit {:.3f}\n",
+    fmt::print("  decode attention per layer step: select {:.3f} ms, classify {:.3f}, fetch {:.3f}, compute {:.3f}, commit {:.3f}; "
+               "{:.3f} ms wall ({})\n",
                s.time.select_ms / steps, s.time.classify_ms / steps, s.time.fetch_ms / steps, s.time.compute_ms / steps,
-               s.time.commit_ms / steps);
+               s.time.commit_ms / steps, s.time.wall_ms / steps, Pipeline::name());
+    if constexpr (!std::is_same_v<Pipeline, pipeline::Serial>)
+      fmt::print("  pipeline: micro-batches of {} streams (tuned); select, classify and fetch overlap for {:.3f} ms per layer step; "
+                 "bubbles select {:.2f}, classify {:.2f}, fetch {:.2f}; classify waited {:.3f} ms, fetch {:.3f}\n",
+                 decoder.tuned_micro_batch(), s.time.overlap_ms / steps,
+                 s.time.select_bubble(), s.time.classify_bubble(), s.time.fetch_bubble(), s.time.classify_wait_ms / steps,
+                 s.time.fetch_wait_ms / steps);
     fmt::print("  linear layers (prefill + decode): {:.2f} s\n", t.linear_ms / 1000);
     if (s.streams > 0)
       fmt::print("  pages selected per stream and step: {:.1f} of {:.1f} candidates; tokens attended {:.0f}\n",
@@ -328,6 +343,9 @@ int main(int argc, char** argv) {
   app.add_option("--warm-up", o.warm_up, "tiered: after prefill, rank pages by the last N prompt queries' attention (SnapKV) and "
                  "place the best in the cache, the next in the host tier (0: no placement)")
       ->check(CLI::Range(0, 1024));
+  app.add_option("--pipeline", o.pipeline, "tiered: serial (one stage after another) or elastic (select, classify and fetch "
+                 "overlapped over micro-batches, tuned on the first step)")
+      ->check(CLI::IsMember({"serial", "elastic"}));
   app.add_option("--ssd-path", o.ssd_path, "tiered: the SSD store file (recreated; PATH.log beside it)");
   app.add_option("--budget", o.budget, "sparse budget: fraction of candidate pages, in (0, 1]");
   app.add_option("--index", o.index, "sparse index: hierarchical (KVDrive), quest, mean-key, centroid, simhash, product-quant, oracle, oracle-mass")
@@ -353,15 +371,19 @@ int main(int argc, char** argv) {
                  "--layers/--heads/--kv-heads/--head-dim/--hidden/--vocab apply to synthetic models only");
       model = std::filesystem::is_directory(o.model) ? load_hf(o.model) : load_llama2c(o.model);
     }
-    KVD_EXPECT(o.mode == "tiered" || (app.count("--fast-bytes") + app.count("--host-bytes") + app.count("--ssd-path") + app.count("--warm-up")) == 0,
-               "--fast-bytes, --host-bytes, --ssd-path and --warm-up apply to --mode tiered");
+    KVD_EXPECT(o.mode == "tiered" || (app.count("--fast-bytes") + app.count("--host-bytes") + app.count("--ssd-path") + app.count("--warm-up") + app.count("--pipeline")) == 0,
+               "--fast-bytes, --host-bytes, --ssd-path, --warm-up and --pipeline apply to --mode tiered");
     if (o.mode == "tiered") {
       KVD_EXPECT(o.index != "dense", "--mode tiered is sparse: choose a sparse --index");
       using Ssd = Tiers<tier::HostTier, tier::SsdTier>;
       using HostSsd = Tiers<tier::HostTier, tier::HostTier, tier::SsdTier>;
       const bool host = o.host_bytes > 0;
+      KVD_EXPECT(o.index == "hierarchical" || o.pipeline == "serial", "--pipeline elastic runs with --index hierarchical (KVDrive)");
       if (o.index == "quest") return host ? run<index::Quest, HostSsd>(o, model, pool) : run<index::Quest, Ssd>(o, model, pool);
       KVD_EXPECT(o.index == "hierarchical", "--mode tiered runs the hierarchical (KVDrive) and quest indices");
+      if (o.pipeline == "elastic")
+        return host ? run<index::Hierarchical, HostSsd, pipeline::Elastic>(o, model, pool)
+                    : run<index::Hierarchical, Ssd, pipeline::Elastic>(o, model, pool);
       return host ? run<index::Hierarchical, HostSsd>(o, model, pool) : run<index::Hierarchical, Ssd>(o, model, pool);
     }
     if (o.mode == "dense" || o.index == "dense") return run<index::Dense>(o, model, pool);

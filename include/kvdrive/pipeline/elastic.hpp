@@ -3,9 +3,12 @@
 // streams. While micro-batch i is selected (on the caller's thread, streams in parallel on the
 // backend's pool), micro-batch i-1 is classified into hits and misses (a stage thread) and
 // micro-batch i-2 is fetched (another stage thread); the stages hand micro-batches on through
-// counters under one mutex, a queue as deep as the step. Once every fetch is done the whole
-// batch computes, while the fetch thread writes the step's sealed pages and prepares the index
-// update (StepStages::prepare_commit, when the stages have it); then commit applies.
+// counters under one mutex, a queue as deep as the step. On the CPU the caller's thread also
+// computes each micro-batch once it is fetched, between selections (compute_as_fetched; with it
+// off, the whole batch computes once every fetch is done, as a GPU would in one launch). After
+// the last fetch the fetch thread writes the step's sealed pages and prepares the index update
+// (StepStages::prepare_commit, when the stages have it) while compute goes on; then commit
+// applies.
 //
 // Every stage function sees exactly the inputs it sees under Serial, so the results are bitwise
 // identical for any micro-batch size. An exception in any stage stops the others at their next
@@ -90,6 +93,10 @@ class StageThread {
 struct ElasticParams {
   /// Streams per micro-batch; 0 chooses ceil(streams / 4) (four micro-batches a step).
   std::size_t micro_batch = 0;
+  /// Compute each micro-batch as soon as it is fetched, between selections, so the CPU works
+  /// while later micro-batches are read. false: the whole batch computes once every fetch is
+  /// done (the GPU design, one attention launch per step).
+  bool compute_as_fetched = true;
 };
 
 class Elastic {
@@ -157,10 +164,21 @@ class Elastic {
       }
     });
 
-    double select_busy = 0;
+    // The caller's thread selects micro-batch after micro-batch; with compute_as_fetched it
+    // computes, between selections, each micro-batch whose fetch is done, and the rest after.
+    double select_busy = 0, compute_busy = 0;
+    std::size_t computed = 0;
+    const auto compute_fetched = [&](bool block) {
+      while (computed < batches && !prog.stopped()) {
+        if (block ? !prog.wait_for(prog.fetched, computed + 1) : !prog.reached(prog.fetched, computed + 1)) return;
+        prog.run(compute_busy, [&] { s.compute(first(computed), last(computed)); });
+        ++computed;
+      }
+    };
     for (std::size_t b = 0; b < batches && !prog.stopped(); ++b) {
       prog.run(select_busy, [&] { s.parallel_for(last(b) - first(b), [&](std::size_t j) { s.select(first(b) + j); }); });
       prog.advance(prog.selected);
+      if (params_.compute_as_fetched) compute_fetched(false);
     }
     if (!prog.wait_for(prog.fetched, batches)) {  // a stage failed: let the others go idle first
       prog.stop();
@@ -179,8 +197,10 @@ class Elastic {
     t.fetch_wait_ms += fetch_wait;
     t.overlap_ms += std::chrono::duration<double, std::milli>(fetched_at - t0).count();
 
-    double compute_busy = 0;
-    prog.run(compute_busy, [&] { s.compute(0, n); });
+    if (params_.compute_as_fetched)
+      compute_fetched(true);
+    else
+      prog.run(compute_busy, [&] { s.compute(0, n); });
     w.fetch.wait();  // prepare_commit
     prog.rethrow();
     t.compute_ms += compute_busy;
@@ -221,6 +241,10 @@ class Elastic {
     bool stopped() {
       std::lock_guard lock(mutex);
       return stopping;
+    }
+    bool reached(const std::size_t& counter, std::size_t target) {
+      std::lock_guard lock(mutex);
+      return counter >= target;
     }
     /// Waits until counter reaches `target` or the step stops; returns false if it stopped.
     bool wait_for(const std::size_t& counter, std::size_t target) {
