@@ -158,6 +158,10 @@ void run_case(const Options& o, std::int64_t context, int batch) {
   std::printf("%26s serial stages (mean ms): select %.3f, classify %.3f, fetch %.3f, compute %.3f, commit %.3f; misses/step %.1f\n", "",
               ss.select_ms / n_steps, ss.classify_ms / n_steps, ss.fetch_ms / n_steps, ss.compute_ms / n_steps, ss.commit_ms / n_steps,
               static_cast<double>(serial.total_stats().misses) / n_steps);
+  std::printf("%26s elastic stages (mean ms): select %.3f, classify %.3f, fetch %.3f (waited %.3f), compute %.3f, commit %.3f; "
+              "overlapped phase %.3f, wall %.3f\n", "",
+              es.select_ms / n_steps, es.classify_ms / n_steps, es.fetch_ms / n_steps, es.fetch_wait_ms / n_steps, es.compute_ms / n_steps,
+              es.commit_ms / n_steps, es.overlap_ms / n_steps, es.wall_ms / n_steps);
   std::fflush(stdout);
   for (SeqId id : ids_s) serial.release(id);
   for (SeqId id : ids_e) elastic.release(id);

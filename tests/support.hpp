@@ -1,14 +1,33 @@
-// Helpers shared by the tests: the size scale, seeded random data and a double-precision
-// reference of decode attention.
+// Helpers shared by the tests: the size scale, seeded random data, a temporary directory and a
+// double-precision reference of decode attention.
 #pragma once
+
+#include <stdlib.h>  // mkdtemp
 
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace kvdrive::test {
+
+/// A fresh directory under the system's temporary directory, removed with everything in it.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "kvd_test_XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("cannot make a temporary directory");
+    path = tmpl;
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string file(const char* name) const { return (path / name).string(); }
+};
 
 /// KVD_TEST_SCALE (default 1) multiplies the sizes of the larger tests.
 inline int scale() {

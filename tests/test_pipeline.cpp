@@ -200,6 +200,53 @@ TEST_CASE("Elastic under random faults in every stage: a failed step changes not
   CHECK(kv.tiers().get<2>().inner().stored_pages() == 0);
 }
 
+TEST_CASE("Elastic over an SSD store: several micro-batches' reads in flight at once, the same bits as Serial, faults roll back") {
+  test::TempDir dir;
+  Workload w;
+  w.cfg.shape = {2, 8, 4, 32};
+  w.cfg.page_tokens = 8;
+  w.cfg.local_tokens = 16;
+  w.cfg.budget = Budget::fraction(0.25);
+  w.prompt = {300, 180, 250};
+  w.steps = 12;
+  using Ssd = tier::FaultTier<tier::SsdTier>;
+  using SsdTiers = Tiers<tier::HostTier, Ssd>;
+  auto store = [&](const char* name) {
+    tier::SsdTier::Params p;
+    p.path = dir.file(name);
+    p.alignment = 4096;
+    return SsdTiers(tier::HostTier{}, Ssd(tier::SsdTier(p)));
+  };
+  KvManager<index::Quest, eviction::Lookahead, SsdTiers> serial(w.cfg, {}, eviction::Lookahead{1}, store("serial"));
+  KvManager<index::Quest, eviction::Lookahead, SsdTiers, pipeline::Elastic> elastic(w.cfg, {}, eviction::Lookahead{1}, store("elastic"),
+                                                                                   pipeline::Elastic({1}), backend::Cpu({2}));
+  const auto a = prefill(serial, w), b = prefill(elastic, w);
+  std::mt19937_64 rng(5);
+  int failures = 0;
+  for (int s = 0; s < w.steps; ++s)
+    for (int l = 0; l < w.cfg.shape.layers; ++l) {
+      const auto expect = step(serial, w, a, l, s);
+      const std::size_t used = elastic.tiers().fast().used_pages(), stored = elastic.tiers().get<1>().inner().stored_pages();
+      if (rng() % 3 == 0) elastic.tiers().get<1>().fail_reads_after(rng() % 6);  // one micro-batch's reads fail, others in flight
+      std::vector<float> got;
+      try {
+        got = step(elastic, w, b, l, s);
+      } catch (const Error&) {
+        ++failures;
+        CHECK(elastic.tiers().fast().used_pages() == used);
+        CHECK(elastic.tiers().get<1>().inner().stored_pages() == stored);
+        elastic.tiers().get<1>().heal();
+        got = step(elastic, w, b, l, s);
+      }
+      elastic.tiers().get<1>().heal();
+      CHECK(same_bits(got, expect));
+    }
+  CHECK(failures > 0);
+  CHECK(elastic.total_stats().misses == serial.total_stats().misses);
+  CHECK(elastic.total_stats().misses > 0);
+  CHECK(elastic.tiers().get<1>().inner().read_batches() > serial.tiers().get<1>().inner().read_batches());  // per micro-batch
+}
+
 TEST_CASE("Elastic's micro-batches and stage statistics") {
   pipeline::Elastic auto_size, fixed({3});
   CHECK(auto_size.micro_batch_for(1) == 1);

@@ -30,17 +30,7 @@ using namespace kvdrive::tier;
 
 namespace {
 
-/// A fresh directory under the system's temporary directory, removed with everything in it.
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "kvd_ssd_XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string file(const char* name) const { return (path / name).string(); }
-};
+using test::TempDir;
 
 std::vector<std::byte> page_bytes_of(std::size_t bytes, const PageKey& k, int version = 0) {
   std::vector<std::byte> p(bytes);

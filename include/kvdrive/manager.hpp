@@ -20,6 +20,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <limits>
 #include <numeric>
@@ -564,6 +565,8 @@ class KvManager {
     std::vector<std::uint32_t> selected;
     std::vector<std::uint32_t> misses;
     std::vector<Slot> staged;   ///< fast slot holding each miss
+    /// Reads in flight for the fetch range this stream starts: (tier, ticket) per tier.
+    std::vector<std::pair<std::uint8_t, tier::ReadTicket>> in_flight;
     std::vector<attention::PageRef> refs;
     std::vector<float> out, lse, page_lse;
     std::vector<std::uint32_t> through_cache;  ///< selected pages that use the cache
@@ -659,7 +662,16 @@ class KvManager {
     /// Fetches the misses of streams [first, last) into staging slots, in one batch per tier,
     /// so their reads are in flight together (one round trip to the device, not one per stream).
     void fetch_range(std::size_t first, std::size_t last) {
+      fetch_start(first, last);
+      fetch_finish(first, last);
+    }
+
+    /// Starts reading the misses of streams [first, last) into staging slots (one batch per
+    /// tier) and returns with the reads in flight where the tier reads asynchronously (SsdTier),
+    /// so a pipeline can start the next range meanwhile. fetch_finish(first, last) waits.
+    void fetch_start(std::size_t first, std::size_t last) {
       std::vector<tier::ReadRequest> reads;
+      auto& in_flight = m_.plans_[first].in_flight;
       for (std::size_t tier_index = 1; tier_index < TierList::kCount; ++tier_index) {
         reads.clear();
         for (std::size_t i = first; i < last; ++i) {
@@ -673,8 +685,16 @@ class KvManager {
           }
         }
         if (reads.empty()) continue;
-        m_.tiers_.visit(tier_index, [&](auto& t) { t.wait(t.submit(reads)); });
+        in_flight.reserve(in_flight.size() + 1);  // recording the ticket must not fail
+        const tier::ReadTicket t = m_.tiers_.visit(tier_index, [&](auto& tr) { return tr.submit(reads); });
+        in_flight.emplace_back(static_cast<std::uint8_t>(tier_index), t);
       }
+    }
+
+    /// Waits for the reads fetch_start(first, last) started; throws the first error (after
+    /// waiting for all of them: no read is left in flight).
+    void fetch_finish(std::size_t first, std::size_t last) {
+      if (finish_reads(m_.plans_[first])) std::rethrow_exception(std::exchange(read_error_, nullptr));
       // staged[] follows the tier loop's order; put it back in misses order.
       if (TierList::kCount > 2)
         for (std::size_t i = first; i < last; ++i)
@@ -798,6 +818,7 @@ class KvManager {
 
     /// Undo everything a failed step allocated or wrote; the sequences stay as they were.
     void abort() {
+      for (StepPlan& p : m_.plans_) (void)finish_reads(p);  // no read may land in a slot after it is freed
       for (StepPlan& p : m_.plans_) {
         for (Slot s : p.staged) m_.tiers_.fast().release(s);
         p.staged.clear();
@@ -808,6 +829,21 @@ class KvManager {
     }
 
    private:
+    /// Waits for every read in flight from p's fetch_start; returns whether one failed (the
+    /// first error is kept in read_error_).
+    bool finish_reads(StepPlan& p) {
+      bool failed = false;
+      for (const auto& [tier_index, ticket] : std::exchange(p.in_flight, {})) {
+        try {
+          m_.tiers_.visit(tier_index, [&](auto& tr) { tr.wait(ticket); });
+        } catch (...) {
+          if (!failed) read_error_ = std::current_exception();
+          failed = true;
+        }
+      }
+      return failed;
+    }
+
     static void reset(StepPlan& p) {
       p.new_tail = -1;
       p.selected.clear();
@@ -906,6 +942,7 @@ class KvManager {
     std::vector<SealedPage> seals_;
     std::vector<std::uint32_t> evicted_;
     bool prepared_ = false;
+    std::exception_ptr read_error_;
   };
 
   // ---- helpers -------------------------------------------------------------------------------

@@ -131,6 +131,7 @@ class Elastic {
     const std::size_t batches = n == 0 ? 0 : (n + mb - 1) / mb;
     const auto first = [&](std::size_t b) { return b * mb; };
     const auto last = [&](std::size_t b) { return std::min(n, (b + 1) * mb); };
+    if (batches <= 1) return run_inline(s);  // nothing to overlap: no hand-offs between threads
     Threads& w = threads();
 
     Progress prog;
@@ -152,25 +153,30 @@ class Elastic {
       });
     });
     w.fetch.post([&] {
-      stage_loop(prog, batches, prog.classified, prog.fetched, fetch_busy, fetch_wait, [&](std::size_t b) {
-        if constexpr (requires { s.fetch_range(b, b); })
-          s.fetch_range(first(b), last(b));  // the micro-batch's reads in flight together
-        else
-          for (std::size_t i = first(b); i < last(b); ++i) s.fetch(i);
-      });
+      if constexpr (requires { s.fetch_start(n, n); s.fetch_finish(n, n); }) {
+        fetch_loop(s, prog, batches, first, last, fetch_busy, fetch_wait);
+      } else {
+        stage_loop(prog, batches, prog.classified, prog.fetched, fetch_busy, fetch_wait, [&](std::size_t b) {
+          if constexpr (requires { s.fetch_range(b, b); })
+            s.fetch_range(first(b), last(b));  // the micro-batch's reads in flight together
+          else
+            for (std::size_t i = first(b); i < last(b); ++i) s.fetch(i);
+        });
+      }
       // The sealed pages' writes overlap compute.
       if constexpr (requires { s.prepare_commit(); }) {
         if (!prog.stopped()) prog.run(prepare_busy, [&] { s.prepare_commit(); });
       }
     });
 
-    // The caller's thread selects micro-batch after micro-batch; with compute_as_fetched it
-    // computes, between selections, each micro-batch whose fetch is done, and the rest after.
+    // The caller's thread selects micro-batch after micro-batch (selection feeds the reads, the
+    // long pole, so it goes first); then, with compute_as_fetched, it computes each micro-batch
+    // as soon as it is fetched, while the later ones are still being read.
     double select_busy = 0, compute_busy = 0;
     std::size_t computed = 0;
-    const auto compute_fetched = [&](bool block) {
+    const auto compute_fetched = [&] {
       while (computed < batches && !prog.stopped()) {
-        if (block ? !prog.wait_for(prog.fetched, computed + 1) : !prog.reached(prog.fetched, computed + 1)) return;
+        if (!prog.wait_for(prog.fetched, computed + 1)) return;
         prog.run(compute_busy, [&] { s.compute(first(computed), last(computed)); });
         ++computed;
       }
@@ -178,8 +184,8 @@ class Elastic {
     for (std::size_t b = 0; b < batches && !prog.stopped(); ++b) {
       prog.run(select_busy, [&] { s.parallel_for(last(b) - first(b), [&](std::size_t j) { s.select(first(b) + j); }); });
       prog.advance(prog.selected);
-      if (params_.compute_as_fetched) compute_fetched(false);
     }
+    if (params_.compute_as_fetched) compute_fetched();
     if (!prog.wait_for(prog.fetched, batches)) {  // a stage failed: let the others go idle first
       prog.stop();
       w.fetch.wait();
@@ -189,7 +195,10 @@ class Elastic {
     }
     // Every micro-batch is fetched: the classify thread is done and the fetch thread has moved
     // on to prepare_commit, which touches none of the figures below.
-    const auto fetched_at = Clock::now();
+    const auto fetched_at = [&] {
+      std::lock_guard lock(prog.mutex);
+      return prog.fetched_at;
+    }();
     t.select_ms += select_busy;
     t.classify_ms += classify_busy;
     t.fetch_ms += fetch_busy;
@@ -197,10 +206,7 @@ class Elastic {
     t.fetch_wait_ms += fetch_wait;
     t.overlap_ms += std::chrono::duration<double, std::milli>(fetched_at - t0).count();
 
-    if (params_.compute_as_fetched)
-      compute_fetched(true);
-    else
-      prog.run(compute_busy, [&] { s.compute(0, n); });
+    if (!params_.compute_as_fetched) prog.run(compute_busy, [&] { s.compute(0, n); });
     w.fetch.wait();  // prepare_commit
     prog.rethrow();
     t.compute_ms += compute_busy;
@@ -221,6 +227,7 @@ class Elastic {
     std::mutex mutex;
     std::condition_variable moved;
     std::size_t selected = 0, classified = 0, fetched = 0;
+    std::chrono::steady_clock::time_point fetched_at{};  ///< when the last fetch so far finished
     bool stopping = false;
     std::exception_ptr error;
 
@@ -228,6 +235,7 @@ class Elastic {
       {
         std::lock_guard lock(mutex);
         ++counter;
+        if (&counter == &fetched) fetched_at = std::chrono::steady_clock::now();
       }
       moved.notify_all();
     }
@@ -285,6 +293,64 @@ class Elastic {
       if (!go || prog.stopped()) return;
       prog.run(busy_ms, [&] { f(b); });
       prog.advance(done);
+    }
+  }
+
+  /// One micro-batch: the stages one after another on the caller's thread, as Serial runs them.
+  template <StepStages S>
+  static void run_inline(S& s) {
+    using Clock = std::chrono::steady_clock;
+    const auto t0 = Clock::now();
+    const std::size_t n = s.streams();
+    StageTimes& t = s.times();
+    const auto timed = [](double& ms, auto&& f) {
+      const auto a = Clock::now();
+      f();
+      ms += std::chrono::duration<double, std::milli>(Clock::now() - a).count();
+    };
+    timed(t.select_ms, [&] { s.parallel_for(n, [&](std::size_t i) { s.select(i); }); });
+    timed(t.classify_ms, [&] { for (std::size_t i = 0; i < n; ++i) s.classify(i); });
+    timed(t.fetch_ms, [&] {
+      if constexpr (requires { s.fetch_range(n, n); })
+        s.fetch_range(0, n);
+      else
+        for (std::size_t i = 0; i < n; ++i) s.fetch(i);
+    });
+    t.overlap_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    timed(t.compute_ms, [&] { s.compute(0, n); });
+    timed(t.commit_ms, [&] { s.commit(); });
+    t.wall_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  }
+
+  /// The fetch stage over asynchronous reads: starts every classified micro-batch's reads as
+  /// soon as it can, so several micro-batches are read at once, and finishes them in order,
+  /// handing each on to compute. On a stop it still finishes what it started: no read is in
+  /// flight when the step unwinds.
+  template <class S, class First, class Last>
+  static void fetch_loop(S& s, Progress& prog, std::size_t batches, const First& first, const Last& last, double& busy_ms,
+                         double& wait_ms) {
+    std::size_t started = 0, finished = 0;
+    while (finished < batches && !prog.stopped()) {
+      while (started < batches && prog.reached(prog.classified, started + 1) && !prog.stopped()) {
+        prog.run(busy_ms, [&] { s.fetch_start(first(started), last(started)); });
+        ++started;  // even if it failed: what it did start must be finished
+      }
+      if (prog.stopped()) break;
+      if (finished < started) {
+        prog.run(busy_ms, [&] { s.fetch_finish(first(finished), last(finished)); });
+        ++finished;
+        prog.advance(prog.fetched);
+        continue;
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      prog.wait_for(prog.classified, started + 1);
+      wait_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    }
+    for (; finished < started; ++finished) {
+      try {
+        s.fetch_finish(first(finished), last(finished));
+      } catch (...) {  // the step has already failed; this read's error adds nothing
+      }
     }
   }
 

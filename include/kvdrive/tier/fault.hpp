@@ -102,9 +102,9 @@ class FaultTier {
       reads_ += reads.size();
     }
     const ReadTicket inner_ticket = inner_.submit(reads);
-    inner_.wait(inner_ticket);
     std::lock_guard lock(mutex_);
     const ReadTicket t = ++tickets_;
+    inner_tickets_.emplace(t, inner_ticket);
     if (failed) {
       ++errors_;
       failed_.emplace(t, *failed);
@@ -116,6 +116,7 @@ class FaultTier {
     std::chrono::microseconds d;
     std::optional<PageKey> failed;
     ReadFault kind;
+    ReadTicket inner_ticket = 0;
     {
       std::lock_guard lock(mutex_);
       d = delay_;
@@ -124,7 +125,12 @@ class FaultTier {
         failed = it->second;
         failed_.erase(it);
       }
+      auto in = inner_tickets_.find(t);
+      KVD_EXPECT(in != inner_tickets_.end(), "FaultTier: unknown read ticket {}", t);
+      inner_ticket = in->second;
+      inner_tickets_.erase(in);
     }
+    inner_.wait(inner_ticket);  // the inner reads run (or finish) here; an injected error comes after them
     if (d.count() > 0) std::this_thread::sleep_for(d);
     if (failed && kind == ReadFault::short_read) fail("FaultTier: injected short read of page {} (batch {})", *failed, t);
     if (failed) fail("FaultTier: injected read error (EIO) on page {} (batch {})", *failed, t);
@@ -167,6 +173,7 @@ class FaultTier {
   std::uint64_t reads_ = 0, writes_ = 0, errors_ = 0;
   std::chrono::microseconds delay_{};
   std::map<ReadTicket, PageKey> failed_;  ///< batches that fail, and the first failing page
+  std::map<ReadTicket, ReadTicket> inner_tickets_;  ///< each batch's ticket with the inner tier
   ReadTicket tickets_ = 0;
 };
 

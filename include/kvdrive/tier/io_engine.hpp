@@ -1,4 +1,5 @@
-// IoEngine: positioned reads of one file descriptor, many in flight. With liburing (Debian
+// IoEngine: positioned reads, many in flight, in batches started and finished apart (start()
+// returns with the reads in flight; finish() waits for one batch's). With liburing (Debian
 // liburing-dev; KVD_HAVE_LIBURING) it drives an io_uring of `queue_depth` entries; where
 // io_uring is missing or refused (old kernels, seccomp in containers) it falls back to a thread
 // pool of pread() calls, and name() says which one runs. A read that returns fewer bytes than
@@ -15,9 +16,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <span>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "kvdrive/core/error.hpp"
@@ -42,6 +45,9 @@ struct IoRead {
 };
 
 enum class IoBackend { automatic, io_uring, threads };
+
+/// Identifies a started batch of reads (IoEngine::start); 0 is never one.
+using IoToken = std::uint64_t;
 
 class IoEngine {
  public:
@@ -78,13 +84,18 @@ class IoEngine {
 
   void close() {
 #if KVD_HAVE_LIBURING
+    if (ring_) drain();                           // reads in flight write into callers' buffers
     if (ring_) io_uring_queue_exit(ring_.get());  // unregisters the buffers too
+    pending_.clear();
+    inflight_ = 0;
     ring_.reset();
     regions_.clear();
     table_ready_ = table_failed_ = false;
 #endif
     registered_bytes_ = 0;
     pool_.reset();
+    jobs_.clear();
+    broken_ = false;
   }
 
   /// Registers [p, p + bytes) with io_uring once, so that reads into it skip the per-I/O
@@ -123,13 +134,48 @@ class IoEngine {
   std::string_view name() const { return backend_ == IoBackend::io_uring ? "io_uring" : "threads (pread)"; }
   unsigned queue_depth() const { return depth_; }
 
-  /// Runs every read to completion, at most queue_depth in flight.
-  void read_all(int fd, std::span<IoRead> reads) {
+  /// Starts the reads and returns at once: with io_uring they are in flight on return (up to
+  /// queue_depth over every started batch; the rest follow as slots free up). The reads and
+  /// their buffers must stay put until finish(token). The thread backend runs them in finish().
+  IoToken start(int fd, std::span<IoRead> reads) {
+    KVD_EXPECT(!broken_, "I/O engine unusable after an io_uring failure");
+    const IoToken t = ++tokens_;
+    KVD_EXPECT(reads.size() < kMaxReadsPerToken, "I/O engine: {} reads in one batch, at most {}", reads.size(), kMaxReadsPerToken);
+    Job& job = jobs_[t];
+    job.fd = fd;
+    job.reads = reads;
 #if KVD_HAVE_LIBURING
-    if (backend_ == IoBackend::io_uring) return ring_read_all(fd, reads);
+    if (backend_ == IoBackend::io_uring) {
+      pending_.push_back(t);
+      push(false);
+    }
 #endif
+    return t;
+  }
+
+  /// Waits until every read of `token` has finished (each with its own result). Throws only if
+  /// the ring broke (after every read it took has finished).
+  void finish(IoToken token) {
+    auto it = jobs_.find(token);
+    KVD_EXPECT(it != jobs_.end(), "I/O engine: unknown token {}", token);
+#if KVD_HAVE_LIBURING
+    if (backend_ == IoBackend::io_uring) {
+      while (it->second.next < it->second.reads.size() || it->second.outstanding > 0) push(true);
+      jobs_.erase(it);
+      return;
+    }
+#endif
+    const std::span<IoRead> reads = it->second.reads;
+    const int fd = it->second.fd;
+    jobs_.erase(it);
     pool_->parallel_for(reads.size(), [&](std::size_t i) { pread_full(fd, reads[i]); });
   }
+
+  /// Runs every read to completion, at most queue_depth in flight.
+  void read_all(int fd, std::span<IoRead> reads) { finish(start(fd, reads)); }
+
+  /// Batches started and not yet finished.
+  std::size_t unfinished() const { return jobs_.size(); }
 
  private:
   using IovArray = std::array<::iovec, kMaxIov>;
@@ -175,61 +221,86 @@ class IoEngine {
   }
 
 #if KVD_HAVE_LIBURING
-  void ring_read_all(int fd, std::span<IoRead> reads) {
-    std::size_t next = 0, inflight = 0;  // inflight: queued or submitted, not yet completed
-    IovArray tail;                       // the rest of a partial vectored read
-    const auto reap = [&](io_uring_cqe* cqe) {
-      IoRead& r = reads[io_uring_cqe_get_data64(cqe)];
-      r.result = cqe->res;
-      io_uring_cqe_seen(ring_.get(), cqe);
-      --inflight;
-      // A partial read (possible on some files) is finished synchronously.
-      if (r.result > 0 && static_cast<std::size_t>(r.result) < r.len) {
-        IoRead rest{r.offset + static_cast<std::uint64_t>(r.result), r.len - static_cast<std::size_t>(r.result), nullptr, 0};
-        if (r.iov) {
-          rest.iov = tail.data();
-          rest.iov_count = resume_at(r, static_cast<std::size_t>(r.result), tail);
-        } else {
-          rest.buf = r.buf + r.result;
-        }
-        pread_full(fd, rest);
-        r.result = rest.result < 0 ? rest.result : r.result + rest.result;
+  /// Queues reads of the started jobs, oldest first, while the ring has room; submits them;
+  /// with `wait`, waits for at least one completion. Then reaps every completion there is. If
+  /// the ring breaks, waits for every read it took (the kernel writes into the callers'
+  /// buffers), forgets every job, and throws.
+  void push(bool wait) {
+    while (!pending_.empty() && inflight_ < depth_) {
+      Job& job = jobs_.at(pending_.front());
+      io_uring_sqe* sqe = io_uring_get_sqe(ring_.get());
+      if (!sqe) break;
+      IoRead& r = job.reads[job.next];
+      if (r.iov) {
+        io_uring_prep_readv(sqe, job.fd, r.iov, r.iov_count, r.offset);
+      } else if (const Region* reg = region_of(r.buf, r.len)) {
+        io_uring_prep_read_fixed(sqe, job.fd, r.buf, static_cast<unsigned>(r.len), r.offset, static_cast<int>(reg->index));
+        ++fixed_reads_;
+      } else {
+        io_uring_prep_read(sqe, job.fd, r.buf, static_cast<unsigned>(r.len), r.offset);
       }
-    };
-    while (next < reads.size() || inflight > 0) {
-      while (next < reads.size() && inflight < depth_) {
-        io_uring_sqe* sqe = io_uring_get_sqe(ring_.get());
-        if (!sqe) break;
-        IoRead& r = reads[next];
-        if (r.iov) {
-          io_uring_prep_readv(sqe, fd, r.iov, r.iov_count, r.offset);
-        } else if (const Region* reg = region_of(r.buf, r.len)) {
-          io_uring_prep_read_fixed(sqe, fd, r.buf, static_cast<unsigned>(r.len), r.offset, static_cast<int>(reg->index));
-          ++fixed_reads_;
-        } else {
-          io_uring_prep_read(sqe, fd, r.buf, static_cast<unsigned>(r.len), r.offset);
-        }
-        io_uring_sqe_set_data64(sqe, next);
-        ++next;
-        ++inflight;
+      io_uring_sqe_set_data64(sqe, pending_.front() * kMaxReadsPerToken + job.next);
+      ++job.next;
+      ++job.outstanding;
+      ++inflight_;
+      if (job.next == job.reads.size()) pending_.pop_front();
+    }
+    // Submits everything queued (a busy or interrupted submit is retried) and maybe waits.
+    const int rc = wait && inflight_ > 0 ? io_uring_submit_and_wait(ring_.get(), 1) : io_uring_submit(ring_.get());
+    if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
+      std::size_t taken = inflight_ - io_uring_sq_ready(ring_.get());
+      while (taken > 0) {
+        io_uring_cqe* cqe = nullptr;
+        if (io_uring_wait_cqe(ring_.get(), &cqe) < 0) break;
+        io_uring_cqe_seen(ring_.get(), cqe);
+        --taken;
       }
-      // Submits everything queued (a busy or interrupted submit is retried) and waits for one.
-      const int rc = io_uring_submit_and_wait(ring_.get(), 1);
-      if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
-        // The ring is broken: let what it took finish (the kernel writes into our buffers), then fail.
-        std::size_t taken = inflight - io_uring_sq_ready(ring_.get());
-        while (taken > 0) {
-          io_uring_cqe* cqe = nullptr;
-          if (io_uring_wait_cqe(ring_.get(), &cqe) < 0) break;
-          io_uring_cqe_seen(ring_.get(), cqe);
-          --taken;
-        }
-        fail("io_uring submit failed: {}", std::strerror(-rc));
+      broken_ = true;
+      jobs_.clear();
+      pending_.clear();
+      inflight_ = 0;
+      fail("io_uring submit failed: {}", std::strerror(-rc));
+    }
+    io_uring_cqe* cqe = nullptr;
+    while (io_uring_peek_cqe(ring_.get(), &cqe) == 0 && cqe) reap(cqe);
+  }
+
+  void reap(io_uring_cqe* cqe) {
+    const std::uint64_t data = io_uring_cqe_get_data64(cqe);
+    const std::int64_t res = cqe->res;
+    io_uring_cqe_seen(ring_.get(), cqe);
+    --inflight_;
+    Job& job = jobs_.at(data / kMaxReadsPerToken);
+    IoRead& r = job.reads[data % kMaxReadsPerToken];
+    --job.outstanding;
+    r.result = res;
+    // A partial read (possible on some files) is finished synchronously.
+    if (r.result > 0 && static_cast<std::size_t>(r.result) < r.len) {
+      IoRead rest{r.offset + static_cast<std::uint64_t>(r.result), r.len - static_cast<std::size_t>(r.result), nullptr, 0};
+      if (r.iov) {
+        rest.iov = tail_.data();
+        rest.iov_count = resume_at(r, static_cast<std::size_t>(r.result), tail_);
+      } else {
+        rest.buf = r.buf + r.result;
       }
-      io_uring_cqe* cqe = nullptr;
-      while (io_uring_peek_cqe(ring_.get(), &cqe) == 0 && cqe) reap(cqe);
+      pread_full(job.fd, rest);
+      r.result = rest.result < 0 ? rest.result : r.result + rest.result;
     }
   }
+
+  /// Waits for every read in flight (before the ring or the callers' buffers go away).
+  void drain() {
+    while (inflight_ > 0 && !broken_) {
+      io_uring_cqe* cqe = nullptr;
+      if (io_uring_wait_cqe(ring_.get(), &cqe) < 0) break;
+      const std::uint64_t data = io_uring_cqe_get_data64(cqe);
+      io_uring_cqe_seen(ring_.get(), cqe);
+      --inflight_;
+      auto it = jobs_.find(data / kMaxReadsPerToken);
+      if (it != jobs_.end()) --it->second.outstanding;
+    }
+  }
+
   struct Region {
     std::byte* base;
     std::size_t bytes;
@@ -243,6 +314,9 @@ class IoEngine {
     return p + len <= it->base + it->bytes ? &*it : nullptr;
   }
   static constexpr unsigned kMaxRegions = 1024;
+  std::deque<IoToken> pending_;  ///< jobs with reads not yet queued, oldest first
+  std::size_t inflight_ = 0;     ///< reads queued or submitted, not yet reaped
+  IovArray tail_;                ///< the rest of a partial vectored read
   std::unique_ptr<io_uring> ring_;
   std::vector<Region> regions_;  ///< sorted by base
   bool table_ready_ = false, table_failed_ = false;
@@ -250,9 +324,21 @@ class IoEngine {
   std::size_t registered_bytes_ = 0;
   std::uint64_t fixed_reads_ = 0;
 
+  /// The reads of one start().
+  struct Job {
+    int fd = -1;
+    std::span<IoRead> reads;
+    std::size_t next = 0;         ///< reads queued to the ring so far
+    std::size_t outstanding = 0;  ///< queued and not yet reaped
+  };
+  static constexpr std::uint64_t kMaxReadsPerToken = std::uint64_t{1} << 24;  // user_data = token x this + read
+
   IoBackend backend_ = IoBackend::threads;
   unsigned depth_ = 1;
   std::unique_ptr<ThreadPool> pool_;
+  std::unordered_map<IoToken, Job> jobs_;
+  IoToken tokens_ = 0;
+  bool broken_ = false;
 };
 
 }  // namespace kvdrive::tier

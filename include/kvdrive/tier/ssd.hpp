@@ -206,97 +206,53 @@ class SsdTier {
 
   // ---- reads ---------------------------------------------------------------------------------
 
+  /// Starts reading the batch: its reads are in flight when submit returns (io_uring), so
+  /// several batches can be read at once. Throws naming the page if one is not stored (nothing
+  /// is started then).
   ReadTicket submit(std::span<const ReadRequest> reads) {
     std::lock_guard lock(mutex_);
     check_open();
+    ReadBatch b;
+    b.reads.assign(reads.begin(), reads.end());
+    if (!b.reads.empty()) plan_reads(b);
     const ReadTicket t = ++tickets_;
-    batches_.emplace(t, std::vector<ReadRequest>(reads.begin(), reads.end()));
+    try {
+      batches_.emplace(t, std::move(b));  // the vectors move, their buffers (in flight) stay
+    } catch (...) {
+      io_.finish(b.token);
+      throw;
+    }
     return t;
   }
 
-  /// Reads the batch; throws naming the page on a missing page, an I/O error, a short read or a
-  /// checksum mismatch (the batch's buffers are then undefined).
+  /// Finishes the batch; throws naming the page on an I/O error, a short read or a checksum
+  /// mismatch (the batch's buffers are then undefined).
   void wait(ReadTicket ticket) {
     std::lock_guard lock(mutex_);
+    auto found = batches_.find(ticket);
+    KVD_EXPECT(found != batches_.end(), "SsdTier {}: unknown read ticket {}", params_.path, ticket);
+    ReadBatch b = std::move(found->second);
+    batches_.erase(found);
+    if (b.reads.empty()) return;
+    io_.finish(b.token);
     check_open();
-    auto batch = batches_.find(ticket);
-    KVD_EXPECT(batch != batches_.end(), "SsdTier {}: unknown read ticket {}", params_.path, ticket);
-    const std::vector<ReadRequest> reads = std::move(batch->second);
-    batches_.erase(batch);
-    if (reads.empty()) return;
-    struct Want {
-      std::uint64_t slot, hash;
-      const ReadRequest* req;
-    };
-    std::vector<Want> want;
-    for (const ReadRequest& r : reads) {
-      auto it = map_.find(r.key);
-      KVD_EXPECT(it != map_.end(), "SsdTier {}: no page {}", params_.path, r.key);
-      want.push_back({it->second.slot, it->second.hash, &r});
-    }
-    std::sort(want.begin(), want.end(), [](const Want& a, const Want& b) { return a.slot < b.slot; });
-    // Pages go straight into the callers' buffers (one readv per run of adjacent slots) when
-    // direct I/O allows it: every buffer aligned and no slot padding. Otherwise runs are read
-    // into one bounce buffer and copied out.
-    bool scatter = slot_bytes_ == page_bytes_;
-    for (std::size_t i = 0; scatter && i < want.size(); ++i)
-      scatter = !direct_ || reinterpret_cast<std::uintptr_t>(want[i].req->dst) % align_ == 0;
-    // Merge runs of adjacent slots.
-    std::vector<IoRead> ops;
-    std::vector<std::size_t> first;  // first want of each op
-    std::size_t total = 0;
-    const std::size_t max_run = scatter ? IoEngine::kMaxIov : std::numeric_limits<std::size_t>::max();
-    for (std::size_t i = 0; i < want.size();) {
-      std::size_t j = i + 1;
-      while (j < want.size() && want[j].slot == want[j - 1].slot + 1 && (j - i + 1) * slot_bytes_ <= params_.max_merge_bytes &&
-             j - i < max_run)
-        ++j;
-      ops.push_back({slot_offset(want[i].slot), (j - i) * slot_bytes_, nullptr, 0});
-      first.push_back(i);
-      total += (j - i) * slot_bytes_;
-      i = j;
-    }
-    std::vector<::iovec> iov;
-    if (scatter) {
-      iov.reserve(want.size());
-      for (const Want& w : want) iov.push_back({w.req->dst, page_bytes_});
-      for (std::size_t o = 0; o < ops.size(); ++o) {
-        if (ops[o].len == slot_bytes_) {  // one page: a plain read, fixed where the buffer is registered
-          ops[o].buf = want[first[o]].req->dst;
-          continue;
-        }
-        ops[o].iov = iov.data() + first[o];
-        ops[o].iov_count = static_cast<unsigned>(ops[o].len / slot_bytes_);
-      }
-    } else {
-      std::byte* buf = bounce(total);
-      std::size_t at = 0;
-      for (IoRead& op : ops) {
-        op.buf = buf + at;
-        at += op.len;
-      }
-    }
-    io_.read_all(data_fd_, ops);
-    scattered_ops_ += scatter ? ops.size() : 0;
-    ++read_batches_;
-    read_ops_ += ops.size();
-    for (std::size_t o = 0; o < ops.size(); ++o) {
-      const IoRead& op = ops[o];
-      const Want& w0 = want[first[o]];
+    for (std::size_t o = 0; o < b.ops.size(); ++o) {
+      const IoRead& op = b.ops[o];
+      const Want& w0 = b.want[b.first[o]];
       KVD_EXPECT(op.result >= 0, "SsdTier {}: read error on page {} (slot {}): {}", params_.path, w0.req->key, w0.slot,
                  std::strerror(static_cast<int>(-op.result)));
       KVD_EXPECT(static_cast<std::size_t>(op.result) == op.len, "SsdTier {}: short read of page {} (slot {}): {} of {} bytes",
                  params_.path, w0.req->key, w0.slot, op.result, op.len);
       const std::size_t pages_in_op = op.len / slot_bytes_;
       for (std::size_t k = 0; k < pages_in_op; ++k) {
-        const Want& w = want[first[o] + k];
-        const std::byte* src = scatter ? w.req->dst : op.buf + k * slot_bytes_;
+        const Want& w = b.want[b.first[o] + k];
+        const std::byte* src = b.scatter ? w.req->dst : op.buf + k * slot_bytes_;
 #ifndef KVD_SSD_MUTATE_NO_VERIFY  // the durability tests' mutation check: this build must fail them
         const std::uint64_t h = ssd_format::page_hash(src, page_bytes_);
         KVD_EXPECT(h == w.hash, "SsdTier {}: checksum mismatch on page {} (slot {}): stored xxh3 {:016x}, read {:016x}",
                    params_.path, w.req->key, w.slot, w.hash, h);
 #endif
-        if (!scatter) std::memcpy(w.req->dst, src, page_bytes_);
+        if (!b.scatter) std::memcpy(w.req->dst, src, page_bytes_);
       }
     }
   }
@@ -460,6 +416,75 @@ class SsdTier {
     if (fd < 0) return;
     ::fsync(fd);
     ::close(fd);
+  }
+
+  struct Want {
+    std::uint64_t slot, hash;
+    const ReadRequest* req;
+  };
+  /// A submitted batch: its requests, the I/Os that read them, and their buffers.
+  struct ReadBatch {
+    std::vector<ReadRequest> reads;
+    std::vector<Want> want;          ///< by slot
+    std::vector<IoRead> ops;         ///< runs of adjacent slots
+    std::vector<std::size_t> first;  ///< first want of each op
+    std::vector<::iovec> iov;        ///< scattered: one buffer per page
+    std::unique_ptr<std::byte, AlignedFree> bounce;
+    bool scatter = false;
+    IoToken token = 0;
+  };
+
+  /// Maps the batch's pages to slots, merges adjacent slots into I/Os, and starts them. Pages
+  /// go straight into the callers' buffers (one readv per run of adjacent slots) when direct
+  /// I/O allows it: every buffer aligned and no slot padding. Otherwise runs are read into the
+  /// batch's own bounce buffer and copied out in wait().
+  void plan_reads(ReadBatch& b) {
+    for (const ReadRequest& r : b.reads) {
+      auto it = map_.find(r.key);
+      KVD_EXPECT(it != map_.end(), "SsdTier {}: no page {}", params_.path, r.key);
+      b.want.push_back({it->second.slot, it->second.hash, &r});
+    }
+    std::sort(b.want.begin(), b.want.end(), [](const Want& x, const Want& y) { return x.slot < y.slot; });
+    b.scatter = slot_bytes_ == page_bytes_;
+    for (std::size_t i = 0; b.scatter && i < b.want.size(); ++i)
+      b.scatter = !direct_ || reinterpret_cast<std::uintptr_t>(b.want[i].req->dst) % align_ == 0;
+    std::size_t total = 0;
+    const std::size_t max_run = b.scatter ? IoEngine::kMaxIov : std::numeric_limits<std::size_t>::max();
+    for (std::size_t i = 0; i < b.want.size();) {
+      std::size_t j = i + 1;
+      while (j < b.want.size() && b.want[j].slot == b.want[j - 1].slot + 1 && (j - i + 1) * slot_bytes_ <= params_.max_merge_bytes &&
+             j - i < max_run)
+        ++j;
+      b.ops.push_back({slot_offset(b.want[i].slot), (j - i) * slot_bytes_, nullptr, 0});
+      b.first.push_back(i);
+      total += (j - i) * slot_bytes_;
+      i = j;
+    }
+    if (b.scatter) {
+      b.iov.reserve(b.want.size());
+      for (const Want& w : b.want) b.iov.push_back({w.req->dst, page_bytes_});
+      for (std::size_t o = 0; o < b.ops.size(); ++o) {
+        if (b.ops[o].len == slot_bytes_) {  // one page: a plain read, fixed where the buffer is registered
+          b.ops[o].buf = b.want[b.first[o]].req->dst;
+          continue;
+        }
+        b.ops[o].iov = b.iov.data() + b.first[o];
+        b.ops[o].iov_count = static_cast<unsigned>(b.ops[o].len / slot_bytes_);
+      }
+    } else {
+      void* p = nullptr;
+      KVD_EXPECT(::posix_memalign(&p, align_, round_up(total, align_)) == 0, "SsdTier: cannot allocate {} bytes", total);
+      b.bounce.reset(static_cast<std::byte*>(p));
+      std::size_t at = 0;
+      for (IoRead& op : b.ops) {
+        op.buf = b.bounce.get() + at;
+        at += op.len;
+      }
+    }
+    b.token = io_.start(data_fd_, b.ops);
+    scattered_ops_ += b.scatter ? b.ops.size() : 0;
+    ++read_batches_;
+    read_ops_ += b.ops.size();
   }
 
   std::byte* bounce(std::size_t bytes) {
@@ -769,7 +794,7 @@ class SsdTier {
   std::vector<std::uint64_t> free_slots_, pending_free_;
   std::size_t sorted_free_ = 0;  ///< free_slots_[0, sorted_free_) is in order (see order_free_slots)
   std::vector<ssd_format::LogRecord> pending_erases_;
-  std::map<ReadTicket, std::vector<ReadRequest>> batches_;
+  std::map<ReadTicket, ReadBatch> batches_;  ///< submitted, not yet waited for (their reads may be in flight)
   ReadTicket tickets_ = 0;
   std::unique_ptr<std::byte, AlignedFree> bounce_;
   std::size_t bounce_bytes_ = 0;
