@@ -430,9 +430,9 @@ class KvManager {
   /// Calibrates the pipeline on one step of this batch without applying it: for pipelines with
   /// micro-batches (Elastic), each size in {streams, /2, /4, /8, 1} runs `repeats` dry steps
   /// (select, classify, fetch and compute, then rolled back: nothing changes), and the fastest
-  /// median is set. Call it after warm-up, with a representative batch. Arguments as attend().
+  /// median is set; a split must beat the whole batch by 5%. Call it after warm-up, with a representative batch. Arguments as attend().
   TuneReport tune(int layer, std::span<const SeqId> batch, View<const float, 3> q, View<const float, 3> k,
-                  View<const float, 3> v, View<float, 3> out, int repeats = 3) {
+                  View<const float, 3> v, View<float, 3> out, int repeats = 5) {
     KVD_EXPECT(repeats >= 1, "tune: repeats {} must be >= 1", repeats);
     check_step_inputs(layer, batch, q, k, v, out);
     TuneReport report;
@@ -464,8 +464,11 @@ class KvManager {
           }
           std::sort(ms.begin(), ms.end());
           report.step_ms.emplace_back(mb, ms[ms.size() / 2]);
-          if (ms[ms.size() / 2] < best) {
-            best = ms[ms.size() / 2];
+          // A split must beat the whole batch (tried first) by 5%: dry steps are noisy, and a
+          // needless split only adds hand-offs.
+          const double needed = mb == streams ? 1.0 : 0.95;
+          if (ms[ms.size() / 2] < best * needed || report.micro_batch == 0) {
+            best = std::min(best, ms[ms.size() / 2]);
             report.micro_batch = mb;
           }
         }
