@@ -302,6 +302,15 @@ TEST_CASE("tune() picks a micro-batch size from dry steps and changes nothing el
   CHECK(kv.tiers().get<1>().inner().stored_pages() == slow);
   for (int s = 0; s < w.steps; ++s)
     for (int l = 0; l < sh.layers; ++l) CHECK(same_bits(step(kv, w, ids, l, s), step(reference, w, ref_ids, l, s)));
+  const std::size_t used_after = kv.tiers().fast().used_pages();
+  // A read failing during calibration: the error reaches the caller, nothing changes.
+  kv.tiers().get<1>().fail_reads_after(1);
+  CHECK_THROWS_WITH_AS(kv.tune(0, ids, make_view(q, 3, sh.q_heads, sh.head_dim), make_view(k, 3, sh.kv_heads, sh.head_dim),
+                               make_view(v, 3, sh.kv_heads, sh.head_dim), make_view(out, 3, sh.q_heads, sh.head_dim)),
+                       doctest::Contains("injected"), Error);
+  kv.tiers().get<1>().heal();
+  CHECK(kv.tiers().fast().used_pages() == used_after);
+  CHECK(kv.total_stats().steps == static_cast<std::uint64_t>(w.steps * sh.layers));
   // Bad input is refused before anything runs.
   CHECK_THROWS_AS(kv.tune(0, ids, make_view(q, 3, sh.q_heads, sh.head_dim), make_view(k, 3, sh.kv_heads, sh.head_dim),
                           make_view(v, 3, sh.kv_heads, sh.head_dim), make_view(out, 3, sh.q_heads, sh.head_dim), 0),

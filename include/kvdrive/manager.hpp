@@ -444,7 +444,8 @@ class KvManager {
         if (std::find(sizes.begin(), sizes.end(), mb) == sizes.end()) sizes.push_back(mb);
       }
       const Pipeline saved = pipeline_;
-      double best = std::numeric_limits<double>::infinity();
+      double whole = 0, best_split = std::numeric_limits<double>::infinity();
+      std::size_t split = 0;
       try {
         for (std::size_t mb : sizes) {
           pipeline_.set_micro_batch(mb);
@@ -463,15 +464,18 @@ class KvManager {
             step.abort();
           }
           std::sort(ms.begin(), ms.end());
-          report.step_ms.emplace_back(mb, ms[ms.size() / 2]);
-          // A split must beat the whole batch (tried first) by 5%: dry steps are noisy, and a
-          // needless split only adds hand-offs.
-          const double needed = mb == streams ? 1.0 : 0.95;
-          if (ms[ms.size() / 2] < best * needed || report.micro_batch == 0) {
-            best = std::min(best, ms[ms.size() / 2]);
-            report.micro_batch = mb;
+          const double median = ms[ms.size() / 2];
+          report.step_ms.emplace_back(mb, median);
+          if (mb == streams) {
+            whole = median;
+          } else if (median < best_split) {
+            best_split = median;
+            split = mb;
           }
         }
+        // A split must beat the whole batch by 5%: dry steps are noisy, and a needless split
+        // only adds hand-offs.
+        report.micro_batch = split != 0 && best_split < 0.95 * whole ? split : streams;
       } catch (...) {
         pipeline_ = saved;
         throw;
@@ -975,6 +979,9 @@ class KvManager {
     void classify(std::size_t i) { s.classify(i); }
     void fetch(std::size_t i) { s.fetch(i); }
     void fetch_range(std::size_t a, std::size_t b) { s.fetch_range(a, b); }
+    void fetch_start(std::size_t a, std::size_t b) { s.fetch_start(a, b); }
+    void fetch_finish(std::size_t a, std::size_t b) { s.fetch_finish(a, b); }
+    // No prepare_commit: its writes are durable and real; a dry step must not make them.
     void compute(std::size_t a, std::size_t b) { s.compute(a, b); }
     void commit() {}
     void parallel_for(std::size_t n, const std::function<void(std::size_t)>& fn) { s.parallel_for(n, fn); }

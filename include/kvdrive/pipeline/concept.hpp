@@ -4,6 +4,8 @@
 //   classify(i) cache  -> hits and misses                       (per stream, commits nothing)
 //   fetch(i)    tiers  -> staging slots for the misses          (per stream, commits nothing)
 //   fetch_range(a, b)  the same for streams [a, b), their reads in flight together (optional)
+//   fetch_start(a, b) / fetch_finish(a, b)  fetch_range in two halves: start the reads, and
+//                      later wait for them, so other ranges can be read meanwhile (optional)
 //   prepare_commit()   commit's fallible part: seal writes; may overlap compute (optional)
 //   compute(a, b) attention for streams [a, b) over page pointers
 //   commit()    append K/V, seal, extend the index, update eviction: all or nothing

@@ -3,9 +3,11 @@
 // streams. While micro-batch i is selected (on the caller's thread, streams in parallel on the
 // backend's pool), micro-batch i-1 is classified into hits and misses (a stage thread) and
 // micro-batch i-2 is fetched (another stage thread); the stages hand micro-batches on through
-// counters under one mutex, a queue as deep as the step. On the CPU the caller's thread also
-// computes each micro-batch once it is fetched, between selections (compute_as_fetched; with it
-// off, the whole batch computes once every fetch is done, as a GPU would in one launch). After
+// counters under one mutex, a queue as deep as the step; the fetch thread keeps every classified
+// micro-batch's reads in flight (fetch_start) and finishes them in order (fetch_finish). On the
+// CPU the caller's thread, once it has selected every micro-batch, computes each one as soon as
+// it is fetched (compute_as_fetched; with it off, the whole batch computes once every fetch is
+// done, as a GPU would in one launch). After
 // the last fetch the fetch thread writes the step's sealed pages and prepares the index update
 // (StepStages::prepare_commit, when the stages have it) while compute goes on; then commit
 // applies.
@@ -177,12 +179,13 @@ class Elastic {
     const auto compute_fetched = [&] {
       while (computed < batches && !prog.stopped()) {
         if (!prog.wait_for(prog.fetched, computed + 1)) return;
-        prog.run(compute_busy, [&] { s.compute(first(computed), last(computed)); });
+        if (!prog.run(compute_busy, [&] { s.compute(first(computed), last(computed)); })) return;
         ++computed;
       }
     };
     for (std::size_t b = 0; b < batches && !prog.stopped(); ++b) {
-      prog.run(select_busy, [&] { s.parallel_for(last(b) - first(b), [&](std::size_t j) { s.select(first(b) + j); }); });
+      if (!prog.run(select_busy, [&] { s.parallel_for(last(b) - first(b), [&](std::size_t j) { s.select(first(b) + j); }); }))
+        break;  // never handed on
       prog.advance(prog.selected);
     }
     if (params_.compute_as_fetched) compute_fetched();
@@ -206,7 +209,7 @@ class Elastic {
     t.fetch_wait_ms += fetch_wait;
     t.overlap_ms += std::chrono::duration<double, std::milli>(fetched_at - t0).count();
 
-    if (!params_.compute_as_fetched) prog.run(compute_busy, [&] { s.compute(0, n); });
+    if (!params_.compute_as_fetched) (void)prog.run(compute_busy, [&] { s.compute(0, n); });
     w.fetch.wait();  // prepare_commit
     prog.rethrow();
     t.compute_ms += compute_busy;
@@ -258,15 +261,18 @@ class Elastic {
     bool wait_for(const std::size_t& counter, std::size_t target) {
       std::unique_lock lock(mutex);
       moved.wait(lock, [&] { return stopping || counter >= target; });
-      return counter >= target;
+      return !stopping && counter >= target;
     }
     /// Runs f, adding its wall time to busy_ms; an exception stops the step and is kept.
+    /// Returns whether f succeeded.
     template <class F>
-    void run(double& busy_ms, F&& f) {
+    bool run(double& busy_ms, F&& f) {
       const auto t0 = std::chrono::steady_clock::now();
+      bool ok = true;
       try {
         f();
       } catch (...) {
+        ok = false;
         {
           std::lock_guard lock(mutex);
           if (!error) error = std::current_exception();
@@ -275,6 +281,7 @@ class Elastic {
         moved.notify_all();
       }
       busy_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      return ok;
     }
     void rethrow() {
       std::lock_guard lock(mutex);
@@ -290,8 +297,7 @@ class Elastic {
       const auto t0 = std::chrono::steady_clock::now();
       const bool go = prog.wait_for(ready, b + 1);
       wait_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      if (!go || prog.stopped()) return;
-      prog.run(busy_ms, [&] { f(b); });
+      if (!go || !prog.run(busy_ms, [&] { f(b); })) return;  // a failed micro-batch is never handed on
       prog.advance(done);
     }
   }
@@ -332,13 +338,15 @@ class Elastic {
     std::size_t started = 0, finished = 0;
     while (finished < batches && !prog.stopped()) {
       while (started < batches && prog.reached(prog.classified, started + 1) && !prog.stopped()) {
-        prog.run(busy_ms, [&] { s.fetch_start(first(started), last(started)); });
+        const bool ok = prog.run(busy_ms, [&] { s.fetch_start(first(started), last(started)); });
         ++started;  // even if it failed: what it did start must be finished
+        if (!ok) break;
       }
       if (prog.stopped()) break;
       if (finished < started) {
-        prog.run(busy_ms, [&] { s.fetch_finish(first(finished), last(finished)); });
+        const bool ok = prog.run(busy_ms, [&] { s.fetch_finish(first(finished), last(finished)); });
         ++finished;
+        if (!ok) break;  // never handed on to compute
         prog.advance(prog.fetched);
         continue;
       }

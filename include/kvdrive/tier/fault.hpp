@@ -102,14 +102,19 @@ class FaultTier {
       reads_ += reads.size();
     }
     const ReadTicket inner_ticket = inner_.submit(reads);
-    std::lock_guard lock(mutex_);
-    const ReadTicket t = ++tickets_;
-    inner_tickets_.emplace(t, inner_ticket);
-    if (failed) {
-      ++errors_;
-      failed_.emplace(t, *failed);
+    try {
+      std::lock_guard lock(mutex_);
+      const ReadTicket t = ++tickets_;
+      inner_tickets_.emplace(t, inner_ticket);
+      if (failed) {
+        ++errors_;
+        failed_.emplace(t, *failed);
+      }
+      return t;
+    } catch (...) {  // out of memory: no read may be left in flight without a ticket
+      inner_.wait(inner_ticket);
+      throw;
     }
-    return t;
   }
 
   void wait(ReadTicket t) {

@@ -145,7 +145,7 @@ class IoEngine {
     job.fd = fd;
     job.reads = reads;
 #if KVD_HAVE_LIBURING
-    if (backend_ == IoBackend::io_uring) {
+    if (backend_ == IoBackend::io_uring && !reads.empty()) {
       pending_.push_back(t);
       push(false);
     }
@@ -251,7 +251,9 @@ class IoEngine {
       std::size_t taken = inflight_ - io_uring_sq_ready(ring_.get());
       while (taken > 0) {
         io_uring_cqe* cqe = nullptr;
-        if (io_uring_wait_cqe(ring_.get(), &cqe) < 0) break;
+        const int w = io_uring_wait_cqe(ring_.get(), &cqe);
+        if (w == -EINTR) continue;
+        if (w < 0) break;
         io_uring_cqe_seen(ring_.get(), cqe);
         --taken;
       }
@@ -290,9 +292,17 @@ class IoEngine {
 
   /// Waits for every read in flight (before the ring or the callers' buffers go away).
   void drain() {
+    // Entries queued but not yet submitted would never complete: submit them first.
+    while (!broken_ && io_uring_sq_ready(ring_.get()) > 0) {
+      const int rc = io_uring_submit(ring_.get());
+      if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) break;
+    }
+    inflight_ -= std::min<std::size_t>(inflight_, io_uring_sq_ready(ring_.get()));  // left unsubmitted: never run
     while (inflight_ > 0 && !broken_) {
       io_uring_cqe* cqe = nullptr;
-      if (io_uring_wait_cqe(ring_.get(), &cqe) < 0) break;
+      const int w = io_uring_wait_cqe(ring_.get(), &cqe);
+      if (w == -EINTR) continue;
+      if (w < 0) break;
       const std::uint64_t data = io_uring_cqe_get_data64(cqe);
       io_uring_cqe_seen(ring_.get(), cqe);
       --inflight_;

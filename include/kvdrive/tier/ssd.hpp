@@ -12,7 +12,10 @@
 //   checked against the log's, so a flipped bit is an error naming the page, never wrong data.
 // - open() of an existing store checks its headers (magic, version, page size) and replays the
 //   log up to the first bad block: pages the log calls present read back exactly.
-// submit() only records the batch; wait() runs it.
+// - submit() starts a batch's reads (in flight on io_uring when it returns, so several batches
+//   can be read at once; the thread backend runs them in wait()); wait() finishes the batch and
+//   checks it. Aligned destinations are read into directly (readv, fixed reads into registered
+//   memory); others through the batch's own bounce buffer.
 #pragma once
 
 #include <fcntl.h>
