@@ -33,6 +33,7 @@
 
 #include "kvdrive/core/error.hpp"
 #include "kvdrive/pipeline/concept.hpp"
+#include "kvdrive/pipeline/serial.hpp"
 
 namespace kvdrive::pipeline {
 
@@ -133,7 +134,7 @@ class Elastic {
     const std::size_t batches = n == 0 ? 0 : (n + mb - 1) / mb;
     const auto first = [&](std::size_t b) { return b * mb; };
     const auto last = [&](std::size_t b) { return std::min(n, (b + 1) * mb); };
-    if (batches <= 1) return run_inline(s);  // nothing to overlap: no hand-offs between threads
+    if (batches <= 1) return Serial{}.run(s);  // nothing to overlap: no hand-offs between threads
     Threads& w = threads();
 
     Progress prog;
@@ -300,32 +301,6 @@ class Elastic {
       if (!go || !prog.run(busy_ms, [&] { f(b); })) return;  // a failed micro-batch is never handed on
       prog.advance(done);
     }
-  }
-
-  /// One micro-batch: the stages one after another on the caller's thread, as Serial runs them.
-  template <StepStages S>
-  static void run_inline(S& s) {
-    using Clock = std::chrono::steady_clock;
-    const auto t0 = Clock::now();
-    const std::size_t n = s.streams();
-    StageTimes& t = s.times();
-    const auto timed = [](double& ms, auto&& f) {
-      const auto a = Clock::now();
-      f();
-      ms += std::chrono::duration<double, std::milli>(Clock::now() - a).count();
-    };
-    timed(t.select_ms, [&] { s.parallel_for(n, [&](std::size_t i) { s.select(i); }); });
-    timed(t.classify_ms, [&] { for (std::size_t i = 0; i < n; ++i) s.classify(i); });
-    timed(t.fetch_ms, [&] {
-      if constexpr (requires { s.fetch_range(n, n); })
-        s.fetch_range(0, n);
-      else
-        for (std::size_t i = 0; i < n; ++i) s.fetch(i);
-    });
-    t.overlap_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    timed(t.compute_ms, [&] { s.compute(0, n); });
-    timed(t.commit_ms, [&] { s.commit(); });
-    t.wall_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   }
 
   /// The fetch stage over asynchronous reads: starts every classified micro-batch's reads as
