@@ -327,14 +327,36 @@ TEST_CASE("SsdTier: bad stores, flipped bits, short reads and a full store give 
   }
 }
 
-TEST_CASE("SsdTier behind KvManager: the same output as host memory, misses read from the store") {
-  TempDir dir;
+namespace {
+
+/// The small KV shape of the KvManager-over-SSD tests: 2 layers, 8 query / 2 KV heads, d = 64.
+Config small_kv_config(double budget) {
   Config c;
   c.shape = {2, 8, 2, 64};
   c.page_tokens = 8;
   c.local_tokens = 16;
   c.dtype = DType::f16;
-  c.budget = Budget::fraction(0.25);
+  c.budget = Budget::fraction(budget);
+  return c;
+}
+
+/// One attend() of layer l at decode step `step` for sequence `id` alone, with seeded inputs.
+template <class M>
+std::vector<float> seeded_step(M& kv, SeqId id, int l, int step) {
+  const int d = 64;
+  const SeqId batch[] = {id};
+  const auto q = test::random_floats(8 * d, 100 + step * 2 + l), k = test::random_floats(2 * d, 200 + step * 2 + l),
+             v = test::random_floats(2 * d, 300 + step * 2 + l);
+  std::vector<float> out(8 * d);
+  kv.attend(l, batch, make_view(q, 1, 8, d), make_view(k, 1, 2, d), make_view(v, 1, 2, d), make_view(out, 1, 8, d));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("SsdTier behind KvManager: the same output as host memory, misses read from the store") {
+  TempDir dir;
+  const Config c = small_kv_config(0.25);
   auto run = [&](auto& kv) {
     std::vector<float> outs;
     const int d = 64, prompt = 300;
@@ -343,13 +365,9 @@ TEST_CASE("SsdTier behind KvManager: the same output as host memory, misses read
       const auto k = test::random_floats(static_cast<std::size_t>(prompt) * 2 * d, 10 + l), v = test::random_floats(k.size(), 20 + l);
       kv.prefill(id, l, make_view(k, prompt, 2, d), make_view(v, prompt, 2, d));
     }
-    const SeqId batch[] = {id};
     for (int step = 0; step < 12; ++step)
       for (int l = 0; l < 2; ++l) {
-        const auto q = test::random_floats(8 * d, 100 + step * 2 + l), k = test::random_floats(2 * d, 200 + step * 2 + l),
-                   v = test::random_floats(2 * d, 300 + step * 2 + l);
-        std::vector<float> out(8 * d);
-        kv.attend(l, batch, make_view(q, 1, 8, d), make_view(k, 1, 2, d), make_view(v, 1, 2, d), make_view(out, 1, 8, d));
+        const std::vector<float> out = seeded_step(kv, id, l, step);
         outs.insert(outs.end(), out.begin(), out.end());
       }
     return outs;
@@ -368,12 +386,7 @@ TEST_CASE("SsdTier behind KvManager: the same output as host memory, misses read
 
 TEST_CASE("semantic packing: after warm_up each cluster's pages sit in adjacent slots") {
   TempDir dir;
-  Config c;
-  c.shape = {2, 8, 2, 64};
-  c.page_tokens = 8;
-  c.local_tokens = 16;
-  c.dtype = DType::f16;
-  c.budget = Budget::fraction(0.125);
+  const Config c = small_kv_config(0.125);
   const int d = 64, prompt = 1600, obs = 16;
   using SsdTiers = Tiers<HostTier, SsdTier>;
   using M = KvManager<index::Hierarchical, eviction::Lookahead, SsdTiers>;
@@ -419,16 +432,8 @@ TEST_CASE("semantic packing: after warm_up each cluster's pages sit in adjacent 
   CHECK(packed_adjacency >= 0.9);  // breaks only where a cluster crosses an extent boundary
   CHECK(naive_adjacency < packed_adjacency);
   // The layout changes where pages sit, never what attention computes.
-  const SeqId batch_a[] = {a}, batch_b[] = {b};
   for (int step = 0; step < 8; ++step)
-    for (int l = 0; l < 2; ++l) {
-      const auto q = test::random_floats(8 * d, 100 + step * 2 + l), k = test::random_floats(2 * d, 200 + step * 2 + l),
-                 v = test::random_floats(2 * d, 300 + step * 2 + l);
-      std::vector<float> out_a(8 * d), out_b(8 * d);
-      packed.attend(l, batch_a, make_view(q, 1, 8, d), make_view(k, 1, 2, d), make_view(v, 1, 2, d), make_view(out_a, 1, 8, d));
-      naive.attend(l, batch_b, make_view(q, 1, 8, d), make_view(k, 1, 2, d), make_view(v, 1, 2, d), make_view(out_b, 1, 8, d));
-      CHECK(out_a == out_b);
-    }
+    for (int l = 0; l < 2; ++l) CHECK(seeded_step(packed, a, l, step) == seeded_step(naive, b, l, step));
   CHECK(packed.total_stats().misses == naive.total_stats().misses);
   CHECK(packed.total_stats().misses > 0);
 }
