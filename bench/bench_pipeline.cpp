@@ -23,6 +23,7 @@
 
 #include <fmt/format.h>
 
+#include "kvdrive/eval/layer_inputs.hpp"
 #include "kvdrive/eval/synthetic.hpp"
 #include "kvdrive/kvdrive.hpp"
 
@@ -53,12 +54,6 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-/// The decode inputs of one sequence: per step, the group's queries and the new token's K/V, for
-/// each KV head.
-struct DecodeInputs {
-  std::vector<float> q, k, v;  // [steps][kv_heads][group or 1][d]
-};
-
 void run_case(const Options& o, std::int64_t context, int batch) {
   const eval::SyntheticPreset preset = eval::synthetic_preset("default");
   const int kvh = o.kv_heads, d = preset.shape.head_dim, g = preset.shape.q_heads / preset.shape.kv_heads, qh = g * kvh;
@@ -80,49 +75,29 @@ void run_case(const Options& o, std::int64_t context, int batch) {
   KvManager<index::Hierarchical, eviction::Lookahead, Tiers<HostTier>, pipeline::Serial> dram(c, {}, eviction::Lookahead{3});
 
   std::vector<SeqId> ids_s, ids_e, ids_d;
-  std::vector<DecodeInputs> inputs(static_cast<std::size_t>(batch));
+  std::vector<eval::LayerInputs> inputs;
   for (int b = 0; b < batch; ++b) {
     const eval::SyntheticTrace trace(preset, static_cast<std::uint64_t>(b + 1), context, o.steps);
-    std::vector<float> k(static_cast<std::size_t>(context) * kvh * d), v(k.size()), qo;
-    std::int64_t observed = 0;
-    DecodeInputs& in = inputs[static_cast<std::size_t>(b)];
-    in.q.resize(static_cast<std::size_t>(o.steps) * kvh * g * d);
-    in.k.resize(static_cast<std::size_t>(o.steps) * kvh * d);
-    in.v.resize(in.k.size());
-    for (int h = 0; h < kvh; ++h) {
-      const eval::StreamTrace st = trace.stream(0, h);
-      for (std::int64_t t = 0; t < context; ++t) {
-        std::copy_n(st.key(t), d, k.data() + (static_cast<std::size_t>(t) * kvh + h) * d);
-        std::copy_n(st.value(t), d, v.data() + (static_cast<std::size_t>(t) * kvh + h) * d);
-      }
-      observed = st.observed;
-      qo.resize(static_cast<std::size_t>(observed) * qh * d);
-      for (std::int64_t i = 0; i < observed; ++i)
-        std::copy_n(st.observed_queries.data() + static_cast<std::size_t>(i) * g * d, static_cast<std::size_t>(g) * d,
-                    qo.data() + (static_cast<std::size_t>(i) * qh + static_cast<std::size_t>(h) * g) * d);
-      for (int s = 0; s < o.steps; ++s) {
-        std::copy_n(st.query(s), static_cast<std::size_t>(g) * d, in.q.data() + (static_cast<std::size_t>(s) * kvh + h) * g * d);
-        std::copy_n(st.key(context + s), d, in.k.data() + (static_cast<std::size_t>(s) * kvh + h) * d);
-        std::copy_n(st.value(context + s), d, in.v.data() + (static_cast<std::size_t>(s) * kvh + h) * d);
-      }
-    }
+    eval::LayerInputs& in = inputs.emplace_back(eval::layer_inputs(trace, 0, kvh));
     auto load = [&](auto& kv, std::vector<SeqId>& ids) {
       ids.push_back(kv.add_sequence());
-      kv.prefill(ids.back(), 0, make_view(k, context, kvh, d), make_view(v, context, kvh, d));
-      kv.warm_up(ids.back(), 0, make_view(qo, observed, qh, d));
+      kv.prefill(ids.back(), 0, in.prompt_k(), in.prompt_v());
+      kv.warm_up(ids.back(), 0, in.observation_queries());
     };
     load(serial, ids_s);
     load(elastic, ids_e);
     load(dram, ids_d);
+    in.k = {};  // the prompt is in the managers now
+    in.v = {};
   }
 
   std::vector<float> q(static_cast<std::size_t>(batch) * qh * d), k(static_cast<std::size_t>(batch) * kvh * d), v(k.size()), out(q.size());
   auto inputs_of_step = [&](int s) {
     for (int b = 0; b < batch; ++b) {
-      const DecodeInputs& in = inputs[static_cast<std::size_t>(b)];
-      std::copy_n(in.q.data() + static_cast<std::size_t>(s) * qh * d, static_cast<std::size_t>(qh) * d, q.data() + static_cast<std::size_t>(b) * qh * d);
-      std::copy_n(in.k.data() + static_cast<std::size_t>(s) * kvh * d, static_cast<std::size_t>(kvh) * d, k.data() + static_cast<std::size_t>(b) * kvh * d);
-      std::copy_n(in.v.data() + static_cast<std::size_t>(s) * kvh * d, static_cast<std::size_t>(kvh) * d, v.data() + static_cast<std::size_t>(b) * kvh * d);
+      const eval::LayerInputs& in = inputs[static_cast<std::size_t>(b)];
+      std::copy_n(in.q(s), static_cast<std::size_t>(qh) * d, q.data() + static_cast<std::size_t>(b) * qh * d);
+      std::copy_n(in.k_new(s), static_cast<std::size_t>(kvh) * d, k.data() + static_cast<std::size_t>(b) * kvh * d);
+      std::copy_n(in.v_new(s), static_cast<std::size_t>(kvh) * d, v.data() + static_cast<std::size_t>(b) * kvh * d);
     }
   };
   // Elastic's micro-batch: given, or tuned on dry runs of the first step.

@@ -10,6 +10,11 @@
 // at the same capacity, and the bytes fetched per decode step. --window knapsack profiles every
 // stream on a calibration trace (by default the same preset with the next seed) and gives each
 // its own W within the bytes of the uniform plan; both are printed side by side.
+//
+// With --pipeline serial,elastic, the trace's first --pipeline-layers layers are also decoded
+// through KvManager (hierarchical, Lookahead, DRAM cache + SsdTier) by each pipeline, and their
+// stage statistics are printed: busy time per stage, the waits between stages, and the bubble
+// fraction of each stage in the overlapped phase.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -18,16 +23,21 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
+#include <type_traits>
+
+#include <unistd.h>  // getpid
 #include <vector>
 
 #include "kvdrive/kvdrive.hpp"
 #include "kvdrive/eval/cache_study.hpp"
+#include "kvdrive/eval/layer_inputs.hpp"
 #include "kvdrive/eval/recorded.hpp"
 #include "kvdrive/eval/synthetic.hpp"
 #include "kvdrive/eval/trace_stats.hpp"
@@ -64,6 +74,10 @@ struct Options {
   std::string solver = "greedy";
   std::string calibration;        ///< knapsack profile trace (default: synthetic, next seed; recorded, the same file)
   float decay = eviction::Lookahead{}.decay;
+  // pipeline replay
+  std::string pipeline;           ///< empty: none; else a list of serial, elastic
+  int pipeline_layers = 1;
+  std::string store_dir;          ///< where the replay's SSD stores go (default: the temp directory)
 };
 
 double mib(std::size_t bytes) { return static_cast<double>(bytes) / 1048576.0; }
@@ -230,6 +244,99 @@ void run_cache(const Source* calibration, const Options& o, const eval::EvalSett
   out["cache"] = {{"total_bytes", total}, {"resident_bytes", resident}, {"warm_up", warm}, {"rows", rows}};
 }
 
+/// One pipeline's replay: the trace's first layers decoded through a KvManager on DRAM cache +
+/// SsdTier, step by step, with the pipeline's stage statistics.
+template <class Pipeline, class Source>
+nlohmann::json run_pipeline(const Source& source, const Options& o, const eval::EvalSettings& set, const std::string& dir) {
+  using Ssd = Tiers<tier::HostTier, tier::SsdTier>;
+  const ModelShape full = source.shape();
+  Config c;
+  c.shape = {o.pipeline_layers, full.q_heads, full.kv_heads, full.head_dim};
+  c.page_tokens = set.page_tokens;
+  c.sink_tokens = set.sink_tokens;
+  c.local_tokens = set.local_tokens;
+  c.budget = Budget::fraction(set.budget);
+  c.dtype = set.dtype;
+  tier::SsdTier::Params sp;
+  sp.path = (std::filesystem::path(dir) / fmt::format("kvd-eval-{}-{}.store", Pipeline::name(), ::getpid())).string();
+  tier::SsdTier::remove_files(sp.path);
+  struct Cleanup {
+    std::string path;
+    ~Cleanup() { tier::SsdTier::remove_files(path); }
+  } cleanup{sp.path};
+  index::HierarchicalParams hp;
+  hp.pages_per_cluster = o.cluster_pages;
+  hp.expand = o.expand;
+  hp.radius_weight = o.radius_weight;
+  const int w = o.window == "knapsack" ? 3 : std::stoi(o.window);
+  KvManager<index::Hierarchical, eviction::Lookahead, Ssd, Pipeline> kv(c, index::Hierarchical{hp}, eviction::Lookahead{w},
+                                                                      Ssd(tier::HostTier{}, tier::SsdTier(sp)));
+  const SeqId id = kv.add_sequence();
+  std::vector<eval::LayerInputs> layers;
+  for (int l = 0; l < o.pipeline_layers; ++l) {
+    eval::LayerInputs& in = layers.emplace_back(eval::layer_inputs(source, l));
+    kv.prefill(id, l, in.prompt_k(), in.prompt_v());
+    if (o.warm_up == "on" && in.observed > 0) kv.warm_up(id, l, in.observation_queries());
+    in.k = {};
+    in.v = {};
+  }
+  const int qh = full.q_heads, kvh = full.kv_heads, d = full.head_dim;
+  std::vector<float> out(static_cast<std::size_t>(qh) * d);
+  const SeqId batch[] = {id};
+  std::size_t micro_batch = 0;
+  std::vector<double> step_ms;
+  for (std::int64_t s = 0; s < o.steps; ++s)
+    for (int l = 0; l < o.pipeline_layers; ++l) {
+      const eval::LayerInputs& in = layers[static_cast<std::size_t>(l)];
+      const auto q = View<const float, 3>(make_view(in.q(s), 1, qh, d)), k = View<const float, 3>(make_view(in.k_new(s), 1, kvh, d)),
+                 v = View<const float, 3>(make_view(in.v_new(s), 1, kvh, d));
+      if constexpr (!std::is_same_v<Pipeline, pipeline::Serial>)
+        if (s == 0 && l == 0) micro_batch = kv.tune(l, batch, q, k, v, make_view(out, 1, qh, d)).micro_batch;
+      const auto t0 = std::chrono::steady_clock::now();
+      kv.attend(l, batch, q, k, v, make_view(out, 1, qh, d));
+      step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+  std::sort(step_ms.begin(), step_ms.end());
+  const Stats& st = kv.total_stats();
+  const StageTimes& t = st.time;
+  const double n = static_cast<double>(std::max<std::uint64_t>(1, st.steps));
+  const double median = step_ms.empty() ? 0.0 : step_ms[step_ms.size() / 2];
+  fmt::print("{:<9} {:>6} {:>9.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>9.3f} {:>9.3f} {:>6.2f}/{:.2f}/{:.2f} {:>8.1f}%\n",
+             Pipeline::name(), micro_batch ? std::to_string(micro_batch) : std::string("-"), median, t.select_ms / n, t.classify_ms / n,
+             t.fetch_ms / n, t.compute_ms / n, t.commit_ms / n, t.classify_wait_ms / n, t.fetch_wait_ms / n, t.select_bubble(),
+             t.classify_bubble(), t.fetch_bubble(), 100 * st.hit_rate());
+  return {{"pipeline", Pipeline::name()},
+          {"micro_batch", micro_batch},
+          {"step_ms_median", median},
+          {"select_ms", t.select_ms / n},
+          {"classify_ms", t.classify_ms / n},
+          {"fetch_ms", t.fetch_ms / n},
+          {"compute_ms", t.compute_ms / n},
+          {"commit_ms", t.commit_ms / n},
+          {"classify_wait_ms", t.classify_wait_ms / n},
+          {"fetch_wait_ms", t.fetch_wait_ms / n},
+          {"overlap_ms", t.overlap_ms / n},
+          {"bubble", {{"select", t.select_bubble()}, {"classify", t.classify_bubble()}, {"fetch", t.fetch_bubble()}}},
+          {"hit_rate", st.hit_rate()}};
+}
+
+/// The pipeline table: each pipeline's replay of the trace's first layers.
+template <class Source>
+nlohmann::json run_pipelines(const Source& source, const Options& o, const eval::EvalSettings& set) {
+  KVD_EXPECT(o.pipeline_layers <= source.shape().layers, "--pipeline-layers {}: the trace has {} layers", o.pipeline_layers,
+             source.shape().layers);
+  const std::string dir = o.store_dir.empty() ? std::filesystem::temp_directory_path().string() : o.store_dir;
+  fmt::print("\npipeline: layers 0..{} decoded through KvManager (hierarchical, Lookahead W={}, warm-up {}) on DRAM cache + SsdTier "
+             "in {}; per layer step: median wall, stage busy ms and waits, bubbles of the overlapped phase\n",
+             o.pipeline_layers - 1, o.window == "knapsack" ? 3 : std::stoi(o.window), o.warm_up, dir);
+  fmt::print("{:<9} {:>6} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>16} {:>9}\n", "pipeline", "micro", "step_ms", "select",
+             "classify", "fetch", "compute", "commit", "cls_wait", "fet_wait", "bubble s/c/f", "hit_rate");
+  nlohmann::json rows = nlohmann::json::array();
+  for (const std::string& name : split_names(o.pipeline, {"serial", "elastic"}, "--pipeline"))
+    rows.push_back(name == "serial" ? run_pipeline<pipeline::Serial>(source, o, set, dir) : run_pipeline<pipeline::Elastic>(source, o, set, dir));
+  return rows;
+}
+
 template <class Source>
 int run(const Source& source, const Source* calibration, const Options& o, const std::string& label, std::int64_t prefix) {
   const ModelShape shape = source.shape();
@@ -310,8 +417,9 @@ int run(const Source& source, const Source* calibration, const Options& o, const
     fmt::print("hierarchical vs quest: mass recall {:+.4f}, index bytes {:.2f}x, selection time {:.2f}x\n",
                h->mean(h->mass_recall) - q->mean(q->mass_recall), h->bytes_per_token() / q->bytes_per_token(),
                h->select_us() / q->select_us());
-  nlohmann::json cache_json;
+  nlohmann::json cache_json, pipeline_json;
   if (cache) run_cache(calibration, o, set, budget, list, prototypes, selections, pool, cache_json);
+  if (!o.pipeline.empty()) pipeline_json = run_pipelines(source, o, set);
   if (!o.json.empty()) {
     nlohmann::json j = {{"trace", label},
                         {"context", prefix},
@@ -323,6 +431,7 @@ int run(const Source& source, const Source* calibration, const Options& o, const
                         {"memcpy_bytes_per_second", bandwidth},
                         {"rows", rows}};
     if (cache) j["cache"] = cache_json["cache"];
+    if (!o.pipeline.empty()) j["pipeline"] = pipeline_json;
     std::ofstream f(o.json);
     f << j.dump(2) << "\n";
     KVD_EXPECT(f.good(), "--json {}: write failed", o.json);
@@ -364,6 +473,10 @@ int main(int argc, char** argv) {
   app.add_option("--solver", o.solver, "knapsack solver: greedy or exact")->check(CLI::IsMember({"greedy", "exact"}));
   app.add_option("--calibration", o.calibration, "knapsack profile trace (default: synthetic traces, the next seed; recorded, the same file)");
   app.add_option("--decay", o.decay, "lookahead: per-step decay of a page's accumulated attention, in [0, 1]")->check(CLI::Range(0.0f, 1.0f));
+  app.add_option("--pipeline", o.pipeline, "also decode the trace's first layers through KvManager on DRAM cache + SSD and print "
+                 "each pipeline's stage statistics: all, or a list of: serial, elastic");
+  app.add_option("--pipeline-layers", o.pipeline_layers, "--pipeline: how many of the trace's layers (from layer 0)")->check(CLI::Range(1, 1024));
+  app.add_option("--store-dir", o.store_dir, "--pipeline: the folder for the SSD stores (default: the temporary directory)");
   CLI11_PARSE(app, argc, argv);
   try {
     if (!o.json.empty()) {  // a bad path fails now, not after the run
@@ -379,6 +492,9 @@ int main(int argc, char** argv) {
     KVD_EXPECT(o.window == "knapsack" || app.count("--cache-bytes") == 0 || app.count("--window") == 0,
                "give --window W or --cache-bytes, not both (--cache-bytes sets the uniform W)");
     const bool knapsack = o.window == "knapsack";
+    KVD_EXPECT(!o.pipeline.empty() || (app.count("--pipeline-layers") + app.count("--store-dir")) == 0,
+               "--pipeline-layers and --store-dir need --pipeline");
+    if (!o.pipeline.empty()) split_names(o.pipeline, {"serial", "elastic"}, "--pipeline");  // names checked up front
     if (!o.eviction.empty())  // names checked up front, not after the evaluation
       for (const std::string& name : split_names(o.eviction, eval::eviction_names(), "--eviction"))
         eval::with_eviction(name, o.decay, [](const auto&) { return 0; });

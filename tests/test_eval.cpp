@@ -15,6 +15,7 @@
 
 #include "kvdrive/core/page_ranges.hpp"
 #include "kvdrive/core/thread_pool.hpp"
+#include "kvdrive/eval/layer_inputs.hpp"
 #include "kvdrive/eval/synthetic.hpp"
 #include "kvdrive/eval/trace_stats.hpp"
 #include "support.hpp"
@@ -128,6 +129,35 @@ TEST_CASE("synthetic: presets by name; an unknown name lists the known ones") {
     CHECK(what.find("default") != std::string::npos);
     CHECK(what.find("tiny") != std::string::npos);
   }
+}
+
+TEST_CASE("layer_inputs: a layer's prompt, observation queries and steps, head by head, as each stream holds them") {
+  const eval::SyntheticTrace trace(eval::synthetic_preset("tiny"), 3, 300, 5);
+  const ModelShape& sh = trace.shape();
+  const eval::LayerInputs in = eval::layer_inputs(trace, 1);
+  REQUIRE(in.kv_heads == sh.kv_heads);
+  CHECK(in.q_heads() == sh.q_heads);
+  CHECK(in.prefix == 300);
+  CHECK(in.steps == 5);
+  const int d = sh.head_dim, g = sh.group();
+  for (int h = 0; h < sh.kv_heads; ++h) {
+    const eval::StreamTrace st = trace.stream(1, h);
+    for (std::int64_t t : {std::int64_t{0}, std::int64_t{123}, std::int64_t{299}}) {
+      CHECK(std::memcmp(&in.prompt_k()(t, h, 0), st.key(t), sizeof(float) * d) == 0);
+      CHECK(std::memcmp(&in.prompt_v()(t, h, 0), st.value(t), sizeof(float) * d) == 0);
+    }
+    for (std::int64_t i = 0; i < in.observed; ++i)
+      CHECK(std::memcmp(&in.observation_queries()(i, h * g, 0), st.observed_queries.data() + i * g * d, sizeof(float) * g * d) == 0);
+    for (std::int64_t s = 0; s < 5; ++s) {
+      CHECK(std::memcmp(in.q(s) + h * g * d, st.query(s), sizeof(float) * g * d) == 0);
+      CHECK(std::memcmp(in.k_new(s) + h * d, st.key(300 + s), sizeof(float) * d) == 0);
+      CHECK(std::memcmp(in.v_new(s) + h * d, st.value(300 + s), sizeof(float) * d) == 0);
+    }
+  }
+  CHECK(in.observed > 0);
+  // The first KV heads only.
+  CHECK(eval::layer_inputs(trace, 0, 1).kv_heads == 1);
+  CHECK_THROWS_AS(eval::layer_inputs(trace, 0, sh.kv_heads + 1), Error);
 }
 
 TEST_CASE("synthetic: deterministic for a seed, different across seeds, independent of order") {

@@ -316,3 +316,203 @@ TEST_CASE("tune() picks a micro-batch size from dry steps and changes nothing el
                           make_view(v, 3, sh.kv_heads, sh.head_dim), make_view(out, 3, sh.q_heads, sh.head_dim), 0),
                   Error);
 }
+
+namespace {
+
+/// The share of the candidate tokens' attention mass on `pages`, for query head h, by brute force
+/// over tokens (softmax over the candidate pages' tokens).
+double brute_mass(const std::vector<float>& keys, const float* q, int d, int pt, float scale, std::int64_t first, std::int64_t end,
+                  const std::vector<std::uint32_t>& pages) {
+  std::vector<double> logits;
+  for (std::int64_t t = first * pt; t < end * pt; ++t) {
+    double s = 0;
+    for (int j = 0; j < d; ++j) s += static_cast<double>(q[j]) * keys[static_cast<std::size_t>(t) * d + j];
+    logits.push_back(s * scale);
+  }
+  const double top = *std::max_element(logits.begin(), logits.end());
+  double all = 0, chosen = 0;
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    const double e = std::exp(logits[i] - top);
+    all += e;
+    const auto page = static_cast<std::uint32_t>(first + static_cast<std::int64_t>(i) / pt);
+    if (std::find(pages.begin(), pages.end(), page) != pages.end()) chosen += e;
+  }
+  return chosen / all;
+}
+
+}  // namespace
+
+TEST_CASE("candidate_mass_recall matches brute-force softmax over the candidate tokens") {
+  const int d = 16, pt = 4, pages = 30, group = 2;
+  const auto keys = test::random_floats(static_cast<std::size_t>(pages) * pt * d, 11);
+  const auto q = test::random_floats(static_cast<std::size_t>(group) * d, 12, 2.0f);
+  index::ClusterCalibration c;
+  c.keys = index::PageKeys{keys.data(), 0, pages, pt, d, DType::f32};
+  c.group = group;
+  c.scale = 0.25f;
+  c.first_candidate = 2;
+  c.end_candidate = 27;
+  const std::vector<std::uint32_t> some = {3, 7, 8, 20, 26};
+  std::vector<std::uint32_t> all;
+  for (std::uint32_t p = 2; p < 27; ++p) all.push_back(p);
+  double expected = 0;
+  for (int h = 0; h < group; ++h) expected += brute_mass(keys, q.data() + h * d, d, pt, c.scale, 2, 27, some) / group;
+  CHECK(index::candidate_mass_recall(c, q.data(), some) == doctest::Approx(expected).epsilon(1e-9));
+  CHECK(index::candidate_mass_recall(c, q.data(), all) == doctest::Approx(1.0).epsilon(1e-12));
+  CHECK(index::candidate_mass_recall(c, q.data(), {}) == 0.0);
+}
+
+TEST_CASE("tune_clusters() chooses by its rule and re-indexes the layer, reindex() another, as a fresh prefill at that size would") {
+  Config cfg;
+  cfg.shape = {2, 8, 4, 32};
+  cfg.page_tokens = 8;
+  cfg.sink_tokens = 8;
+  cfg.local_tokens = 16;
+  cfg.budget = Budget::fraction(0.125);
+  const auto& sh = cfg.shape;
+  const int tokens = 900, observed = 8;
+  using M = KvManager<index::Hierarchical, eviction::Lookahead, TwoTiers>;
+  M kv(cfg);
+  const SeqId id = kv.add_sequence();
+  auto keys_of = [&](int l) { return test::random_floats(static_cast<std::size_t>(tokens) * sh.kv_heads * sh.head_dim, 100 + l); };
+  auto values_of = [&](int l) { return test::random_floats(static_cast<std::size_t>(tokens) * sh.kv_heads * sh.head_dim, 200 + l); };
+  const auto k0 = keys_of(0), v0 = values_of(0), k1 = keys_of(1), v1 = values_of(1);
+  kv.prefill(id, 0, make_view(k0, tokens, sh.kv_heads, sh.head_dim), make_view(v0, tokens, sh.kv_heads, sh.head_dim));
+  kv.prefill(id, 1, make_view(k1, tokens, sh.kv_heads, sh.head_dim), make_view(v1, tokens, sh.kv_heads, sh.head_dim));
+  const auto q_obs = test::random_floats(static_cast<std::size_t>(observed) * sh.q_heads * sh.head_dim, 300, 2.0f);
+  const std::vector<int> sizes = {1, 4, 16, 64};
+
+  // Bad input is refused, and changes nothing.
+  CHECK_THROWS_AS(kv.tune_clusters(id, 0, make_view(q_obs, 0, sh.q_heads, sh.head_dim), sizes), Error);
+  CHECK_THROWS_AS(kv.tune_clusters(id, 0, make_view(q_obs, observed, sh.q_heads, sh.head_dim), std::vector<int>{}), Error);
+  CHECK_THROWS_AS(kv.tune_clusters(id, 0, make_view(q_obs, observed, sh.q_heads, sh.head_dim), std::vector<int>{4, 0}), Error);
+  CHECK(kv.index_policy().params.pages_per_cluster == index::HierarchicalParams{}.pages_per_cluster);
+
+  const auto choice = kv.tune_clusters(id, 0, make_view(q_obs, observed, sh.q_heads, sh.head_dim), sizes, 0.02);
+  REQUIRE(choice.cases.size() == sizes.size());
+  for (const auto& c : choice.cases)
+    MESSAGE(fmt::format("cluster size {:3}: select {:7.1f} us, mass recall {:.4f}, index {} B", c.pages_per_cluster, c.select_us,
+                        c.mass_recall, c.index_bytes));
+  double best = 0;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    CHECK(choice.cases[i].pages_per_cluster == sizes[i]);
+    CHECK(choice.cases[i].mass_recall > 0.0);
+    CHECK(choice.cases[i].mass_recall <= 1.0 + 1e-9);
+    CHECK(choice.cases[i].select_us > 0.0);
+    best = std::max(best, choice.cases[i].mass_recall);
+  }
+  // Fewer, larger clusters make a smaller index.
+  CHECK(choice.cases.back().index_bytes < choice.cases.front().index_bytes);
+  // The rule: the fastest of the sizes within the tolerance of the best recall.
+  const auto chosen = std::find_if(choice.cases.begin(), choice.cases.end(), [&](const auto& c) { return c.pages_per_cluster == choice.pages_per_cluster; });
+  REQUIRE(chosen != choice.cases.end());
+  CHECK(chosen->mass_recall >= best - 0.02);
+  for (const auto& c : choice.cases)
+    if (c.mass_recall >= best - 0.02) CHECK(chosen->select_us <= c.select_us);
+  CHECK(kv.index_policy().params.pages_per_cluster == choice.pages_per_cluster);
+
+  // A manager built with that size from the start: the same clusters for layer 0 (re-indexed by
+  // tune_clusters) and layer 1 (by reindex), and the same decode outputs.
+  kv.reindex(id, 1);
+  index::HierarchicalParams p;
+  p.pages_per_cluster = choice.pages_per_cluster;
+  M fresh(cfg, index::Hierarchical{p});
+  const SeqId fid = fresh.add_sequence();
+  fresh.prefill(fid, 0, make_view(k0, tokens, sh.kv_heads, sh.head_dim), make_view(v0, tokens, sh.kv_heads, sh.head_dim));
+  fresh.prefill(fid, 1, make_view(k1, tokens, sh.kv_heads, sh.head_dim), make_view(v1, tokens, sh.kv_heads, sh.head_dim));
+  for (int l = 0; l < sh.layers; ++l)
+    for (int h = 0; h < sh.kv_heads; ++h) {
+      const auto& a = kv.index_state(id, l, h);
+      const auto& b = fresh.index_state(fid, l, h);
+      CHECK(a.cluster_of == b.cluster_of);
+      CHECK(a.centroids == b.centroids);
+    }
+  for (int s = 0; s < 3; ++s)
+    for (int l = 0; l < sh.layers; ++l) {
+      const auto q = test::random_floats(static_cast<std::size_t>(sh.q_heads) * sh.head_dim, 400 + s * 10 + l);
+      const auto k = test::random_floats(static_cast<std::size_t>(sh.kv_heads) * sh.head_dim, 500 + s * 10 + l);
+      const auto v = test::random_floats(static_cast<std::size_t>(sh.kv_heads) * sh.head_dim, 600 + s * 10 + l);
+      std::vector<float> oa(q.size()), ob(q.size());
+      const SeqId ia[] = {id}, ib[] = {fid};
+      kv.attend(l, ia, make_view(q, 1, sh.q_heads, sh.head_dim), make_view(k, 1, sh.kv_heads, sh.head_dim), make_view(v, 1, sh.kv_heads, sh.head_dim),
+                make_view(oa, 1, sh.q_heads, sh.head_dim));
+      fresh.attend(l, ib, make_view(q, 1, sh.q_heads, sh.head_dim), make_view(k, 1, sh.kv_heads, sh.head_dim), make_view(v, 1, sh.kv_heads, sh.head_dim),
+                   make_view(ob, 1, sh.q_heads, sh.head_dim));
+      CHECK(same_bits(oa, ob));
+    }
+  // After decoding, tuning is refused.
+  CHECK_THROWS_WITH_AS(kv.tune_clusters(id, 0, make_view(q_obs, observed, sh.q_heads, sh.head_dim)), doctest::Contains("already decoded"), Error);
+  CHECK_THROWS_WITH_AS(kv.reindex(id, 1), doctest::Contains("already decoded"), Error);
+}
+
+TEST_CASE("grow_windows() grows W while the reads outlast selection, within max_window, steps and the fast tier's room") {
+  Workload w;
+  w.cfg.shape = {2, 8, 4, 32};
+  w.cfg.page_tokens = 8;
+  w.cfg.local_tokens = 16;
+  w.cfg.budget = Budget::fraction(0.25);
+  w.prompt = {300, 260};
+  w.steps = 8;
+  const auto& sh = w.cfg.shape;
+  KvManager<index::Quest, eviction::Lookahead, TwoTiers> reference(w.cfg, {}, eviction::Lookahead{1});
+  KvManager<index::Quest, eviction::Lookahead, TwoTiers> kv(w.cfg, {}, eviction::Lookahead{1});
+  const auto ref_ids = prefill(reference, w), ids = prefill(kv, w);
+  CHECK_THROWS_AS(kv.grow_windows({-1, 4}), Error);
+  KvManager<index::Quest, eviction::LastStep, TwoTiers> fixed(w.cfg);
+  CHECK_THROWS_AS(fixed.grow_windows({}), Error);
+  // Reads that take 20 ms a batch outlast any selection here: every step with misses grows W by
+  // one, up to 3; growth only moves pages between hits and misses, never the outputs.
+  kv.tiers().get<1>().delay_reads(std::chrono::milliseconds(20));
+  kv.grow_windows({3, 6});
+  for (int s = 0; s < w.steps; ++s)
+    for (int l = 0; l < sh.layers; ++l) CHECK(same_bits(step(kv, w, ids, l, s), step(reference, w, ref_ids, l, s)));
+  for (int l = 0; l < sh.layers; ++l) {
+    CHECK(kv.window_grown()[static_cast<std::size_t>(l)] == 2);
+    for (int h = 0; h < sh.kv_heads; ++h) CHECK(kv.window_of(l, h) == 3);
+  }
+  CHECK(kv.total_stats().hit_rate() > reference.total_stats().hit_rate());
+  // steps bounds it: one step of growth per layer at most.
+  KvManager<index::Quest, eviction::Lookahead, TwoTiers> once(w.cfg, {}, eviction::Lookahead{1});
+  const auto once_ids = prefill(once, w);
+  once.tiers().get<1>().delay_reads(std::chrono::milliseconds(20));
+  once.grow_windows({8, 1});
+  for (int s = 0; s < 3; ++s)
+    for (int l = 0; l < sh.layers; ++l) step(once, w, once_ids, l, s);
+  for (int l = 0; l < sh.layers; ++l) CHECK(once.window_of(l, 0) <= 2);
+}
+
+TEST_CASE("grow_windows() does not grow W past the fast tier's room") {
+  // One short sequence decodes beside an idle long one: growing W for the layer needs a step's
+  // budget for the long one's streams too (4 heads x ~124 pages), which a fast tier of 220 pages
+  // does not have; without a bound it grows.
+  Workload w;
+  w.cfg.shape = {1, 8, 4, 32};
+  w.cfg.page_tokens = 8;
+  w.cfg.local_tokens = 16;
+  w.cfg.budget = Budget::fraction(0.25);
+  w.prompt = {200, 4000};
+  w.steps = 4;
+  const auto& sh = w.cfg.shape;
+  auto run = [&](std::size_t capacity) {
+    tier::HostTier::Params fast;
+    fast.capacity_pages = capacity;
+    KvManager<index::Quest, eviction::Lookahead, TwoTiers> kv(w.cfg, {}, eviction::Lookahead{1}, TwoTiers(tier::HostTier(fast), Slow{}));
+    std::vector<SeqId> ids;
+    for (int s = 0; s < 2; ++s) {  // in chunks of 64 tokens: prefill holds a chunk's pages in the fast tier
+      ids.push_back(kv.add_sequence());
+      for (int t0 = 0; t0 < w.prompt[s]; t0 += 64) {
+        const int n = std::min(64, w.prompt[s] - t0);
+        const auto k = w.rows(s, 0, t0, n, sh.kv_heads, 1), v = w.rows(s, 0, t0, n, sh.kv_heads, 2);
+        kv.prefill(ids.back(), 0, make_view(k, n, sh.kv_heads, sh.head_dim), make_view(v, n, sh.kv_heads, sh.head_dim));
+      }
+    }
+    Workload short_only = w;
+    short_only.prompt = {200};
+    kv.tiers().get<1>().delay_reads(std::chrono::milliseconds(10));
+    kv.grow_windows({4, w.steps});
+    for (int s = 0; s < w.steps; ++s) step(kv, short_only, {ids[0]}, 0, s);
+    return kv.window_of(0, 0);
+  };
+  CHECK(run(220) == 1);
+  CHECK(run(0) > 1);
+}

@@ -90,6 +90,12 @@ class Decoder {
 
   /// Calibrates the manager's pipeline (KvManager::tune) on layer 0 of the first decode step.
   void tune_pipeline() { tune_ = true; }
+  /// After prefill (before warm-up), chooses the index's cluster size on layer 0 from the
+  /// warm-up observation queries (KvManager::tune_clusters) and re-indexes the other layers
+  /// with it. Needs warm_up_after_prefill(n > 0) and an index with a cluster size.
+  void tune_clusters() { tune_clusters_ = true; }
+  /// What tune_clusters chose (empty before, or without it).
+  const index::ClusterSizeChoice& cluster_choice() const { return cluster_choice_; }
   /// The micro-batch size tune chose (0 before, or if the pipeline has none).
   std::size_t tuned_micro_batch() const { return tuned_; }
 
@@ -126,6 +132,12 @@ class Decoder {
     if (observed_ > 0) {
       const auto tw = Clock::now();
       const std::vector<std::vector<float>> obs_q = std::exchange(obs_q_, {});
+      if constexpr (requires { kv_.tune_clusters(seq_, 0, make_view(obs_q[0].data(), 1, c_.heads, c_.head_dim())); }) {
+        if (tune_clusters_) {
+          cluster_choice_ = kv_.tune_clusters(seq_, 0, make_view(obs_q[0].data(), n - obs_first_, c_.heads, c_.head_dim()));
+          for (int l = 1; l < c_.layers; ++l) kv_.reindex(seq_, l);
+        }
+      }
       for (int l = 0; l < c_.layers; ++l)
         kv_.warm_up(seq_, l, make_view(obs_q[static_cast<std::size_t>(l)].data(), n - obs_first_, c_.heads, c_.head_dim()));
       times_.warm_up_ms += ms_since(tw);
@@ -308,6 +320,8 @@ class Decoder {
   std::vector<std::vector<float>> prompt_k_, prompt_v_;  ///< [layer][kv_head] while prefilling
   int observed_ = 0;                      ///< warm-up observation queries (0: none)
   bool tune_ = false;                      ///< tune the pipeline at the next step
+  bool tune_clusters_ = false;             ///< tune the index's cluster size after prefill
+  index::ClusterSizeChoice cluster_choice_;
   std::size_t tuned_ = 0;
   std::int64_t obs_first_ = 0;            ///< first prompt position whose queries are kept
   std::vector<std::vector<float>> obs_q_;  ///< [layer]: [observed][heads][head_dim] while prefilling

@@ -56,6 +56,7 @@ struct Options {
   std::int64_t fast_bytes = 64ll << 20, host_bytes = 0;
   int warm_up = 32;  ///< tiered: observation queries for placement after prefill
   std::string pipeline = "serial";  ///< tiered: serial or elastic
+  std::string tune = "on";          ///< tiered: tune cluster size, cache windows and micro-batch
   std::string ssd_path = "kvd-llama.store";
 };
 
@@ -151,6 +152,9 @@ std::vector<int> make_prompt(const Options& o, const LlamaConfig& c, const std::
   return prompt;
 }
 
+/// --tune on: cache windows may grow to this W (or the planned W, if larger) over the first steps.
+constexpr int kGrowWindowTo = 8, kGrowSteps = 16;
+
 template <class Index, class TierList = Tiers<tier::HostTier>, class Pipeline = pipeline::Serial>
 int run(const Options& o, const Model& model, ThreadPool& pool) {
   const LlamaConfig& c = model.config;
@@ -170,8 +174,15 @@ int run(const Options& o, const Model& model, ThreadPool& pool) {
   KvManager<Index, eviction::Lookahead, TierList, Pipeline> kv(cfg, {}, eviction::Lookahead{plan.window}, make_tiers<TierList>(o, plan), {},
                                                      backend::Cpu({o.threads}));
   Decoder decoder(model, kv, pool, o.prefill_chunk);
-  if constexpr (tiered) decoder.warm_up_after_prefill(o.warm_up);
-  if constexpr (!std::is_same_v<Pipeline, pipeline::Serial>) decoder.tune_pipeline();
+  if constexpr (tiered) {
+    decoder.warm_up_after_prefill(o.warm_up);
+    if (o.tune == "on") {  // the three tuned values: cluster size, cache windows, micro-batch
+      if constexpr (index::HasClusterSize<Index>)
+        if (o.warm_up > 0) decoder.tune_clusters();
+      kv.grow_windows({std::max(plan.window, kGrowWindowTo), kGrowSteps});
+      if constexpr (!std::is_same_v<Pipeline, pipeline::Serial>) decoder.tune_pipeline();
+    }
+  }
   std::optional<eval::TraceWriter> trace;
   if (!o.record_trace.empty()) {
     trace.emplace(o.record_trace, cfg.shape, cfg.dtype);
@@ -234,6 +245,15 @@ int run(const Options& o, const Model& model, ThreadPool& pool) {
                   {"overlap", s.time.overlap_ms},
                   {"attention_wall", s.time.wall_ms}};
   j["pipeline"] = std::string(Pipeline::name());
+  if constexpr (tiered) {
+    nlohmann::json windows = nlohmann::json::array();
+    for (int l = 0; l < cfg.shape.layers; ++l)
+      for (int h = 0; h < cfg.shape.kv_heads; ++h) windows.push_back(kv.window_of(l, h));
+    j["tuning"] = {{"enabled", o.tune == "on"},
+                   {"pages_per_cluster", decoder.cluster_choice().pages_per_cluster},
+                   {"windows", windows},
+                   {"micro_batch", decoder.tuned_micro_batch()}};
+  }
   j["attention"] = {{"steps", s.steps},
                     {"streams", s.streams},
                     {"candidate_pages", s.candidates},
@@ -275,10 +295,33 @@ int run(const Options& o, const Model& model, ThreadPool& pool) {
                "{:.3f} ms wall ({})\n",
                s.time.select_ms / steps, s.time.classify_ms / steps, s.time.fetch_ms / steps, s.time.compute_ms / steps,
                s.time.commit_ms / steps, s.time.wall_ms / steps, Pipeline::name());
+    if constexpr (tiered) {
+      if (o.tune == "on") {
+        std::string clusters = "not tuned (no warm-up queries, or an index without clusters)";
+        if (const auto& cc = decoder.cluster_choice(); !cc.cases.empty()) {
+          clusters = fmt::format("{} pages per cluster, of", cc.pages_per_cluster);
+          for (const auto& r : cc.cases)
+            clusters += fmt::format(" {} ({:.1f} us, recall {:.3f})", r.pages_per_cluster, r.select_us, r.mass_recall);
+        }
+        int grown = 0, w_min = 1 << 30, w_max = 0;
+        for (int l = 0; l < cfg.shape.layers; ++l) {
+          grown += kv.window_grown()[static_cast<std::size_t>(l)];
+          for (int h = 0; h < cfg.shape.kv_heads; ++h) {
+            w_min = std::min(w_min, kv.window_of(l, h));
+            w_max = std::max(w_max, kv.window_of(l, h));
+          }
+        }
+        fmt::print("  tuning: cluster size {}; cache windows grew {} times over the first {} steps, W now {}..{} (from {}){}\n", clusters,
+                   grown, kGrowSteps, w_min, w_max, plan.window,
+                   std::is_same_v<Pipeline, pipeline::Serial> ? std::string()
+                                                              : fmt::format("; micro-batch {} streams", decoder.tuned_micro_batch()));
+      }
+    }
     if constexpr (!std::is_same_v<Pipeline, pipeline::Serial>)
-      fmt::print("  pipeline: micro-batches of {} streams (tuned); select, classify and fetch overlap for {:.3f} ms per layer step; "
+      fmt::print("  pipeline: micro-batches of {} streams{}; select, classify and fetch overlap for {:.3f} ms per layer step; "
                  "bubbles select {:.2f}, classify {:.2f}, fetch {:.2f}; classify waited {:.3f} ms, fetch {:.3f}\n",
-                 decoder.tuned_micro_batch(), s.time.overlap_ms / steps,
+                 kv.pipeline_policy().micro_batch_for(static_cast<std::size_t>(cfg.shape.kv_heads)), o.tune == "on" ? " (tuned)" : "",
+                 s.time.overlap_ms / steps,
                  s.time.select_bubble(), s.time.classify_bubble(), s.time.fetch_bubble(), s.time.classify_wait_ms / steps,
                  s.time.fetch_wait_ms / steps);
     fmt::print("  linear layers (prefill + decode): {:.2f} s\n", t.linear_ms / 1000);
@@ -346,6 +389,9 @@ int main(int argc, char** argv) {
   app.add_option("--pipeline", o.pipeline, "tiered: serial (one stage after another) or elastic (select, classify and fetch "
                  "overlapped over micro-batches, tuned on the first step)")
       ->check(CLI::IsMember({"serial", "elastic"}));
+  app.add_option("--tune", o.tune, "tiered: on (choose the index's cluster size after prefill, grow the cache windows while the "
+                 "reads outlast selection over the first steps, and with elastic the micro-batch size) or off")
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--ssd-path", o.ssd_path, "tiered: the SSD store file (recreated; PATH.log beside it)");
   app.add_option("--budget", o.budget, "sparse budget: fraction of candidate pages, in (0, 1]");
   app.add_option("--index", o.index, "sparse index: hierarchical (KVDrive), quest, mean-key, centroid, simhash, product-quant, oracle, oracle-mass")
@@ -371,8 +417,8 @@ int main(int argc, char** argv) {
                  "--layers/--heads/--kv-heads/--head-dim/--hidden/--vocab apply to synthetic models only");
       model = std::filesystem::is_directory(o.model) ? load_hf(o.model) : load_llama2c(o.model);
     }
-    KVD_EXPECT(o.mode == "tiered" || (app.count("--fast-bytes") + app.count("--host-bytes") + app.count("--ssd-path") + app.count("--warm-up") + app.count("--pipeline")) == 0,
-               "--fast-bytes, --host-bytes, --ssd-path, --warm-up and --pipeline apply to --mode tiered");
+    KVD_EXPECT(o.mode == "tiered" || (app.count("--fast-bytes") + app.count("--host-bytes") + app.count("--ssd-path") + app.count("--warm-up") + app.count("--pipeline") + app.count("--tune")) == 0,
+               "--fast-bytes, --host-bytes, --ssd-path, --warm-up, --pipeline and --tune apply to --mode tiered");
     if (o.mode == "tiered") {
       KVD_EXPECT(o.index != "dense", "--mode tiered is sparse: choose a sparse --index");
       using Ssd = Tiers<tier::HostTier, tier::SsdTier>;

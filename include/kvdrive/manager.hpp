@@ -44,6 +44,7 @@
 #include "kvdrive/core/view.hpp"
 #include "kvdrive/eviction/concept.hpp"
 #include "kvdrive/eviction/window_plan.hpp"
+#include "kvdrive/index/cluster_size.hpp"
 #include "kvdrive/index/concept.hpp"
 #include "kvdrive/pipeline/concept.hpp"
 #include "kvdrive/pipeline/serial.hpp"
@@ -281,25 +282,9 @@ class KvManager {
         const tier::PageKey base{id, static_cast<std::uint32_t>(layer), static_cast<std::uint32_t>(h), 0};
         // The prompt's keys as float, every page (the tail page's filled rows only); with
         // packing, the bytes of the pages on the last tier too.
-        keys.assign(static_cast<std::size_t>(tokens) * d, 0.0f);
         last_pages.clear();
         last_bytes.clear();
-        for (std::int64_t page = 0; page * pt < tokens; ++page) {
-          tier::PageKey key = base;
-          key.page = static_cast<std::uint32_t>(page);
-          const PageEntry& e = st.pages[static_cast<std::size_t>(page)];
-          const std::byte* bytes = resident_page(e, key, scratch.data());
-          if (bytes == scratch.data()) key_bytes[e.home] += cfg_.page_bytes();
-          if (keep_bytes && e.home == kLastTier) {
-            last_pages.push_back(key.page);
-            last_bytes.insert(last_bytes.end(), bytes, bytes + cfg_.page_bytes());
-          }
-          const auto rows = static_cast<std::size_t>(std::min<std::int64_t>(pt, tokens - page * pt));
-          dispatch_dtype(cfg_.dtype, [&](auto tag) {
-            using T = typename decltype(tag)::type;
-            attention::to_float_block(reinterpret_cast<const T*>(bytes), keys.data() + static_cast<std::size_t>(page) * pt * d, rows * d);
-          });
-        }
+        read_stream_keys(st, base, tokens, keys, scratch.data(), key_bytes, keep_bytes ? &last_pages : nullptr, &last_bytes);
         q.resize(static_cast<std::size_t>(q_obs.extent(0)) * g * d);
         for (std::int64_t i = 0; i < q_obs.extent(0); ++i)
           for (int j = 0; j < g; ++j)
@@ -417,6 +402,7 @@ class KvManager {
     }
     last_ = step.stats;
     total_ += step.stats;
+    if (growth_) grow_window(layer, batch, step.stats.time);
   }
 
   // ---- tuning --------------------------------------------------------------------------------
@@ -485,6 +471,87 @@ class KvManager {
     return report;
   }
 
+  /// Cluster sizes tune_clusters() tries by default (pages per cluster).
+  static constexpr std::array<int, 5> kClusterSizes{4, 8, 16, 32, 64};
+
+  /// Chooses the index's cluster size (KVDrive's number of centroids) on one prefilled layer of
+  /// a sequence (index/cluster_size.hpp): the index is built at each size over every KV head's
+  /// prompt keys and selects with the prompt's last queries q_obs ([observed][q_heads][head_dim],
+  /// as warm_up takes them); the fastest size whose mean mass recall is within `tolerance` of the
+  /// best size's is set in the index's parameters, for every index built from then on, and this
+  /// layer's streams are re-indexed with it. Layers prefilled earlier keep their index, so call
+  /// it on the first layer, after its prefill and before warm_up (packing follows the clusters).
+  /// Set params.pages_per_cluster by hand instead to skip it. On error nothing changes.
+  index::ClusterSizeChoice tune_clusters(SeqId id, int layer, View<const float, 3> q_obs,
+                                         std::span<const int> sizes = kClusterSizes, double tolerance = 0.01)
+    requires index::HasClusterSize<Index>
+  {
+    check_layer(layer);
+    Sequence& seq = usable_sequence(id);
+    const int kvh = cfg_.shape.kv_heads, g = cfg_.group(), d = cfg_.shape.head_dim, pt = cfg_.page_tokens;
+    check_q_view(q_obs, "tune_clusters: q_obs", q_obs.extent(0));
+    const std::int64_t tokens = stream(seq, layer, 0).pages.tokens;
+    KVD_EXPECT(q_obs.extent(0) >= 1 && q_obs.extent(0) <= tokens, "tune_clusters: {} observation queries for a prompt of {} tokens",
+               q_obs.extent(0), tokens);
+    const auto sealed = static_cast<std::uint32_t>(tokens / pt);
+    std::vector<std::vector<float>> keys(static_cast<std::size_t>(kvh)), queries(static_cast<std::size_t>(kvh));
+    std::vector<index::ClusterCalibration> calibration;
+    std::vector<std::byte> scratch(cfg_.page_bytes());
+    std::array<std::uint64_t, kMaxTiers> key_bytes{};
+    const PageRanges r = page_ranges(tokens + 1, pt, cfg_.sink_tokens, cfg_.local_tokens);
+    for (int h = 0; h < kvh; ++h) {
+      const Stream& st = stream(seq, layer, h);
+      KVD_EXPECT(st.steps == 0, "tune_clusters: sequence {} layer {} has already decoded; tune after prefill", id, layer);
+      const auto hu = static_cast<std::size_t>(h);
+      read_stream_keys(st, tier::PageKey{id, static_cast<std::uint32_t>(layer), static_cast<std::uint32_t>(h), 0}, tokens, keys[hu],
+                       scratch.data(), key_bytes, nullptr, nullptr);
+      queries[hu].resize(static_cast<std::size_t>(q_obs.extent(0)) * g * d);
+      for (std::int64_t i = 0; i < q_obs.extent(0); ++i)
+        for (int j = 0; j < g; ++j)
+          std::copy_n(q_obs.row(i, h * g + j), d, queries[hu].data() + (static_cast<std::size_t>(i) * g + j) * d);
+      index::ClusterCalibration c;
+      c.keys = page_keys_view(0, sealed, keys[hu]);
+      c.queries = queries[hu];
+      c.group = g;
+      c.scale = cfg_.scale();
+      c.first_candidate = r.sink_end;
+      c.end_candidate = std::min<std::int64_t>(r.local_begin, sealed);
+      c.budget_pages = cfg_.budget.pages_for(r.candidates());
+      if (c.end_candidate > c.first_candidate) calibration.push_back(c);
+    }
+    KVD_EXPECT(!calibration.empty(), "tune_clusters: layer {} of sequence {} has no candidate pages to calibrate on ({} tokens)", layer,
+               id, tokens);
+    index::ClusterSizeChoice choice = index::choose_cluster_size(index_, calibration, sizes, tolerance);
+    // Commit: the new size, and this layer's index rebuilt with it (build() must not throw).
+    for (std::size_t i = 0; i < kMaxTiers; ++i) total_.bytes_read[i] += key_bytes[i];
+    index_.params.pages_per_cluster = choice.pages_per_cluster;
+    for (int h = 0; h < kvh; ++h) rebuild_index(stream(seq, layer, h), sealed, keys[static_cast<std::size_t>(h)]);
+    return choice;
+  }
+
+  /// Rebuilds the index of one prefilled layer of a sequence with the index policy's current
+  /// parameters (after tune_clusters() on another layer, or a change by hand), from the prompt's
+  /// keys (read back from the tiers where they left the fast tier). Before the layer decodes.
+  /// On error nothing changes.
+  void reindex(SeqId id, int layer) {
+    check_layer(layer);
+    Sequence& seq = usable_sequence(id);
+    const int kvh = cfg_.shape.kv_heads;
+    const std::int64_t tokens = stream(seq, layer, 0).pages.tokens;
+    std::vector<std::vector<float>> keys(static_cast<std::size_t>(kvh));
+    std::vector<std::byte> scratch(cfg_.page_bytes());
+    std::array<std::uint64_t, kMaxTiers> key_bytes{};
+    for (int h = 0; h < kvh; ++h) {
+      const Stream& st = stream(seq, layer, h);
+      KVD_EXPECT(st.steps == 0, "reindex: sequence {} layer {} has already decoded", id, layer);
+      read_stream_keys(st, tier::PageKey{id, static_cast<std::uint32_t>(layer), static_cast<std::uint32_t>(h), 0}, tokens,
+                       keys[static_cast<std::size_t>(h)], scratch.data(), key_bytes, nullptr, nullptr);
+    }
+    for (std::size_t i = 0; i < kMaxTiers; ++i) total_.bytes_read[i] += key_bytes[i];
+    for (int h = 0; h < kvh; ++h)
+      rebuild_index(stream(seq, layer, h), static_cast<std::uint32_t>(tokens / cfg_.page_tokens), keys[static_cast<std::size_t>(h)]);
+  }
+
   // ---- inspection ----------------------------------------------------------------------------
 
   const Config& config() const { return cfg_; }
@@ -518,6 +585,32 @@ class KvManager {
   }
   /// Back to the policy's own W for every stream.
   void clear_window_plan() { plan_.reset(); }
+
+  /// Cache-size tuning during the first decode steps (KVDrive grows the cache during warm-up
+  /// until the CPU side of the pipeline matches selection). For `steps` decode steps of each
+  /// layer, after every step whose classify + fetch time exceeds its select time (the reads are
+  /// the long pole; a larger cache turns misses into hits), the layer's W grows by one for every
+  /// KV head, up to `max_window`, if the fast tier has room for one more step's budget of every
+  /// stream of the layer, on top of what the caches not yet full to their W will take and a
+  /// step's worth of staging. Once the reads fit under selection a
+  /// larger cache buys no step time, so W stops there. (Classification here is a page-table
+  /// lookup per selected page, so unlike the paper's it does not itself grow with the cache.)
+  struct WindowGrowth {
+    int max_window = 8;  ///< W never grows past this
+    int steps = 16;      ///< decode steps per layer during which W may grow
+  };
+  void grow_windows(WindowGrowth g) {
+    KVD_EXPECT(!eviction::kHasFixedWindow<Eviction>, "grow_windows: eviction policy '{}' has a fixed window", Eviction::name());
+    KVD_EXPECT(g.max_window >= 0 && g.max_window <= 1024 && g.steps >= 0,
+               "grow_windows: max_window {} must be in 0..1024 and steps {} >= 0", g.max_window, g.steps);
+    auto plan = plan_ ? *plan_ : eviction::WindowPlan::uniform(cfg_.shape, std::max(0, eviction_.default_window()));
+    growth_steps_.assign(static_cast<std::size_t>(cfg_.shape.layers), 0);
+    growth_grown_.assign(static_cast<std::size_t>(cfg_.shape.layers), 0);
+    plan_ = std::move(plan);
+    growth_ = g;
+  }
+  /// Times W grew, per layer, since grow_windows().
+  const std::vector<int>& window_grown() const { return growth_grown_; }
   const std::optional<eviction::WindowPlan>& window_plan() const { return plan_; }
 
   /// The window W of a stream: the plan's, else the policy's.
@@ -1255,6 +1348,79 @@ class KvManager {
     return addr;
   }
 
+  /// The keys of a stream's first `tokens` tokens as float, [tokens][head_dim], in `keys`. Pages
+  /// that left the fast tier are read back (into `scratch`, counted in key_bytes). With
+  /// `last_pages`, the ids and bytes of the pages that live on the last tier are appended to it
+  /// and to `last_bytes`.
+  void read_stream_keys(const Stream& st, const tier::PageKey& base, std::int64_t tokens, std::vector<float>& keys,
+                        std::byte* scratch, std::array<std::uint64_t, kMaxTiers>& key_bytes,
+                        std::vector<std::uint32_t>* last_pages, std::vector<std::byte>* last_bytes) {
+    const int d = cfg_.shape.head_dim, pt = cfg_.page_tokens;
+    keys.assign(static_cast<std::size_t>(tokens) * d, 0.0f);
+    for (std::int64_t page = 0; page * pt < tokens; ++page) {
+      tier::PageKey key = base;
+      key.page = static_cast<std::uint32_t>(page);
+      const PageEntry& e = st.pages[static_cast<std::size_t>(page)];
+      const std::byte* bytes = resident_page(e, key, scratch);
+      if (bytes == scratch) key_bytes[e.home] += cfg_.page_bytes();
+      if (last_pages && e.home == kLastTier) {
+        last_pages->push_back(key.page);
+        last_bytes->insert(last_bytes->end(), bytes, bytes + cfg_.page_bytes());
+      }
+      const auto rows = static_cast<std::size_t>(std::min<std::int64_t>(pt, tokens - page * pt));
+      dispatch_dtype(cfg_.dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        attention::to_float_block(reinterpret_cast<const T*>(bytes), keys.data() + static_cast<std::size_t>(page) * pt * d, rows * d);
+      });
+    }
+  }
+
+  /// One step of grow_windows(): see there. Runs after the step applied, so it allocates nothing.
+  void grow_window(int layer, std::span<const SeqId> batch, const StageTimes& t) {
+    int& seen = growth_steps_[static_cast<std::size_t>(layer)];
+    if (seen >= growth_->steps) return;
+    ++seen;
+    if (!plan_ || t.classify_ms + t.fetch_ms <= t.select_ms) return;  // no plan: cleared by hand
+    const int kvh = cfg_.shape.kv_heads;
+    const auto budget_of = [&](const Stream& st) {
+      return cache_capacity(1, page_ranges(st.pages.tokens + 1, cfg_.page_tokens, cfg_.sink_tokens, cfg_.local_tokens));
+    };
+    // Room already promised: caches that have not yet filled to their W (they fill over the
+    // next W steps, so free pages overstate what is left).
+    std::size_t promised = 0;
+    for (const auto& [id, seq] : sequences_)
+      for (std::size_t i = 0; i < seq.streams.size(); ++i) {
+        const Stream& st = seq.streams[i];
+        const std::size_t cap = budget_of(st) * static_cast<std::size_t>(plan_->windows[i]);
+        promised += cap - std::min(cap, eviction_.size(st.cache));
+      }
+    std::size_t needed = 0, staging = 0;
+    bool can_grow = false;
+    for (int h = 0; h < kvh; ++h) {
+      if (plan_->window(layer, h) >= growth_->max_window) continue;
+      can_grow = true;
+      for (const auto& [id, seq] : sequences_) needed += budget_of(seq.streams[static_cast<std::size_t>(layer) * kvh + h]);
+    }
+    if (!can_grow) return;
+    for (SeqId id : batch)
+      for (int h = 0; h < kvh; ++h) staging += budget_of(stream(sequence(id), layer, h));
+    const std::size_t free = tiers_.fast().free_pages();
+    if (free < promised || free - promised < needed || free - promised - needed < staging) return;
+    for (int h = 0; h < kvh; ++h) {
+      int& w = plan_->windows[static_cast<std::size_t>(layer) * kvh + h];
+      w = std::min(w + 1, growth_->max_window);
+    }
+    ++growth_grown_[static_cast<std::size_t>(layer)];
+  }
+
+  /// Replaces a stream's index by one built over its first `sealed` pages' keys (build() must
+  /// not throw, so this cannot fail half-way).
+  void rebuild_index(Stream& st, std::uint32_t sealed, const std::vector<float>& keys) {
+    typename Index::State fresh;
+    if (sealed > 0) index_.build(fresh, page_keys_view(0, sealed, keys));
+    st.index = std::move(fresh);
+  }
+
   /// W x the budget of a step with these ranges.
   std::size_t cache_capacity(int window, const PageRanges& r) const {
     return static_cast<std::size_t>(std::max(0, window)) * static_cast<std::size_t>(cfg_.budget.pages_for(r.candidates()));
@@ -1262,6 +1428,8 @@ class KvManager {
 
   Config cfg_;
   std::optional<eviction::WindowPlan> plan_;
+  std::optional<WindowGrowth> growth_;
+  std::vector<int> growth_steps_, growth_grown_;  ///< per layer: steps seen, times grown
   Index index_;
   Eviction eviction_;
   TierList tiers_;
