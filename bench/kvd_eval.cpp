@@ -494,7 +494,9 @@ int main(int argc, char** argv) {
     const bool knapsack = o.window == "knapsack";
     KVD_EXPECT(!o.pipeline.empty() || (app.count("--pipeline-layers") + app.count("--store-dir")) == 0,
                "--pipeline-layers and --store-dir need --pipeline");
-    if (!o.pipeline.empty()) split_names(o.pipeline, {"serial", "elastic"}, "--pipeline");  // names checked up front
+    if (!o.pipeline.empty())  // names checked up front, not after the evaluation
+      for (const std::string& name : split_names(o.pipeline, {"serial", "elastic"}, "--pipeline"))
+        KVD_EXPECT(name == "serial" || name == "elastic", "--pipeline: unknown pipeline '{}' (known: all, serial, elastic)", name);
     if (!o.eviction.empty())  // names checked up front, not after the evaluation
       for (const std::string& name : split_names(o.eviction, eval::eviction_names(), "--eviction"))
         eval::with_eviction(name, o.decay, [](const auto&) { return 0; });

@@ -259,6 +259,38 @@ TEST_CASE("chunked prefill gives the logits of decoding the prompt token by toke
   }
 }
 
+TEST_CASE("the decoder's tune_clusters(): layer 0 chooses the cluster size, every layer is indexed with it") {
+  ThreadPool pool(2);
+  const Model m = make_synthetic({"tiny", 9}, ShapeOverrides{.layers = 2, .heads = {}, .kv_heads = {}, .head_dim = {}, .hidden = {}, .vocab = {}}, pool);
+  std::mt19937 rng(3);
+  std::vector<int> prompt(700);
+  for (auto& t : prompt) t = static_cast<int>(rng() % 512);
+  Config cfg = kv_config(m.config, Budget::fraction(0.125), 16);
+  cfg.page_tokens = 4;
+  using M = KvManager<index::Hierarchical, eviction::Lookahead>;
+  M tuned(cfg);
+  Decoder a(m, tuned, pool, 128);  // chunked prefill: the index is built chunk by chunk, then rebuilt
+  a.warm_up_after_prefill(16);
+  a.tune_clusters();
+  a.prefill(prompt);
+  const auto& choice = a.cluster_choice();
+  REQUIRE(choice.cases.size() == M::kClusterSizes.size());
+  CHECK(tuned.index_policy().params.pages_per_cluster == choice.pages_per_cluster);
+  // A manager with that size from the start, prefilled in one chunk: the same index everywhere.
+  index::HierarchicalParams p;
+  p.pages_per_cluster = choice.pages_per_cluster;
+  M fixed(cfg, index::Hierarchical{p});
+  Decoder b(m, fixed, pool, 1024);
+  b.warm_up_after_prefill(16);
+  b.prefill(prompt);
+  for (int l = 0; l < m.config.layers; ++l)
+    for (int h = 0; h < m.config.kv_heads; ++h) {
+      CAPTURE(l);
+      CHECK(tuned.index_state(a.sequence(), l, h).cluster_of == fixed.index_state(b.sequence(), l, h).cluster_of);
+    }
+  CHECK(Sampler::argmax(a.step(5)) == Sampler::argmax(b.step(5)));
+}
+
 TEST_CASE("stories260K: dense greedy decoding matches an independent double-precision forward pass") {
   if (!have_stories()) return;
   ThreadPool pool(2);

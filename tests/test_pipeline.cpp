@@ -403,12 +403,17 @@ TEST_CASE("tune_clusters() chooses by its rule and re-indexes the layer, reindex
   }
   // Fewer, larger clusters make a smaller index.
   CHECK(choice.cases.back().index_bytes < choice.cases.front().index_bytes);
-  // The rule: the fastest of the sizes within the tolerance of the best recall.
+  // The rule: of the sizes within the tolerance of the best recall, the fastest, where times
+  // within 10% tie and the largest tied size wins.
   const auto chosen = std::find_if(choice.cases.begin(), choice.cases.end(), [&](const auto& c) { return c.pages_per_cluster == choice.pages_per_cluster; });
   REQUIRE(chosen != choice.cases.end());
   CHECK(chosen->mass_recall >= best - 0.02);
+  double fastest = 1e300;
   for (const auto& c : choice.cases)
-    if (c.mass_recall >= best - 0.02) CHECK(chosen->select_us <= c.select_us);
+    if (c.mass_recall >= best - 0.02) fastest = std::min(fastest, c.select_us);
+  CHECK(chosen->select_us <= fastest * 1.1);
+  for (const auto& c : choice.cases)
+    if (c.mass_recall >= best - 0.02 && c.select_us <= fastest * 1.1) CHECK(c.pages_per_cluster <= chosen->pages_per_cluster);
   CHECK(kv.index_policy().params.pages_per_cluster == choice.pages_per_cluster);
 
   // A manager built with that size from the start: the same clusters for layer 0 (re-indexed by
@@ -478,7 +483,7 @@ TEST_CASE("grow_windows() grows W while the reads outlast selection, within max_
   once.grow_windows({8, 1});
   for (int s = 0; s < 3; ++s)
     for (int l = 0; l < sh.layers; ++l) step(once, w, once_ids, l, s);
-  for (int l = 0; l < sh.layers; ++l) CHECK(once.window_of(l, 0) <= 2);
+  for (int l = 0; l < sh.layers; ++l) CHECK(once.window_of(l, 0) == 2);  // step 0 always misses (no warm-up)
 }
 
 TEST_CASE("grow_windows() does not grow W past the fast tier's room") {

@@ -522,10 +522,12 @@ class KvManager {
     KVD_EXPECT(!calibration.empty(), "tune_clusters: layer {} of sequence {} has no candidate pages to calibrate on ({} tokens)", layer,
                id, tokens);
     index::ClusterSizeChoice choice = index::choose_cluster_size(index_, calibration, sizes, tolerance);
-    // Commit: the new size, and this layer's index rebuilt with it (build() must not throw).
-    for (std::size_t i = 0; i < kMaxTiers; ++i) total_.bytes_read[i] += key_bytes[i];
-    index_.params.pages_per_cluster = choice.pages_per_cluster;
-    for (int h = 0; h < kvh; ++h) rebuild_index(stream(seq, layer, h), sealed, keys[static_cast<std::size_t>(h)]);
+    Index tuned = index_;
+    tuned.params.pages_per_cluster = choice.pages_per_cluster;
+    std::vector<typename Index::State> fresh = build_indexes(tuned, sealed, keys);
+    // Commit (cannot fail): the new size, and this layer's streams on their new index.
+    index_ = std::move(tuned);
+    install_indexes(seq, layer, fresh, key_bytes);
     return choice;
   }
 
@@ -547,9 +549,8 @@ class KvManager {
       read_stream_keys(st, tier::PageKey{id, static_cast<std::uint32_t>(layer), static_cast<std::uint32_t>(h), 0}, tokens,
                        keys[static_cast<std::size_t>(h)], scratch.data(), key_bytes, nullptr, nullptr);
     }
-    for (std::size_t i = 0; i < kMaxTiers; ++i) total_.bytes_read[i] += key_bytes[i];
-    for (int h = 0; h < kvh; ++h)
-      rebuild_index(stream(seq, layer, h), static_cast<std::uint32_t>(tokens / cfg_.page_tokens), keys[static_cast<std::size_t>(h)]);
+    std::vector<typename Index::State> fresh = build_indexes(index_, static_cast<std::uint32_t>(tokens / cfg_.page_tokens), keys);
+    install_indexes(seq, layer, fresh, key_bytes);  // cannot fail
   }
 
   // ---- inspection ----------------------------------------------------------------------------
@@ -1408,17 +1409,23 @@ class KvManager {
     if (free < promised || free - promised < needed || free - promised - needed < staging) return;
     for (int h = 0; h < kvh; ++h) {
       int& w = plan_->windows[static_cast<std::size_t>(layer) * kvh + h];
-      w = std::min(w + 1, growth_->max_window);
+      if (w < growth_->max_window) ++w;  // a head planned above max_window keeps its W
     }
     ++growth_grown_[static_cast<std::size_t>(layer)];
   }
 
-  /// Replaces a stream's index by one built over its first `sealed` pages' keys (build() must
-  /// not throw, so this cannot fail half-way).
-  void rebuild_index(Stream& st, std::uint32_t sealed, const std::vector<float>& keys) {
-    typename Index::State fresh;
-    if (sealed > 0) index_.build(fresh, page_keys_view(0, sealed, keys));
-    st.index = std::move(fresh);
+  /// Index states built by `index` over each head's first `sealed` pages' keys (keys[head]).
+  std::vector<typename Index::State> build_indexes(const Index& index, std::uint32_t sealed, const std::vector<std::vector<float>>& keys) const {
+    std::vector<typename Index::State> fresh(keys.size());
+    if (sealed > 0)
+      for (std::size_t h = 0; h < keys.size(); ++h) index.build(fresh[h], page_keys_view(0, sealed, keys[h]));
+    return fresh;
+  }
+  /// Gives one layer's streams the states build_indexes() made, and counts the key reads.
+  void install_indexes(Sequence& seq, int layer, std::vector<typename Index::State>& fresh,
+                       const std::array<std::uint64_t, kMaxTiers>& key_bytes) noexcept {
+    for (std::size_t h = 0; h < fresh.size(); ++h) stream(seq, layer, static_cast<int>(h)).index = std::move(fresh[h]);
+    for (std::size_t i = 0; i < kMaxTiers; ++i) total_.bytes_read[i] += key_bytes[i];
   }
 
   /// W x the budget of a step with these ranges.

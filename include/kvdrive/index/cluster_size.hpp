@@ -5,7 +5,7 @@
 // the calibration streams (a prompt's page keys and some of its queries), times selection, and
 // measures the attention mass the selection captures against exact attention over the
 // candidate tokens. It picks the fastest size whose mean mass recall is within `tolerance` of
-// the best size's.
+// the best size's; sizes within 10% of the fastest time tie, and the largest of them wins.
 #pragma once
 
 #include <algorithm>
@@ -85,8 +85,12 @@ inline double candidate_mass_recall(const ClusterCalibration& c, const float* q,
   return recall / c.group;
 }
 
+/// Selection times this close to the fastest (as a fraction) count as equally fast.
+inline constexpr double kTimeTie = 0.10;
+
 /// Builds `base` at each size in `sizes` over `streams`, and picks the fastest size whose mean
-/// mass recall is at least the best size's minus `tolerance`. `base`'s other parameters are kept.
+/// mass recall is at least the best size's minus `tolerance` (times within kTimeTie of the
+/// fastest tie, and the largest of the tied sizes wins). `base`'s other parameters are kept.
 template <HasClusterSize I>
 ClusterSizeChoice choose_cluster_size(const I& base, std::span<const ClusterCalibration> streams, std::span<const int> sizes,
                                       double tolerance = 0.01) {
@@ -113,6 +117,9 @@ ClusterSizeChoice choose_cluster_size(const I& base, std::span<const ClusterCali
       index.build(state, c.keys);
       row.index_bytes += index.bytes(state);
       const std::size_t per_query = static_cast<std::size_t>(c.group) * c.keys.head_dim;
+      // One untimed selection first: the first size tried must not pay for cold caches and
+      // the index's scratch buffers growing.
+      bool warm = false;
       for (std::size_t at = 0; at < c.queries.size(); at += per_query) {
         IndexQuery q;
         q.q = c.queries.data() + at;
@@ -122,6 +129,10 @@ ClusterSizeChoice choose_cluster_size(const I& base, std::span<const ClusterCali
         q.first_candidate = c.first_candidate;
         q.end_candidate = c.end_candidate;
         q.budget_pages = std::min(c.budget_pages, c.end_candidate - c.first_candidate);
+        if (!warm && q.candidates() > 0) {
+          index.select(state, q, selected);
+          warm = true;
+        }
         selected.clear();
         const auto t0 = std::chrono::steady_clock::now();
         if (q.candidates() > 0) index.select(state, q, selected);
@@ -140,10 +151,13 @@ ClusterSizeChoice choose_cluster_size(const I& base, std::span<const ClusterCali
   for (const ClusterSizeCase& r : choice.cases) best = std::max(best, r.mass_recall);
   double fastest = std::numeric_limits<double>::infinity();
   for (const ClusterSizeCase& r : choice.cases)
-    if (r.mass_recall >= best - tolerance && r.select_us < fastest) {
-      fastest = r.select_us;
+    if (r.mass_recall >= best - tolerance) fastest = std::min(fastest, r.select_us);
+  // Times within kTimeTie of the fastest are ties (timing noise must not decide), and among ties
+  // the largest clusters win: the smallest index.
+  for (const ClusterSizeCase& r : choice.cases)
+    if (r.mass_recall >= best - tolerance && r.select_us <= fastest * (1.0 + kTimeTie) && r.pages_per_cluster > choice.pages_per_cluster)
       choice.pages_per_cluster = r.pages_per_cluster;
-    }
+  KVD_EXPECT(choice.pages_per_cluster > 0, "choose_cluster_size: no size measured a finite recall (are the queries finite?)");
   return choice;
 }
 
