@@ -415,10 +415,12 @@ class KvManager {
 
   /// Calibrates the pipeline on one step of this batch without applying it: for pipelines with
   /// micro-batches (Elastic), each size in {streams, /2, /4, /8, 1} runs `repeats` dry steps
-  /// (select, classify, fetch and compute, then rolled back: nothing changes), and the fastest
-  /// median is set; a split must beat the whole batch by 5%. Call it after warm-up, with a representative batch. Arguments as attend().
+  /// (select, classify, fetch and compute, then rolled back: nothing changes), the sizes taking
+  /// turns round by round so that drift in the machine's speed hits them alike, and the size
+  /// with the fastest median is set; a split must beat the whole batch by 5%. Call it after
+  /// warm-up, with a representative batch. Arguments as attend().
   TuneReport tune(int layer, std::span<const SeqId> batch, View<const float, 3> q, View<const float, 3> k,
-                  View<const float, 3> v, View<float, 3> out, int repeats = 5) {
+                  View<const float, 3> v, View<float, 3> out, int repeats = 9) {
     KVD_EXPECT(repeats >= 1, "tune: repeats {} must be >= 1", repeats);
     check_step_inputs(layer, batch, q, k, v, out);
     TuneReport report;
@@ -430,13 +432,11 @@ class KvManager {
         if (std::find(sizes.begin(), sizes.end(), mb) == sizes.end()) sizes.push_back(mb);
       }
       const Pipeline saved = pipeline_;
-      double whole = 0, best_split = std::numeric_limits<double>::infinity();
-      std::size_t split = 0;
+      std::vector<std::vector<double>> ms(sizes.size());
       try {
-        for (std::size_t mb : sizes) {
-          pipeline_.set_micro_batch(mb);
-          std::vector<double> ms;
-          for (int r = 0; r < repeats; ++r) {
+        for (int r = 0; r < repeats; ++r)
+          for (std::size_t i = 0; i < sizes.size(); ++i) {
+            pipeline_.set_micro_batch(sizes[i]);
             Step step(*this, layer, batch, q, k, v, out);
             DryRun<Step> dry{step};
             const auto t0 = std::chrono::steady_clock::now();
@@ -446,26 +446,29 @@ class KvManager {
               step.abort();
               throw;
             }
-            ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+            ms[i].push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
             step.abort();
           }
-          std::sort(ms.begin(), ms.end());
-          const double median = ms[ms.size() / 2];
-          report.step_ms.emplace_back(mb, median);
-          if (mb == streams) {
-            whole = median;
-          } else if (median < best_split) {
-            best_split = median;
-            split = mb;
-          }
-        }
-        // A split must beat the whole batch by 5%: dry steps are noisy, and a needless split
-        // only adds hand-offs.
-        report.micro_batch = split != 0 && best_split < 0.95 * whole ? split : streams;
       } catch (...) {
         pipeline_ = saved;
         throw;
       }
+      double whole = 0, best_split = std::numeric_limits<double>::infinity();
+      std::size_t split = 0;
+      for (std::size_t i = 0; i < sizes.size(); ++i) {
+        std::sort(ms[i].begin(), ms[i].end());
+        const double median = ms[i][ms[i].size() / 2];
+        report.step_ms.emplace_back(sizes[i], median);
+        if (sizes[i] == streams) {
+          whole = median;
+        } else if (median < best_split) {
+          best_split = median;
+          split = sizes[i];
+        }
+      }
+      // A split must beat the whole batch by 5%: dry steps are noisy, and a needless split
+      // only adds hand-offs.
+      report.micro_batch = split != 0 && best_split < 0.95 * whole ? split : streams;
       pipeline_.set_micro_batch(report.micro_batch);
     }
     return report;
