@@ -31,6 +31,32 @@ Stream make_stream(int pages, int pt, int d, int group, std::uint64_t seed) {
 
 }  // namespace
 
+TEST_CASE("selection_key: the k largest keys are top_pages' choice, ties, NaN and signed zeros included") {
+  std::mt19937 rng(17);
+  const float specials[] = {0.0f, -0.0f, NAN, -INFINITY, INFINITY, 1.5f, -1.5f};
+  for (int round = 0; round < 200; ++round) {
+    const std::size_t n = 1 + rng() % 300;
+    std::vector<float> score(n);
+    for (float& x : score) {
+      const unsigned pick = rng() % 10;
+      x = pick < 4 ? specials[rng() % 7] : static_cast<float>(static_cast<int>(rng() % 21) - 10) / 4.0f;  // many ties
+    }
+    const std::int64_t k = static_cast<std::int64_t>(rng() % (n + 2));
+    std::vector<std::uint32_t> want;
+    index::top_pages(score, 100, k, want);
+    std::vector<std::uint64_t> keys(n);
+    for (std::size_t i = 0; i < n; ++i) keys[i] = index::selection_key(score[i], static_cast<std::uint32_t>(i));
+    std::vector<std::uint64_t> sorted = keys;
+    std::sort(sorted.begin(), sorted.end(), std::greater<>());
+    CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());  // unique
+    std::vector<std::uint32_t> got;
+    for (std::size_t r = 0; r < std::min<std::size_t>(static_cast<std::size_t>(k), n); ++r)
+      got.push_back(100 + (0xFFFFFFFFu - static_cast<std::uint32_t>(sorted[r])));
+    std::sort(got.begin(), got.end());
+    CHECK(got == want);
+  }
+}
+
 TEST_CASE("top_pages: best scores, ties to the lower page, ascending, NaN last") {
   std::vector<std::uint32_t> out;
   const std::vector<float> s{0.5f, 2.0f, 2.0f, NAN, 1.0f, 2.0f};

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <numeric>
@@ -44,6 +45,19 @@ inline void gqa_scores(const float* est, int group, std::size_t n, float* out) {
       out[p] = v > out[p] ? v : out[p];
     }
   }
+}
+
+/// The rank key of candidate i (within its stream) with GQA score s, for a top-k by sorting or
+/// radix selection on any device: a larger key ranks higher; NaN ranks as -inf (lowest), -0 as
+/// +0, and of equal scores the lower candidate ranks higher. Keys are unique per stream, and the
+/// k largest are exactly the pages top_pages() keeps.
+KVD_HOST_DEVICE std::uint64_t selection_key(float s, std::uint32_t i) {
+  if (s != s) s = -INFINITY;
+  if (s == 0.0f) s = 0.0f;
+  std::uint32_t u;
+  std::memcpy(&u, &s, sizeof u);
+  u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return (static_cast<std::uint64_t>(u) << 32) | (0xFFFFFFFFu - i);
 }
 
 namespace detail {

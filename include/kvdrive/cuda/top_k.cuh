@@ -1,0 +1,152 @@
+// Top-k page selection per stream on the GPU, after page scoring (page_scores.cuh): from each
+// head's estimates of a stream's candidate pages, the GQA page score (Decision 4,
+// index::gqa_page_score), then the k best pages as ascending page ids, exactly as the CPU's
+// index::top_pages chooses them (ties to the lower page id, NaN lowest), through the shared
+// index::selection_key, whose k largest values are that choice.
+//
+// One block per stream. Up to kTopKSortCapacity candidates, the block sorts the keys with CUB's
+// BlockRadixSort and keeps the first k; with more, a radix select finds the k-th largest key in
+// eight passes of 8 bits over the candidates (a shared 256-bin histogram per pass), and one
+// more pass writes the pages at or above it, in page order (a block scan gives each its place).
+#pragma once
+
+#include <cstdint>
+
+#include <cub/block/block_radix_sort.cuh>
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+#include <cuda_runtime.h>
+
+#include "kvdrive/index/selection.hpp"
+
+namespace kvdrive::cuda {
+
+struct TopKParams {
+  const float* est = nullptr;                ///< [streams][group][stride]: each head's estimates of the candidates
+  std::int64_t stride = 0;                   ///< elements between two heads' rows (>= every stream's candidates)
+  const int* candidates = nullptr;           ///< [streams]: candidate pages of each stream (<= stride)
+  const int* k = nullptr;                    ///< [streams]: pages to select (clamped to the candidates)
+  const std::int64_t* first_page = nullptr;  ///< [streams]: the page id of candidate 0
+  std::uint32_t* out = nullptr;              ///< [streams][max_k]: ascending page ids
+  int* out_count = nullptr;                  ///< [streams], optional: how many ids each stream got (k, or max_k if smaller)
+  int streams = 0, group = 1, max_k = 0;
+};
+
+inline constexpr int kTopKThreads = 256;
+inline constexpr int kTopKItems = 8;
+inline constexpr int kTopKSortCapacity = kTopKThreads * kTopKItems;
+inline constexpr int kTopKMaxGroup = 64;
+
+__global__ void __launch_bounds__(kTopKThreads) TopKKernel(TopKParams p) {
+  using Reduce = cub::BlockReduce<float, kTopKThreads>;
+  using SortKeys = cub::BlockRadixSort<std::uint64_t, kTopKThreads, kTopKItems>;
+  using SortIds = cub::BlockRadixSort<std::uint32_t, kTopKThreads, kTopKItems>;
+  using Scan = cub::BlockScan<int, kTopKThreads>;
+  __shared__ union {
+    typename Reduce::TempStorage reduce;
+    typename SortKeys::TempStorage keys;
+    typename SortIds::TempStorage ids;
+    typename Scan::TempStorage scan;
+  } temp;
+  __shared__ float head_max[kTopKMaxGroup];
+  __shared__ unsigned hist[256];
+  __shared__ std::uint64_t s_prefix;
+  __shared__ int s_left, s_written;
+
+  const int s = blockIdx.x, tid = threadIdx.x;
+  const int n = p.candidates[s];
+  const int k = min(min(max(p.k[s], 0), n), p.max_k);  // beyond max_k: cut (out_count says so)
+  const float* est = p.est + static_cast<std::int64_t>(s) * p.group * p.stride;
+  std::uint32_t* out = p.out + static_cast<std::int64_t>(s) * p.max_k;
+  const auto first_page = static_cast<std::uint32_t>(p.first_page[s]);
+
+  // Each head's largest estimate (NaN skipped, as index::gqa_scores does).
+  for (int h = 0; h < p.group; ++h) {
+    float m = -INFINITY;
+    for (int i = tid; i < n; i += kTopKThreads) {
+      const float e = est[h * p.stride + i];
+      m = e > m ? e : m;
+    }
+    const float block_max = Reduce(temp.reduce).Reduce(m, [](float a, float b) { return b > a ? b : a; });
+    if (tid == 0) head_max[h] = block_max;
+    __syncthreads();
+  }
+  const auto key_of = [&](int i) {
+    return index::selection_key(index::gqa_page_score(est + i, head_max, p.group, static_cast<std::size_t>(p.stride)),
+                                static_cast<std::uint32_t>(i));
+  };
+
+  if (n <= kTopKSortCapacity) {
+    std::uint64_t keys[kTopKItems];
+    for (int j = 0; j < kTopKItems; ++j) {
+      const int i = tid * kTopKItems + j;
+      keys[j] = i < n ? key_of(i) : 0;  // padding sorts last (real keys are > 0)
+    }
+    SortKeys(temp.keys).SortDescending(keys);
+    __syncthreads();
+    // Ranks [0, k) are the choice; put their page ids in ascending order.
+    std::uint32_t ids[kTopKItems];
+    for (int j = 0; j < kTopKItems; ++j) {
+      const int rank = tid * kTopKItems + j;
+      ids[j] = rank < k ? first_page + (0xFFFFFFFFu - static_cast<std::uint32_t>(keys[j])) : 0xFFFFFFFFu;
+    }
+    SortIds(temp.ids).Sort(ids);
+    for (int j = 0; j < kTopKItems; ++j) {
+      const int rank = tid * kTopKItems + j;
+      if (rank < k) out[rank] = ids[j];
+    }
+    if (p.out_count && tid == 0) p.out_count[s] = k;
+    return;
+  }
+
+  // Radix select: the k-th largest key, 8 bits at a time from the top.
+  if (tid == 0) {
+    s_prefix = 0;
+    s_left = k;
+  }
+  std::uint64_t mask = 0;
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    for (int b = tid; b < 256; b += kTopKThreads) hist[b] = 0;
+    __syncthreads();
+    const std::uint64_t prefix = s_prefix;
+    if (k > 0)
+      for (int i = tid; i < n; i += kTopKThreads) {
+        const std::uint64_t key = key_of(i);
+        if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xFF], 1u);
+      }
+    __syncthreads();
+    if (tid == 0 && k > 0) {
+      int left = s_left, b = 255;
+      for (; b > 0 && static_cast<int>(hist[b]) < left; --b) left -= static_cast<int>(hist[b]);
+      s_prefix = prefix | (static_cast<std::uint64_t>(b) << shift);
+      s_left = left;
+    }
+    mask |= 0xFFull << shift;
+    __syncthreads();
+  }
+  const std::uint64_t threshold = s_prefix;  // keys are unique: exactly k are >= it
+  if (tid == 0) s_written = 0;
+  __syncthreads();
+  for (int base = 0; base < n && k > 0; base += kTopKThreads) {
+    const int i = base + tid;
+    const int keep = i < n && key_of(i) >= threshold ? 1 : 0;
+    int at = 0, total = 0;
+    Scan(temp.scan).ExclusiveSum(keep, at, total);
+    if (keep) out[s_written + at] = first_page + static_cast<std::uint32_t>(i);
+    __syncthreads();
+    if (tid == 0) s_written += total;
+    __syncthreads();
+  }
+  if (p.out_count && tid == 0) p.out_count[s] = k;
+}
+
+/// Checks the arguments and launches TopKKernel on `stream`.
+inline cudaError_t top_k(const TopKParams& p, cudaStream_t stream = nullptr) {
+  if (p.streams < 0 || p.group < 1 || p.group > kTopKMaxGroup || p.max_k < 0 || p.stride < 0) return cudaErrorInvalidValue;
+  if (p.streams == 0) return cudaSuccess;
+  if (!p.est || !p.candidates || !p.k || !p.first_page || (!p.out && p.max_k > 0)) return cudaErrorInvalidValue;
+  TopKKernel<<<static_cast<unsigned>(p.streams), kTopKThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace kvdrive::cuda
