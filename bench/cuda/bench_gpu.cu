@@ -1,0 +1,303 @@
+// bench_gpu: the CUDA kernels against the device's own limits, measured in the same run
+// (cudaEvent timings, medians of --repeats launches), written as one JSON file:
+//   copy         a uint4 copy kernel: the device's copy bandwidth (bytes read + written / s)
+//   attention    sparse decode attention over a Llama-3-8B-shaped layer (8 KV heads, group 4,
+//                head_dim 128, f16, 16-token pages) at a 6.25% budget of 128K tokens, batch 8:
+//                K and V bytes attended per second, and that over the copy bandwidth (goal 0.7)
+//   gather       missed pages from pinned, mapped host memory into scattered device slots, by
+//                the gather kernel and by one cudaMemcpyAsync per page, against one contiguous
+//                cudaMemcpyAsync of the same bytes (goal 0.8)
+//   decode       one layer step at 32K and 128K, batch 1: dense attention over every token,
+//                sparse over the selected pages (all resident), and tiered (20% of the selected
+//                pages gathered from host first), in ms
+//   pipeline     Elastic against Serial on CUDA: not built yet (reported as such)
+//
+//   bench_gpu [--json FILE] [--repeats N] [--quick]
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kvdrive/core/half.hpp"
+#include "kvdrive/cuda/check.cuh"
+#include "kvdrive/cuda/dense_decode.cuh"
+#include "kvdrive/cuda/device_buffer.cuh"
+#include "kvdrive/cuda/page_gather.cuh"
+#include "kvdrive/cuda/sparse_decode.cuh"
+#include "kvdrive/cuda/stream.cuh"
+
+namespace kc = kvdrive::cuda;
+using kvdrive::half;
+
+namespace {
+
+int g_repeats = 5;
+
+__global__ void CopyKernel(const uint4* src, uint4* dst, std::size_t n) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    dst[i] = src[i];
+}
+
+/// Median milliseconds of `g_repeats` timed runs of f (after one untimed run).
+template <class F>
+double time_ms(cudaStream_t s, F&& f) {
+  cudaEvent_t a, b;
+  KVD_CUDA_CHECK(cudaEventCreate(&a));
+  KVD_CUDA_CHECK(cudaEventCreate(&b));
+  f();
+  KVD_CUDA_CHECK(cudaStreamSynchronize(s));
+  std::vector<double> ms;
+  for (int r = 0; r < g_repeats; ++r) {
+    KVD_CUDA_CHECK(cudaEventRecord(a, s));
+    f();
+    KVD_CUDA_CHECK(cudaEventRecord(b, s));
+    KVD_CUDA_CHECK(cudaEventSynchronize(b));
+    float t = 0;
+    KVD_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+double copy_bandwidth(cudaStream_t s, std::size_t bytes) {
+  kc::DeviceBuffer<uint4> a(bytes / 16), b(bytes / 16);
+  KVD_CUDA_CHECK(cudaMemset(a.data(), 1, a.bytes()));
+  const double ms = time_ms(s, [&] {
+    CopyKernel<<<1024, 256, 0, s>>>(a.data(), b.data(), a.size());
+    KVD_CUDA_CHECK(cudaGetLastError());
+  });
+  return 2.0 * static_cast<double>(bytes) / (ms * 1e-3);
+}
+
+/// A pool of device pages and the page lists of `streams` streams attending `pages` pages each.
+struct SparseSetup {
+  int streams, group, d, page_tokens;
+  kc::DeviceBuffer<half> k, v;
+  kc::DeviceBuffer<float> q, out, lse;
+  kc::DeviceBuffer<const half*> pk, pv;
+  kc::DeviceBuffer<int> rows;
+  kc::DeviceBuffer<std::int64_t> offsets;
+  std::size_t attended_bytes = 0;
+
+  SparseSetup(int streams_, int group_, int d_, int page_tokens_, std::int64_t pages_per_stream, std::int64_t pool_pages, std::mt19937& rng)
+      : streams(streams_), group(group_), d(d_), page_tokens(page_tokens_) {
+    const std::size_t page_elems = static_cast<std::size_t>(page_tokens) * d;
+    k = kc::DeviceBuffer<half>(static_cast<std::size_t>(pool_pages) * page_elems);
+    v = kc::DeviceBuffer<half>(k.size());
+    KVD_CUDA_CHECK(cudaMemset(k.data(), 0x22, k.bytes()));
+    KVD_CUDA_CHECK(cudaMemset(v.data(), 0x11, v.bytes()));
+    std::vector<float> hq(static_cast<std::size_t>(streams) * group * d);
+    std::normal_distribution<float> dist;
+    for (auto& x : hq) x = dist(rng) * 0.1f;
+    q = kc::DeviceBuffer<float>(std::span<const float>(hq));
+    out = kc::DeviceBuffer<float>(hq.size());
+    lse = kc::DeviceBuffer<float>(static_cast<std::size_t>(streams) * group);
+    std::vector<const half*> hk, hv;
+    std::vector<int> hr;
+    std::vector<std::int64_t> ho{0};
+    for (int s = 0; s < streams; ++s) {
+      // Each stream's pages: random slots of the pool (a cache holds pages in any order).
+      std::vector<std::int64_t> slots(static_cast<std::size_t>(pages_per_stream));
+      for (auto& x : slots) x = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(pool_pages));
+      for (std::int64_t sl : slots) {
+        hk.push_back(k.data() + static_cast<std::size_t>(sl) * page_elems);
+        hv.push_back(v.data() + static_cast<std::size_t>(sl) * page_elems);
+        hr.push_back(page_tokens);
+      }
+      ho.push_back(ho.back() + pages_per_stream);
+    }
+    pk = kc::DeviceBuffer<const half*>(std::span<const half* const>(hk));
+    pv = kc::DeviceBuffer<const half*>(std::span<const half* const>(hv));
+    rows = kc::DeviceBuffer<int>(std::span<const int>(hr));
+    offsets = kc::DeviceBuffer<std::int64_t>(std::span<const std::int64_t>(ho));
+    attended_bytes = static_cast<std::size_t>(streams) * static_cast<std::size_t>(pages_per_stream) * page_elems * sizeof(half) * 2;
+  }
+
+  void launch(cudaStream_t s) {
+    kc::SparseDecodeParams<half> p;
+    p.q = q.data();
+    p.page_k = pk.data();
+    p.page_v = pv.data();
+    p.page_tokens = rows.data();
+    p.page_offsets = offsets.data();
+    p.out = out.data();
+    p.lse = lse.data();
+    p.streams = streams;
+    p.group = group;
+    p.head_dim = d;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(d));
+    KVD_CUDA_CHECK(kc::sparse_decode(p, s));
+  }
+};
+
+/// Pinned, mapped host pages and scattered device slots for gathering `pages` pages.
+struct GatherSetup {
+  std::size_t page_bytes;
+  int pages;
+  std::byte* host = nullptr;
+  kc::DeviceBuffer<std::byte> slots;
+  std::vector<const std::byte*> src_host;
+  std::vector<std::byte*> dst;
+  kc::DeviceBuffer<const std::byte*> d_src;
+  kc::DeviceBuffer<std::byte*> d_dst;
+
+  GatherSetup(std::size_t page_bytes_, int pages_, std::mt19937& rng) : page_bytes(page_bytes_), pages(pages_) {
+    const std::size_t pool = static_cast<std::size_t>(pages) * 4;
+    KVD_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host), pool * page_bytes, cudaHostAllocMapped));
+    std::memset(host, 0x5a, pool * page_bytes);
+    std::byte* host_dev = nullptr;
+    KVD_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&host_dev), host, 0));
+    slots = kc::DeviceBuffer<std::byte>(pool * page_bytes);
+    std::vector<const std::byte*> src_dev;
+    std::vector<std::size_t> from(pool), to(pool);
+    std::iota(from.begin(), from.end(), 0);
+    std::iota(to.begin(), to.end(), 0);
+    std::shuffle(from.begin(), from.end(), rng);
+    std::shuffle(to.begin(), to.end(), rng);
+    for (int i = 0; i < pages; ++i) {
+      src_host.push_back(host + from[static_cast<std::size_t>(i)] * page_bytes);
+      src_dev.push_back(host_dev + from[static_cast<std::size_t>(i)] * page_bytes);
+      dst.push_back(slots.data() + to[static_cast<std::size_t>(i)] * page_bytes);
+    }
+    d_src = kc::DeviceBuffer<const std::byte*>(std::span<const std::byte* const>(src_dev));
+    d_dst = kc::DeviceBuffer<std::byte*>(std::span<std::byte* const>(dst));
+  }
+  ~GatherSetup() {
+    if (host) cudaFreeHost(host);
+  }
+  void kernel(cudaStream_t s) { KVD_CUDA_CHECK(kc::gather_pages({d_src.data(), d_dst.data(), page_bytes, pages}, s)); }
+  void memcpys(cudaStream_t s) { KVD_CUDA_CHECK(kc::gather_pages_memcpy(src_host.data(), dst.data(), pages, page_bytes, s)); }
+  void contiguous(cudaStream_t s) {
+    KVD_CUDA_CHECK(cudaMemcpyAsync(slots.data(), host, static_cast<std::size_t>(pages) * page_bytes, cudaMemcpyHostToDevice, s));
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json = "bench_gpu.json";
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--json" && i + 1 < argc) json = argv[++i];
+    else if (a == "--repeats" && i + 1 < argc) g_repeats = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--quick") quick = true;
+    else {
+      std::fprintf(stderr, "bench_gpu: unknown option %s\n", a.c_str());
+      return 2;
+    }
+  }
+  if (kc::device_count() == 0) {
+    std::printf("SKIPPED: no CUDA device\n");
+    return 77;
+  }
+  try {
+    cudaDeviceProp prop{};
+    KVD_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    kc::Stream stream;
+    std::mt19937 rng(1);
+    const int kvh = 8, group = 4, d = 128, pt = 16, batch = 8;
+    const double budget = 0.0625;
+
+    const double copy_bps = copy_bandwidth(stream, quick ? (256u << 20) : (1u << 30));
+    std::printf("copy kernel: %.1f GB/s (read + write)\n", copy_bps / 1e9);
+
+    // Attention: batch 8 x 8 KV heads at 128K tokens, 6.25% of the pages (plus sink and local).
+    const std::int64_t ctx = 131072, pages_ctx = ctx / pt;
+    const auto sel_pages = static_cast<std::int64_t>(std::ceil(budget * static_cast<double>(pages_ctx))) + 1 + 64 / pt;
+    double att_bps = 0;
+    {
+      SparseSetup att(batch * kvh, group, d, pt, sel_pages, pages_ctx * 2, rng);
+      const double ms = time_ms(stream, [&] { att.launch(stream); });
+      att_bps = static_cast<double>(att.attended_bytes) / (ms * 1e-3);
+      std::printf("sparse attention: %lld pages x %d streams, %.3f ms, %.1f GB/s of K+V = %.2f of copy bandwidth (goal 0.7)\n",
+                  static_cast<long long>(sel_pages), batch * kvh, ms, att_bps / 1e9, att_bps / copy_bps);
+    }
+
+    // Gather: 20% of a step's selected pages of the batch, 4 KiB pages (16 tokens x 128 x f16).
+    const std::size_t page_bytes = static_cast<std::size_t>(pt) * d * sizeof(half);
+    const int gather_pages = quick ? 2048 : 8192;
+    double g_kernel = 0, g_memcpy = 0, g_contig = 0;
+    {
+      GatherSetup g(page_bytes, gather_pages, rng);
+      const double bytes = static_cast<double>(gather_pages) * static_cast<double>(page_bytes);
+      g_kernel = bytes / (time_ms(stream, [&] { g.kernel(stream); }) * 1e-3);
+      g_memcpy = bytes / (time_ms(stream, [&] { g.memcpys(stream); }) * 1e-3);
+      g_contig = bytes / (time_ms(stream, [&] { g.contiguous(stream); }) * 1e-3);
+      std::printf("gather %d pages of %zu B: kernel %.1f GB/s, per-page memcpy %.1f GB/s, contiguous memcpy %.1f GB/s; best/contiguous %.2f (goal 0.8)\n",
+                  gather_pages, page_bytes, g_kernel / 1e9, g_memcpy / 1e9, g_contig / 1e9, std::max(g_kernel, g_memcpy) / g_contig);
+    }
+
+    // Decode step of one layer, batch 1: dense vs sparse vs tiered.
+    struct DecodeRow {
+      std::int64_t context;
+      double dense_ms, sparse_ms, tiered_ms;
+    };
+    std::vector<DecodeRow> decode;
+    for (std::int64_t context : {std::int64_t{32768}, std::int64_t{131072}}) {
+      const std::int64_t pages = context / pt;
+      DecodeRow row{context, 0, 0, 0};
+      {
+        kc::DeviceBuffer<half> k(static_cast<std::size_t>(kvh) * context * d), v(k.size());
+        KVD_CUDA_CHECK(cudaMemset(k.data(), 0x22, k.bytes()));
+        KVD_CUDA_CHECK(cudaMemset(v.data(), 0x11, v.bytes()));
+        std::vector<float> hq(static_cast<std::size_t>(kvh) * group * d, 0.01f);
+        kc::DeviceBuffer<float> q{std::span<const float>(hq)}, out(hq.size());
+        std::vector<int> tok(static_cast<std::size_t>(kvh), static_cast<int>(context));
+        kc::DeviceBuffer<int> dt{std::span<const int>(tok)};
+        kc::DenseDecodeParams<half> p;
+        p.q = q.data();
+        p.k = k.data();
+        p.v = v.data();
+        p.tokens = dt.data();
+        p.kv_stride = context * d;
+        p.out = out.data();
+        p.streams = kvh;
+        p.group = group;
+        p.head_dim = d;
+        p.page_tokens = pt;
+        p.scale = 1.0f / std::sqrt(static_cast<float>(d));
+        row.dense_ms = time_ms(stream, [&] { KVD_CUDA_CHECK(kc::dense_decode(p, stream)); });
+      }
+      const auto sel = static_cast<std::int64_t>(std::ceil(budget * static_cast<double>(pages))) + 1 + 64 / pt;
+      SparseSetup sp(kvh, group, d, pt, sel, pages, rng);
+      row.sparse_ms = time_ms(stream, [&] { sp.launch(stream); });
+      GatherSetup g(page_bytes, static_cast<int>(std::max<std::int64_t>(1, kvh * sel / 5)), rng);
+      row.tiered_ms = time_ms(stream, [&] {
+        g.kernel(stream);
+        sp.launch(stream);
+      });
+      std::printf("decode step (one layer, batch 1) at %lld tokens: dense %.3f ms, sparse %.3f ms, tiered %.3f ms\n",
+                  static_cast<long long>(context), row.dense_ms, row.sparse_ms, row.tiered_ms);
+      decode.push_back(row);
+    }
+
+    FILE* f = std::fopen(json.c_str(), "w");
+    KVD_EXPECT(f != nullptr, "bench_gpu: cannot write {}", json);
+    std::fprintf(f, "{\n  \"device\": \"%s\",\n  \"sm\": %d%d,\n  \"repeats\": %d,\n", prop.name, prop.major, prop.minor, g_repeats);
+    std::fprintf(f, "  \"copy_bytes_per_s\": %.6g,\n", copy_bps);
+    std::fprintf(f, "  \"attention\": {\"bytes_per_s\": %.6g, \"vs_copy\": %.4f, \"goal\": 0.7},\n", att_bps, att_bps / copy_bps);
+    std::fprintf(f, "  \"gather\": {\"page_bytes\": %zu, \"pages\": %d, \"kernel_bytes_per_s\": %.6g, \"memcpy_bytes_per_s\": %.6g, "
+                    "\"contiguous_bytes_per_s\": %.6g, \"best_vs_contiguous\": %.4f, \"goal\": 0.8},\n",
+                 page_bytes, gather_pages, g_kernel, g_memcpy, g_contig, std::max(g_kernel, g_memcpy) / g_contig);
+    std::fprintf(f, "  \"decode\": [");
+    for (std::size_t i = 0; i < decode.size(); ++i)
+      std::fprintf(f, "%s\n    {\"context\": %lld, \"dense_ms\": %.4f, \"sparse_ms\": %.4f, \"tiered_ms\": %.4f}", i ? "," : "",
+                   static_cast<long long>(decode[i].context), decode[i].dense_ms, decode[i].sparse_ms, decode[i].tiered_ms);
+    std::fprintf(f, "\n  ],\n  \"pipeline\": {\"built\": false, \"reason\": \"the CUDA Elastic pipeline is not built yet\"}\n}\n");
+    std::fclose(f);
+    std::printf("wrote %s\n", json.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_gpu: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

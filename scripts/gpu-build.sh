@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Builds the GPU tests and benchmark on a development machine (one with nvcc and the Debian build
+# packages) into one folder that can be copied to a GPU machine and run there by gpu-check.sh:
+# sm_90 code (H100, H200), everything linked statically except the CUDA driver (cudart, libstdc++,
+# libgcc and fmt included), so the GPU machine needs no packages.
+#
+#   scripts/gpu-build.sh [OUT_DIR]      (default: build-gpu/pack)
+#   KVD_GPU_ARCH=80 scripts/gpu-build.sh   another architecture
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${KVD_GPU_BUILD:-build-gpu}
+out=${1:-$build/pack}
+arch=${KVD_GPU_ARCH:-90}
+targets=(test_dense_decode test_page_scores test_sparse_decode test_top_k test_page_gather bench_gpu)
+
+bash scripts/bootstrap
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DKVD_CUDA=ON -DKVD_PORTABLE=ON \
+  -DCMAKE_CUDA_ARCHITECTURES="$arch" -DKVD_BUILD_EXAMPLES=ON -DKVD_BUILD_TESTS=ON -DKVD_BUILD_BENCH=ON >/dev/null
+cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
+
+mkdir -p "$out"
+for t in "${targets[@]}"; do
+  path=$(find "$build" -type f -name "$t" -perm -u+x | head -n 1)
+  [ -n "$path" ] || { echo "gpu-build: $t was not built" >&2; exit 1; }
+  cp "$path" "$out/"
+  # Only the driver (libcuda, loaded at run time) and the C library may stay dynamic.
+  if ldd "$out/$t" | grep -E 'libcudart|libstdc\+\+|libfmt|libgcc_s|liburing' >/dev/null; then
+    echo "gpu-build: $t still links a library the GPU machine may lack:" >&2
+    ldd "$out/$t" >&2
+    exit 1
+  fi
+done
+cp scripts/gpu-check.sh "$out/"
+echo "gpu-build: $out holds ${targets[*]} and gpu-check.sh (sm_$arch); copy it over and run ./gpu-check.sh there"
