@@ -57,6 +57,39 @@ TEST_CASE("selection_key: the k largest keys are top_pages' choice, ties, NaN an
   }
 }
 
+TEST_CASE("radix_threshold: the key where the weights of the largest keys reach the target, as a sort finds it") {
+  std::mt19937_64 rng(23);
+  for (int round = 0; round < 300; ++round) {
+    const std::size_t n = 1 + rng() % 500;
+    std::vector<std::uint64_t> keys(n);
+    std::vector<unsigned> weight(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      // Scores with many equal high bits (ties broken by the index), as selection_key makes them.
+      keys[i] = index::selection_key(static_cast<float>(static_cast<int>(rng() % 40)) / 8.0f, static_cast<std::uint32_t>(i));
+      weight[i] = round % 2 ? 1 : static_cast<unsigned>(rng() % 20);
+    }
+    unsigned long long total = 0;
+    for (unsigned w : weight) total += w;
+    const unsigned long long target = 1 + rng() % (total + 5);
+    const std::uint64_t got = index::radix_threshold(keys, weight, target);
+    // By sorting: walk the keys from the largest until the weight reaches the target.
+    std::vector<std::size_t> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return keys[a] > keys[b]; });
+    std::uint64_t want = 0;
+    unsigned long long sum = 0;
+    for (std::size_t i : order) {
+      sum += weight[i];
+      if (sum >= target) {
+        want = keys[i];
+        break;
+      }
+    }
+    CAPTURE(round);
+    CHECK(got == want);
+  }
+}
+
 TEST_CASE("top_pages: best scores, ties to the lower page, ascending, NaN last") {
   std::vector<std::uint32_t> out;
   const std::vector<float> s{0.5f, 2.0f, 2.0f, NAN, 1.0f, 2.0f};

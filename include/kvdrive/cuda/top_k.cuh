@@ -5,8 +5,9 @@
 // index::selection_key, whose k largest values are that choice.
 //
 // One block per stream. Up to kTopKSortCapacity candidates, the block sorts the keys with CUB's
-// BlockRadixSort and keeps the first k; with more, a radix select finds the k-th largest key in
-// eight passes of 8 bits over the candidates (a shared 256-bin histogram per pass), and one
+// BlockRadixSort and keeps the first k; with more, a radix select (index/radix_select.hpp) finds
+// the k-th largest key in eight passes of 8 bits over the candidates (a shared 256-bin
+// histogram per pass), and one
 // more pass writes the pages at or above it, in page order (a block scan gives each its place).
 #pragma once
 
@@ -17,6 +18,7 @@
 #include <cub/block/block_scan.cuh>
 #include <cuda_runtime.h>
 
+#include "kvdrive/index/radix_select.hpp"
 #include "kvdrive/index/selection.hpp"
 
 namespace kvdrive::cuda {
@@ -49,9 +51,10 @@ __global__ void __launch_bounds__(kTopKThreads) TopKKernel(TopKParams p) {
     typename Scan::TempStorage scan;
   } temp;
   __shared__ float head_max[kTopKMaxGroup];
-  __shared__ unsigned hist[256];
+  __shared__ unsigned long long hist[256];
   __shared__ std::uint64_t s_prefix;
-  __shared__ int s_left, s_written;
+  __shared__ unsigned long long s_left;
+  __shared__ int s_written;
 
   const int s = blockIdx.x, tid = threadIdx.x;
   const int n = p.candidates[s];
@@ -102,7 +105,7 @@ __global__ void __launch_bounds__(kTopKThreads) TopKKernel(TopKParams p) {
   // Radix select: the k-th largest key, 8 bits at a time from the top.
   if (tid == 0) {
     s_prefix = 0;
-    s_left = k;
+    s_left = static_cast<unsigned long long>(k);
   }
   std::uint64_t mask = 0;
   for (int shift = 56; shift >= 0; shift -= 8) {
@@ -112,12 +115,12 @@ __global__ void __launch_bounds__(kTopKThreads) TopKKernel(TopKParams p) {
     if (k > 0)
       for (int i = tid; i < n; i += kTopKThreads) {
         const std::uint64_t key = key_of(i);
-        if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xFF], 1u);
+        if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xFF], 1ull);
       }
     __syncthreads();
     if (tid == 0 && k > 0) {
-      int left = s_left, b = 255;
-      for (; b > 0 && static_cast<int>(hist[b]) < left; --b) left -= static_cast<int>(hist[b]);
+      unsigned long long left = s_left;
+      const int b = index::radix_select_digit(hist, left);
       s_prefix = prefix | (static_cast<std::uint64_t>(b) << shift);
       s_left = left;
     }
