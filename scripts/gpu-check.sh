@@ -8,7 +8,7 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 result=${1:-${OUT:-$here}/gpu-check.json}
-tests=(test_dense_decode test_page_scores test_sparse_decode test_top_k test_page_gather)
+tests=(test_dense_decode test_page_scores test_sparse_decode test_top_k test_page_gather test_hierarchical)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 

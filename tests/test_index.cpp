@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <memory>
 #include <random>
@@ -87,6 +88,41 @@ TEST_CASE("radix_threshold: the key where the weights of the largest keys reach 
     }
     CAPTURE(round);
     CHECK(got == want);
+  }
+}
+
+TEST_CASE("flatten: a Hierarchical state as the GPU reads it, every member once, with its cluster, page and mean") {
+  const int d = 16, pt = 4, pages = 300;
+  const auto keys = test::random_floats(static_cast<std::size_t>(pages) * pt * d, 31);
+  index::Hierarchical h;
+  index::Hierarchical::State st;
+  h.build(st, index::PageKeys{keys.data(), 0, pages, pt, d, DType::f16});
+  const index::HierarchicalFlat f = index::flatten(st);
+  REQUIRE(f.clusters() == static_cast<std::int64_t>(index::Hierarchical::clusters(st)));
+  CHECK(f.members() == pages);
+  CHECK(f.member_offsets.size() == static_cast<std::size_t>(f.clusters()) + 1);
+  CHECK(f.centroids.size() == static_cast<std::size_t>(f.clusters()) * d * sizeof(half));
+  CHECK(f.member_means.size() == static_cast<std::size_t>(pages) * d * sizeof(half));
+  std::vector<int> seen(pages, 0);
+  for (std::int64_t c = 0; c < f.clusters(); ++c)
+    for (std::int64_t m = f.member_offsets[static_cast<std::size_t>(c)]; m < f.member_offsets[static_cast<std::size_t>(c) + 1]; ++m) {
+      const std::uint32_t page = f.member_pages[static_cast<std::size_t>(m)];
+      CHECK(f.member_cluster[static_cast<std::size_t>(m)] == c);
+      CHECK(index::Hierarchical::cluster_of(st, page) == c);
+      if (m > f.member_offsets[static_cast<std::size_t>(c)]) CHECK(page > f.member_pages[static_cast<std::size_t>(m) - 1]);
+      ++seen[page];
+    }
+  CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+  // A member's mean is its page's mean as the index stores it (the keys' mean, rounded to f16).
+  for (std::int64_t m : {std::int64_t{0}, std::int64_t{123}, std::int64_t{299}}) {
+    const std::uint32_t page = f.member_pages[static_cast<std::size_t>(m)];
+    for (int j = 0; j < d; ++j) {
+      double mean = 0;
+      for (int t = 0; t < pt; ++t) mean += keys[(static_cast<std::size_t>(page) * pt + t) * d + j];
+      half stored;
+      std::memcpy(&stored, f.member_means.data() + (static_cast<std::size_t>(m) * d + j) * sizeof(half), sizeof(half));
+      CHECK(to_float(stored) == doctest::Approx(mean / pt).epsilon(2e-3));
+    }
   }
 }
 

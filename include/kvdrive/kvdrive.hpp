@@ -38,6 +38,7 @@
 #include "kvdrive/index/concept.hpp"
 #include "kvdrive/index/dense.hpp"
 #include "kvdrive/index/hierarchical.hpp"
+#include "kvdrive/index/hierarchical_flat.hpp"
 #include "kvdrive/index/mean_key.hpp"
 #include "kvdrive/index/oracle.hpp"
 #include "kvdrive/index/page_summary.hpp"

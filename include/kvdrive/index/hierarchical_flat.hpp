@@ -1,0 +1,46 @@
+// HierarchicalFlat: one stream's Hierarchical index as flat arrays, the layout the GPU's
+// two-level selection reads (cuda/hierarchical.cuh uploads it): the centroids and radii, then
+// the members of every cluster in cluster order, each with its page id, its mean (in the KV
+// dtype's bytes) and its cluster, with CSR offsets per cluster.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kvdrive/index/hierarchical.hpp"
+
+namespace kvdrive::index {
+
+/// One stream's Hierarchical index as flat arrays (host side), in the KV dtype's bytes.
+struct HierarchicalFlat {
+  int head_dim = 0;
+  std::vector<std::byte> centroids;           ///< [clusters][head_dim]
+  std::vector<float> radius;                  ///< [clusters]
+  std::vector<std::int64_t> member_offsets;   ///< [clusters + 1]
+  std::vector<std::uint32_t> member_pages;    ///< [members], ascending within a cluster
+  std::vector<std::byte> member_means;        ///< [members][head_dim]
+  std::vector<std::uint32_t> member_cluster;  ///< [members]
+
+  std::int64_t clusters() const { return static_cast<std::int64_t>(radius.size()); }
+  std::int64_t members() const { return static_cast<std::int64_t>(member_pages.size()); }
+};
+
+/// Flattens one stream's Hierarchical::State.
+inline HierarchicalFlat flatten(const Hierarchical::State& s) {
+  HierarchicalFlat f;
+  f.head_dim = s.head_dim;
+  f.centroids = s.centroids;
+  f.radius = s.radius;
+  f.member_offsets.push_back(0);
+  for (std::size_t c = 0; c < s.clusters.size(); ++c) {
+    const Hierarchical::Cluster& cl = s.clusters[c];
+    f.member_pages.insert(f.member_pages.end(), cl.pages.begin(), cl.pages.end());
+    f.member_means.insert(f.member_means.end(), cl.means.begin(), cl.means.end());
+    f.member_cluster.insert(f.member_cluster.end(), cl.pages.size(), static_cast<std::uint32_t>(c));
+    f.member_offsets.push_back(static_cast<std::int64_t>(f.member_pages.size()));
+  }
+  return f;
+}
+
+}  // namespace kvdrive::index
