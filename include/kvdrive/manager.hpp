@@ -245,10 +245,7 @@ class KvManager {
     check_layer(layer);
     Sequence& seq = usable_sequence(id);
     const int kvh = cfg_.shape.kv_heads, g = cfg_.group(), d = cfg_.shape.head_dim, pt = cfg_.page_tokens;
-    check_q_view(q_obs, "warm_up: q_obs", q_obs.extent(0));
-    const std::int64_t tokens = stream(seq, layer, 0).pages.tokens;
-    KVD_EXPECT(q_obs.extent(0) >= 1 && q_obs.extent(0) <= tokens, "warm_up: {} observation queries for a prompt of {} tokens",
-               q_obs.extent(0), tokens);
+    const std::int64_t tokens = check_observation(seq, layer, q_obs, "warm_up");
     struct HeadWarm {
       std::vector<std::uint32_t> pages;
       std::vector<float> scores;
@@ -285,10 +282,7 @@ class KvManager {
         last_pages.clear();
         last_bytes.clear();
         read_stream_keys(st, base, tokens, keys, scratch.data(), key_bytes, keep_bytes ? &last_pages : nullptr, &last_bytes);
-        q.resize(static_cast<std::size_t>(q_obs.extent(0)) * g * d);
-        for (std::int64_t i = 0; i < q_obs.extent(0); ++i)
-          for (int j = 0; j < g; ++j)
-            std::copy_n(q_obs.row(i, h * g + j), d, q.data() + (static_cast<std::size_t>(i) * g + j) * d);
+        group_queries(q_obs, h, q);
         if (pack) packed += pack_by_cluster(st, base, last_pages, last_bytes);
         tier::PlacementInput in;
         in.keys = keys.data();
@@ -491,11 +485,8 @@ class KvManager {
   {
     check_layer(layer);
     Sequence& seq = usable_sequence(id);
-    const int kvh = cfg_.shape.kv_heads, g = cfg_.group(), d = cfg_.shape.head_dim, pt = cfg_.page_tokens;
-    check_q_view(q_obs, "tune_clusters: q_obs", q_obs.extent(0));
-    const std::int64_t tokens = stream(seq, layer, 0).pages.tokens;
-    KVD_EXPECT(q_obs.extent(0) >= 1 && q_obs.extent(0) <= tokens, "tune_clusters: {} observation queries for a prompt of {} tokens",
-               q_obs.extent(0), tokens);
+    const int kvh = cfg_.shape.kv_heads, g = cfg_.group(), pt = cfg_.page_tokens;
+    const std::int64_t tokens = check_observation(seq, layer, q_obs, "tune_clusters");
     const auto sealed = static_cast<std::uint32_t>(tokens / pt);
     std::vector<std::vector<float>> keys(static_cast<std::size_t>(kvh)), queries(static_cast<std::size_t>(kvh));
     std::vector<index::ClusterCalibration> calibration;
@@ -508,10 +499,7 @@ class KvManager {
       const auto hu = static_cast<std::size_t>(h);
       read_stream_keys(st, tier::PageKey{id, static_cast<std::uint32_t>(layer), static_cast<std::uint32_t>(h), 0}, tokens, keys[hu],
                        scratch.data(), key_bytes, nullptr, nullptr);
-      queries[hu].resize(static_cast<std::size_t>(q_obs.extent(0)) * g * d);
-      for (std::int64_t i = 0; i < q_obs.extent(0); ++i)
-        for (int j = 0; j < g; ++j)
-          std::copy_n(q_obs.row(i, h * g + j), d, queries[hu].data() + (static_cast<std::size_t>(i) * g + j) * d);
+      group_queries(q_obs, h, queries[hu]);
       index::ClusterCalibration c;
       c.keys = page_keys_view(0, sealed, keys[hu]);
       c.queries = queries[hu];
@@ -1350,6 +1338,24 @@ class KvManager {
     });
     KVD_EXPECT(addr != nullptr, "page {} has no bytes on tier {}", key, e.home);
     return addr;
+  }
+
+  /// Checks observation queries [observed][q_heads][head_dim] for a prefilled layer; returns the
+  /// layer's prompt tokens.
+  std::int64_t check_observation(const Sequence& seq, int layer, View<const float, 3> q_obs, const char* what) const {
+    check_q_view(q_obs, fmt::format("{}: q_obs", what).c_str(), q_obs.extent(0));
+    const std::int64_t tokens = stream(seq, layer, 0).pages.tokens;
+    KVD_EXPECT(q_obs.extent(0) >= 1 && q_obs.extent(0) <= tokens, "{}: {} observation queries for a prompt of {} tokens", what,
+               q_obs.extent(0), tokens);
+    return tokens;
+  }
+
+  /// KV head h's group of query heads from q_obs, as [observed][group][head_dim] in `out`.
+  void group_queries(View<const float, 3> q_obs, int h, std::vector<float>& out) const {
+    const int g = cfg_.group(), d = cfg_.shape.head_dim;
+    out.resize(static_cast<std::size_t>(q_obs.extent(0)) * g * d);
+    for (std::int64_t i = 0; i < q_obs.extent(0); ++i)
+      for (int j = 0; j < g; ++j) std::copy_n(q_obs.row(i, h * g + j), d, out.data() + (static_cast<std::size_t>(i) * g + j) * d);
   }
 
   /// The keys of a stream's first `tokens` tokens as float, [tokens][head_dim], in `keys`. Pages
