@@ -39,7 +39,7 @@ TEST_CASE("selection_key: the k largest keys are top_pages' choice, ties, NaN an
     const std::size_t n = 1 + rng() % 300;
     std::vector<float> score(n);
     for (float& x : score) {
-      const unsigned pick = rng() % 10;
+      const auto pick = static_cast<unsigned>(rng() % 10);
       x = pick < 4 ? specials[rng() % 7] : static_cast<float>(static_cast<int>(rng() % 21) - 10) / 4.0f;  // many ties
     }
     const std::int64_t k = static_cast<std::int64_t>(rng() % (n + 2));
@@ -100,6 +100,7 @@ TEST_CASE("flatten: a Hierarchical state as the GPU reads it, every member once,
   const index::HierarchicalFlat f = index::flatten(st);
   REQUIRE(f.clusters() == static_cast<std::int64_t>(index::Hierarchical::clusters(st)));
   CHECK(f.members() == pages);
+  CHECK(f.dtype == DType::f16);
   CHECK(f.member_offsets.size() == static_cast<std::size_t>(f.clusters()) + 1);
   CHECK(f.centroids.size() == static_cast<std::size_t>(f.clusters()) * d * sizeof(half));
   CHECK(f.member_means.size() == static_cast<std::size_t>(pages) * d * sizeof(half));

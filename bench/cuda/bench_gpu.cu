@@ -3,13 +3,14 @@
 //   copy         a uint4 copy kernel: the device's copy bandwidth (bytes read + written / s)
 //   attention    sparse decode attention over a Llama-3-8B-shaped layer (8 KV heads, group 4,
 //                head_dim 128, f16, 16-token pages) at a 6.25% budget of 128K tokens, batch 8:
-//                K and V bytes attended per second, and that over the copy bandwidth (goal 0.7)
-//   gather       missed pages from pinned, mapped host memory into scattered device slots, by
+//                K and V bytes attended per second, and that over the copy bandwidth (goal 0.7);
+//                every stream reads its own pages, and the L2 is flushed before each timed run
+//   gather       4 KiB blocks from pinned, mapped host memory into scattered device slots, by
 //                the gather kernel and by one cudaMemcpyAsync per page, against one contiguous
 //                cudaMemcpyAsync of the same bytes (goal 0.8)
 //   decode       one layer step at 32K and 128K, batch 1: dense attention over every token,
-//                sparse over the selected pages (all resident), and tiered (20% of the selected
-//                pages gathered from host first), in ms
+//                sparse over the selected pages (all resident), and tiered (the keys and values
+//                of 20% of the selected pages gathered from host first), in ms
 //   pipeline     Elastic against Serial on CUDA: not built yet (reported as such)
 //
 //   bench_gpu [--json FILE] [--repeats N] [--quick]
@@ -37,6 +38,8 @@ using kvdrive::half;
 namespace {
 
 int g_repeats = 5;
+void* g_flush = nullptr;  // twice the L2: written before every timed run, so no run starts L2-hot
+std::size_t g_flush_bytes = 0;
 
 __global__ void CopyKernel(const uint4* src, uint4* dst, std::size_t n) {
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
@@ -53,6 +56,7 @@ double time_ms(cudaStream_t s, F&& f) {
   KVD_CUDA_CHECK(cudaStreamSynchronize(s));
   std::vector<double> ms;
   for (int r = 0; r < g_repeats; ++r) {
+    if (g_flush) KVD_CUDA_CHECK(cudaMemsetAsync(g_flush, r, g_flush_bytes, s));
     KVD_CUDA_CHECK(cudaEventRecord(a, s));
     f();
     KVD_CUDA_CHECK(cudaEventRecord(b, s));
@@ -77,7 +81,8 @@ double copy_bandwidth(cudaStream_t s, std::size_t bytes) {
   return 2.0 * static_cast<double>(bytes) / (ms * 1e-3);
 }
 
-/// A pool of device pages and the page lists of `streams` streams attending `pages` pages each.
+/// The page lists of `streams` streams attending `pages_per_stream` pages each, every stream its
+/// own distinct pages, at random slots of a pool that holds exactly them.
 struct SparseSetup {
   int streams, group, d, page_tokens;
   kc::DeviceBuffer<half> k, v;
@@ -87,8 +92,9 @@ struct SparseSetup {
   kc::DeviceBuffer<std::int64_t> offsets;
   std::size_t attended_bytes = 0;
 
-  SparseSetup(int streams_, int group_, int d_, int page_tokens_, std::int64_t pages_per_stream, std::int64_t pool_pages, std::mt19937& rng)
+  SparseSetup(int streams_, int group_, int d_, int page_tokens_, std::int64_t pages_per_stream, std::mt19937& rng)
       : streams(streams_), group(group_), d(d_), page_tokens(page_tokens_) {
+    const std::int64_t pool_pages = static_cast<std::int64_t>(streams) * pages_per_stream;
     const std::size_t page_elems = static_cast<std::size_t>(page_tokens) * d;
     k = kc::DeviceBuffer<half>(static_cast<std::size_t>(pool_pages) * page_elems);
     v = kc::DeviceBuffer<half>(k.size());
@@ -103,11 +109,12 @@ struct SparseSetup {
     std::vector<const half*> hk, hv;
     std::vector<int> hr;
     std::vector<std::int64_t> ho{0};
+    std::vector<std::int64_t> pool(static_cast<std::size_t>(pool_pages));
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), rng);  // a cache holds pages in any order
     for (int s = 0; s < streams; ++s) {
-      // Each stream's pages: random slots of the pool (a cache holds pages in any order).
-      std::vector<std::int64_t> slots(static_cast<std::size_t>(pages_per_stream));
-      for (auto& x : slots) x = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(pool_pages));
-      for (std::int64_t sl : slots) {
+      for (std::int64_t j = 0; j < pages_per_stream; ++j) {
+        const std::int64_t sl = pool[static_cast<std::size_t>(s * pages_per_stream + j)];
         hk.push_back(k.data() + static_cast<std::size_t>(sl) * page_elems);
         hv.push_back(v.data() + static_cast<std::size_t>(sl) * page_elems);
         hr.push_back(page_tokens);
@@ -204,6 +211,8 @@ int main(int argc, char** argv) {
     KVD_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     kc::Stream stream;
     std::mt19937 rng(1);
+    g_flush_bytes = 2 * static_cast<std::size_t>(std::max(prop.l2CacheSize, 1 << 20));
+    KVD_CUDA_CHECK(cudaMalloc(&g_flush, g_flush_bytes));
     const int kvh = 8, group = 4, d = 128, pt = 16, batch = 8;
     const double budget = 0.0625;
 
@@ -215,14 +224,14 @@ int main(int argc, char** argv) {
     const auto sel_pages = static_cast<std::int64_t>(std::ceil(budget * static_cast<double>(pages_ctx))) + 1 + 64 / pt;
     double att_bps = 0;
     {
-      SparseSetup att(batch * kvh, group, d, pt, sel_pages, pages_ctx * 2, rng);
+      SparseSetup att(batch * kvh, group, d, pt, sel_pages, rng);
       const double ms = time_ms(stream, [&] { att.launch(stream); });
       att_bps = static_cast<double>(att.attended_bytes) / (ms * 1e-3);
       std::printf("sparse attention: %lld pages x %d streams, %.3f ms, %.1f GB/s of K+V = %.2f of copy bandwidth (goal 0.7)\n",
                   static_cast<long long>(sel_pages), batch * kvh, ms, att_bps / 1e9, att_bps / copy_bps);
     }
 
-    // Gather: 20% of a step's selected pages of the batch, 4 KiB pages (16 tokens x 128 x f16).
+    // Gather: 4 KiB blocks (the keys or the values of a 16-token page of head_dim 128, f16).
     const std::size_t page_bytes = static_cast<std::size_t>(pt) * d * sizeof(half);
     const int gather_pages = quick ? 2048 : 8192;
     double g_kernel = 0, g_memcpy = 0, g_contig = 0;
@@ -268,9 +277,10 @@ int main(int argc, char** argv) {
         row.dense_ms = time_ms(stream, [&] { KVD_CUDA_CHECK(kc::dense_decode(p, stream)); });
       }
       const auto sel = static_cast<std::int64_t>(std::ceil(budget * static_cast<double>(pages))) + 1 + 64 / pt;
-      SparseSetup sp(kvh, group, d, pt, sel, pages, rng);
+      SparseSetup sp(kvh, group, d, pt, sel, rng);
       row.sparse_ms = time_ms(stream, [&] { sp.launch(stream); });
-      GatherSetup g(page_bytes, static_cast<int>(std::max<std::int64_t>(1, kvh * sel / 5)), rng);
+      // 20% of the selected pages missed: their keys and values, 2 blocks of page_bytes each.
+      GatherSetup g(page_bytes, static_cast<int>(std::max<std::int64_t>(1, 2 * (kvh * sel / 5))), rng);
       row.tiered_ms = time_ms(stream, [&] {
         g.kernel(stream);
         sp.launch(stream);
@@ -295,6 +305,7 @@ int main(int argc, char** argv) {
     std::fprintf(f, "\n  ],\n  \"pipeline\": {\"built\": false, \"reason\": \"the CUDA Elastic pipeline is not built yet\"}\n}\n");
     std::fclose(f);
     std::printf("wrote %s\n", json.c_str());
+    cudaFree(g_flush);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_gpu: %s\n", e.what());
     return 1;

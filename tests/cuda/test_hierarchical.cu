@@ -1,7 +1,7 @@
 // The GPU's two-level Hierarchical selection against the CPU's Hierarchical::select on the same
-// index (f16 and f32, GQA 1 and 4, several budgets and candidate ranges). The CPU sums dot
-// products in another order (AVX2), so pages at a near-tie may differ: at most 1% of a
-// selection (and one page) may. Exit 77 (skipped) without a GPU.
+// index (f16 and f32, GQA 1 and 4, several budgets and candidate ranges). nvcc contracts the
+// dot products' multiply-adds into FMAs, so pages at a near-tie may differ: at most 2% of a
+// selection (and two pages) may. Exit 77 (skipped) without a GPU.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>

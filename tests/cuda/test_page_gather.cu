@@ -58,7 +58,7 @@ int main() {
     return 77;
   }
   std::mt19937 rng(9);
-  int bad = check(4096, 0, rng) + check(2048 + 48, 0, rng) + check(4096, 3, rng);
+  int bad = check(4096, 0, rng) + check(2048 + 48, 0, rng) + check(4101, 0, rng) + check(4096, 3, rng);
   if (cuda::gather_pages({nullptr, nullptr, 4096, 2}) != cudaErrorInvalidValue) ++bad;
   std::printf("%s\n", bad ? "FAILED" : "all ok");
   return bad ? 1 : 0;

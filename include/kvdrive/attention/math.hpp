@@ -17,8 +17,8 @@ KVD_HOST_DEVICE float neg_inf() { return -std::numeric_limits<float>::infinity()
 
 /// exp(x) for x <= 0, as used on (score - max); exp(-inf) = 0. Cody-Waite reduction by ln 2
 /// and a degree-7 polynomial (Cephes expf), within 2 ulp of exp. The clamps are integer selects
-/// on the bits, so compilers vectorise loops over it without -ffast-math; the GPU computes the
-/// very same function.
+/// on the bits, so compilers vectorise loops over it without -ffast-math; the GPU runs the same
+/// code (nvcc contracts its multiply-adds into FMAs, so it may differ in the last bits).
 KVD_HOST_DEVICE float exp_shifted(float x) {
   constexpr std::uint32_t kLowest = 0xc2ae0000u;  // -87.0f: below it exp underflows to 0
   const std::uint32_t u = float_bits(x);

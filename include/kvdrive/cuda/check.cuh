@@ -3,6 +3,8 @@
 // naming the call, the file and line, and CUDA's own message.
 #pragma once
 
+#include <cstdio>
+
 #include <cuda_runtime.h>
 
 #include "kvdrive/core/error.hpp"
@@ -25,10 +27,12 @@
 
 namespace kvdrive::cuda {
 
-/// Number of usable CUDA devices; 0 when there is no driver or no device.
-inline int device_count() {
+/// Number of usable CUDA devices; 0 when there is no driver or no device (and then, with
+/// `why`, what CUDA said, e.g. a driver older than the runtime, on stderr).
+inline int device_count(bool why = true) {
   int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+  if (const cudaError_t e = cudaGetDeviceCount(&n); e != cudaSuccess) {
+    if (why) std::fprintf(stderr, "CUDA: no usable device: %s (%s)\n", cudaGetErrorName(e), cudaGetErrorString(e));
     cudaGetLastError();  // clear the sticky error left by a missing driver
     return 0;
   }

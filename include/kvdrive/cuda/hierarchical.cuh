@@ -6,8 +6,8 @@
 //   3. their members' means score per head, the GQA rule ranks them, and the budget's best pages
 //      (ties to the lower page) come out as ascending page ids.
 // One block per stream. The arithmetic is the shared KVD_HOST_DEVICE code (index::row_dot,
-// gqa_page_score, selection_key, radix_select_digit); the CPU sums dot products in another
-// order (AVX2), so a page at a near-tie may differ.
+// gqa_page_score, selection_key, radix_select_digit); nvcc contracts multiply-adds into FMAs
+// (and the CPU's AVX2 path sums in another order), so a page at a near-tie may differ.
 //
 // The index lives on the device as flat arrays (index::HierarchicalFlat, made on the host from a
 // stream's Hierarchical::State by index::flatten(), uploaded by HierarchicalOnDevice):
@@ -25,6 +25,7 @@
 #include <cub/block/block_scan.cuh>
 #include <cuda_runtime.h>
 
+#include "kvdrive/core/dtype.hpp"
 #include "kvdrive/cuda/device_buffer.cuh"
 #include "kvdrive/index/hierarchical_flat.hpp"
 #include "kvdrive/index/radix_select.hpp"
@@ -50,7 +51,7 @@ template <class T>
 class HierarchicalOnDevice {
  public:
   explicit HierarchicalOnDevice(const index::HierarchicalFlat& f)
-      : centroids_(as_span(f.centroids)),
+      : centroids_(as_span(checked(f).centroids)),
         means_(as_span(f.member_means)),
         radius_(std::span<const float>(f.radius)),
         offsets_(std::span<const std::int64_t>(f.member_offsets)),
@@ -64,6 +65,10 @@ class HierarchicalOnDevice {
   }
 
  private:
+  static const index::HierarchicalFlat& checked(const index::HierarchicalFlat& f) {
+    KVD_EXPECT(f.dtype == dtype_of<T>, "HierarchicalOnDevice: the index holds {} data, not {}", dtype_name(f.dtype), dtype_name(dtype_of<T>));
+    return f;
+  }
   static std::span<const T> as_span(const std::vector<std::byte>& bytes) {
     return {reinterpret_cast<const T*>(bytes.data()), bytes.size() / sizeof(T)};
   }
@@ -84,14 +89,16 @@ struct HierarchicalSelectParams {
   float radius_weight = 0.5f;
   double expand = 4.0;
   /// Scratch per stream: estimates [group][scratch_stride] with scratch_stride >= clusters +
-  /// members of every stream, candidate counts [scratch_stride], and a page bitmap of
-  /// bitmap_words 32-bit words (>= end_candidate / 32 + 1).
+  /// members of every stream, counts [scratch_stride] (each cluster's candidates, then each
+  /// member's take flag), and a page bitmap of bitmap_words 32-bit words (>= end_candidate / 32 + 1).
   float* scratch_est = nullptr;
   unsigned* scratch_count = nullptr;
   std::uint32_t* scratch_bitmap = nullptr;
   std::int64_t scratch_stride = 0, bitmap_words = 0;
-  std::uint32_t* out = nullptr;  ///< [streams][max_k]: ascending page ids
-  int* out_count = nullptr;      ///< [streams]
+  /// [streams][max_k]: ascending page ids. A selection larger than max_k keeps its best max_k
+  /// pages (not its first max_k ids).
+  std::uint32_t* out = nullptr;
+  int* out_count = nullptr;      ///< [streams]: ids written
   int streams = 0, group = 1, head_dim = 0, max_k = 0;
 };
 
@@ -206,7 +213,7 @@ __global__ void __launch_bounds__(kHierarchicalThreads) HierarchicalSelectKernel
   const auto cluster_key = [&](std::int64_t c) {
     return index::selection_key(index::gqa_page_score(est1 + c, head_max, g, static_cast<std::size_t>(stride)), static_cast<std::uint32_t>(c));
   };
-  const std::int64_t budget = p.budget[s];
+  const std::int64_t budget = max(p.budget[s], std::int64_t{0});
   const auto target = static_cast<unsigned long long>(ceil(p.expand * static_cast<double>(budget)));
   const std::uint64_t cut = detail::block_radix_threshold(
       ix.clusters, target, cluster_key, [&](std::int64_t c) { return static_cast<unsigned long long>(count[c]); }, hist, s_prefix, s_left);
@@ -216,6 +223,7 @@ __global__ void __launch_bounds__(kHierarchicalThreads) HierarchicalSelectKernel
   for (std::int64_t m = tid; m < ix.members; m += blockDim.x) {
     const std::uint32_t c = ix.member_cluster[m], page = ix.member_pages[m];
     const bool take = count[c] > 0 && cluster_key(c) >= cut && page >= first && page < end;
+    count[ix.clusters + m] = take;  // the member's weight in the top-k below
     valid += take;
     for (int h = 0; h < g; ++h) est2[h * stride + m] = take ? index::row_dot(q + h * d, ix.member_means + m * d, d) : NAN;
   }
@@ -227,7 +235,7 @@ __global__ void __launch_bounds__(kHierarchicalThreads) HierarchicalSelectKernel
   const auto member_key = [&](std::int64_t m) {
     return index::selection_key(index::gqa_page_score(est2 + m, head_max, g, static_cast<std::size_t>(stride)), ix.member_pages[m]);
   };
-  const auto member_weight = [&](std::int64_t m) { return static_cast<unsigned long long>(!isnan(est2[m])); };
+  const auto member_weight = [&](std::int64_t m) { return static_cast<unsigned long long>(count[ix.clusters + m]); };
   if (k > 0) {
     const std::uint64_t kth = detail::block_radix_threshold(ix.members, k, member_key, member_weight, hist, s_prefix, s_left);
     for (std::int64_t m = tid; m < ix.members; m += blockDim.x)
@@ -257,7 +265,8 @@ __global__ void __launch_bounds__(kHierarchicalThreads) HierarchicalSelectKernel
 template <class T>
 cudaError_t hierarchical_select(const HierarchicalSelectParams<T>& p, cudaStream_t stream = nullptr) {
   if (p.streams < 0 || p.group < 1 || p.group > kHierarchicalMaxGroup || p.head_dim < 1 || p.max_k < 0) return cudaErrorInvalidValue;
-  if (!(p.expand >= 1.0) || !(p.radius_weight >= 0.0f)) return cudaErrorInvalidValue;
+  if (!(p.expand >= 1.0) || !std::isfinite(p.expand) || !(p.radius_weight >= 0.0f) || !std::isfinite(p.radius_weight))
+    return cudaErrorInvalidValue;
   if (p.streams == 0) return cudaSuccess;
   if (!p.index || !p.q || !p.first_candidate || !p.end_candidate || !p.budget || !p.scratch_est || !p.scratch_count ||
       !p.scratch_bitmap || p.scratch_stride < 1 || p.bitmap_words < 1 || (!p.out && p.max_k > 0))

@@ -25,8 +25,8 @@ struct PageGatherParams {
   int pages = 0;
 };
 
-/// How many 16-byte words of a page-sized copy both ends allow (0 when either end is not
-/// 16-byte aligned or the size is not a multiple of 16): the rest is copied byte by byte.
+/// How many 16-byte words a page-sized copy moves as words: bytes / 16 when both ends are
+/// 16-byte aligned, else 0. The rest (a tail, or everything) is copied byte by byte.
 KVD_HOST_DEVICE std::size_t gather_words(const void* src, const void* dst, std::size_t bytes) {
   const bool aligned = (reinterpret_cast<std::uintptr_t>(src) % 16 == 0) && (reinterpret_cast<std::uintptr_t>(dst) % 16 == 0);
   return aligned ? bytes / 16 : 0;

@@ -29,7 +29,7 @@ struct TopKParams {
   const int* candidates = nullptr;           ///< [streams]: candidate pages of each stream (<= stride)
   const int* k = nullptr;                    ///< [streams]: pages to select (clamped to the candidates)
   const std::int64_t* first_page = nullptr;  ///< [streams]: the page id of candidate 0
-  std::uint32_t* out = nullptr;              ///< [streams][max_k]: ascending page ids
+  std::uint32_t* out = nullptr;              ///< [streams][max_k]: ascending page ids (past max_k: the best max_k)
   int* out_count = nullptr;                  ///< [streams], optional: how many ids each stream got (k, or max_k if smaller)
   int streams = 0, group = 1, max_k = 0;
 };
@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kTopKThreads) TopKKernel(TopKParams p) {
   __shared__ int s_written;
 
   const int s = blockIdx.x, tid = threadIdx.x;
-  const int n = p.candidates[s];
+  const int n = max(p.candidates[s], 0);
   const int k = min(min(max(p.k[s], 0), n), p.max_k);  // beyond max_k: cut (out_count says so)
   const float* est = p.est + static_cast<std::int64_t>(s) * p.group * p.stride;
   std::uint32_t* out = p.out + static_cast<std::int64_t>(s) * p.max_k;

@@ -14,6 +14,7 @@ namespace kvdrive::index {
 
 /// One stream's Hierarchical index as flat arrays (host side), in the KV dtype's bytes.
 struct HierarchicalFlat {
+  DType dtype = DType::f32;  ///< of the centroids and means
   int head_dim = 0;
   std::vector<std::byte> centroids;           ///< [clusters][head_dim]
   std::vector<float> radius;                  ///< [clusters]
@@ -29,6 +30,7 @@ struct HierarchicalFlat {
 /// Flattens one stream's Hierarchical::State.
 inline HierarchicalFlat flatten(const Hierarchical::State& s) {
   HierarchicalFlat f;
+  f.dtype = s.dtype;
   f.head_dim = s.head_dim;
   f.centroids = s.centroids;
   f.radius = s.radius;
