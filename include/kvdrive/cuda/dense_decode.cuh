@@ -14,7 +14,7 @@
 #include <cuda_runtime.h>
 
 #include "kvdrive/attention/math.hpp"
-#include "kvdrive/core/half.hpp"
+#include "kvdrive/cuda/decode_block.cuh"
 
 namespace kvdrive::cuda {
 
@@ -55,41 +55,16 @@ __global__ void DenseDecodeKernel(DenseDecodeParams<T> p) {
     const int first = page * p.page_tokens;
     const int last = min(tokens, first + p.page_tokens);
     float mp = attention::neg_inf(), lp = 0.0f, accp[kPerLane] = {};
-    for (int t = first; t < last; ++t) {
-      float s = 0.0f;
-      for (int i = 0; i < per_lane; ++i) s += qr[i] * to_float(k[static_cast<std::int64_t>(t) * d + lane + 32 * i]);
-      for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
-      s *= p.scale;
-      // Fold one token into the page partial: a one-token partial has m = s, l = 1, acc = v.
-      float vr[kPerLane];
-      for (int i = 0; i < per_lane; ++i) vr[i] = to_float(v[static_cast<std::int64_t>(t) * d + lane + 32 * i]);
-      attention::merge_partial(mp, lp, accp, s, 1.0f, vr, per_lane);
-    }
+    detail::fold_page<T>(qr, k + static_cast<std::int64_t>(first) * d, v + static_cast<std::int64_t>(first) * d, last - first, d,
+                         per_lane, lane, p.scale, mp, lp, accp);
     if (p.page_lse && lane == 0)
       p.page_lse[(static_cast<std::int64_t>(stream) * p.max_pages + page) * p.group + head] = attention::partial_lse(mp, lp);
     attention::merge_partial(m, l, acc, mp, lp, accp, per_lane);
   }
 
-  __shared__ float sm[kDenseDecodeWarps], sl[kDenseDecodeWarps];
-  __shared__ float sacc[kDenseDecodeWarps][kDenseDecodeMaxDim];
-  if (lane == 0) {
-    sm[warp] = m;
-    sl[warp] = l;
-  }
-  for (int i = 0; i < per_lane; ++i) sacc[warp][lane + 32 * i] = acc[i];
-  __syncthreads();
-  if (warp != 0) return;
-  float fm = sm[0], fl = sl[0], facc[kPerLane];
-  for (int i = 0; i < per_lane; ++i) facc[i] = sacc[0][lane + 32 * i];
-  for (int w = 1; w < kDenseDecodeWarps; ++w) {
-    float wacc[kPerLane];
-    for (int i = 0; i < per_lane; ++i) wacc[i] = sacc[w][lane + 32 * i];
-    attention::merge_partial(fm, fl, facc, sm[w], sl[w], wacc, per_lane);
-  }
-  const float inv = fl > 0.0f ? 1.0f / fl : 0.0f;
-  float* out = p.out + (static_cast<std::int64_t>(stream) * p.group + head) * d;
-  for (int i = 0; i < per_lane; ++i) out[lane + 32 * i] = facc[i] * inv;
-  if (p.lse && lane == 0) p.lse[static_cast<std::int64_t>(stream) * p.group + head] = attention::partial_lse(fm, fl);
+  detail::merge_warps_and_store<kDenseDecodeWarps, kDenseDecodeMaxDim>(
+      m, l, acc, per_lane, p.out + (static_cast<std::int64_t>(stream) * p.group + head) * d,
+      p.lse ? p.lse + static_cast<std::int64_t>(stream) * p.group + head : nullptr);
 }
 
 /// Checks the arguments and launches DenseDecodeKernel on `stream`.

@@ -22,10 +22,10 @@
 #include <vector>
 
 #include <cub/block/block_reduce.cuh>
-#include <cub/block/block_scan.cuh>
 #include <cuda_runtime.h>
 
 #include "kvdrive/core/dtype.hpp"
+#include "kvdrive/cuda/block_select.cuh"
 #include "kvdrive/cuda/device_buffer.cuh"
 #include "kvdrive/index/hierarchical_flat.hpp"
 #include "kvdrive/index/radix_select.hpp"
@@ -115,49 +115,12 @@ KVD_HOST_DEVICE std::int64_t lower_bound_page(const std::uint32_t* pages, std::i
 inline constexpr int kHierarchicalThreads = 256;
 inline constexpr int kHierarchicalMaxGroup = 64;
 
-namespace detail {
-
-/// Radix select over n keys made by key_of(i), weighted by weight_of(i): the largest key whose
-/// keys above weigh at least target (block-wide; every thread gets it).
-template <class KeyOf, class WeightOf>
-__device__ std::uint64_t block_radix_threshold(std::int64_t n, unsigned long long target, KeyOf key_of, WeightOf weight_of,
-                                               unsigned long long* hist, std::uint64_t& s_prefix, unsigned long long& s_left) {
-  const int tid = threadIdx.x;
-  if (tid == 0) {
-    s_prefix = 0;
-    s_left = target;
-  }
-  std::uint64_t mask = 0;
-  for (int shift = 56; shift >= 0; shift -= 8) {
-    for (int b = tid; b < 256; b += blockDim.x) hist[b] = 0;
-    __syncthreads();
-    const std::uint64_t prefix = s_prefix;
-    for (std::int64_t i = tid; i < n; i += blockDim.x) {
-      const unsigned long long w = weight_of(i);
-      if (w == 0) continue;
-      const std::uint64_t key = key_of(i);
-      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xFF], w);
-    }
-    __syncthreads();
-    if (tid == 0) {
-      unsigned long long left = s_left;
-      const int b = index::radix_select_digit(hist, left);
-      s_prefix = prefix | (static_cast<std::uint64_t>(b) << shift);
-      s_left = left;
-    }
-    mask |= 0xFFull << shift;
-    __syncthreads();
-  }
-  return s_prefix;
-}
-
-}  // namespace detail
 
 template <class T>
 __global__ void __launch_bounds__(kHierarchicalThreads) HierarchicalSelectKernel(HierarchicalSelectParams<T> p) {
   using Reduce = cub::BlockReduce<float, kHierarchicalThreads>;
   using Count = cub::BlockReduce<unsigned long long, kHierarchicalThreads>;
-  using Scan = cub::BlockScan<int, kHierarchicalThreads>;
+  using Scan = detail::OrderScan<kHierarchicalThreads>;
   __shared__ union {
     typename Reduce::TempStorage reduce;
     typename Count::TempStorage count;
@@ -245,19 +208,11 @@ __global__ void __launch_bounds__(kHierarchicalThreads) HierarchicalSelectKernel
       }
   }
   __syncthreads();
-  // Out in page order: a block scan over the candidate pages' bits.
-  if (tid == 0) s_written = 0;
-  __syncthreads();
-  for (std::int64_t base = first; base < end && k > 0; base += blockDim.x) {
-    const std::int64_t page = base + tid;
-    const int keep = page < end && (bitmap[page / 32] >> (page % 32)) & 1u ? 1 : 0;
-    int at = 0, total = 0;
-    Scan(temp.scan).ExclusiveSum(keep, at, total);
-    if (keep) out[s_written + at] = static_cast<std::uint32_t>(page);
-    __syncthreads();
-    if (tid == 0) s_written += total;
-    __syncthreads();
-  }
+  // Out in page order: the candidate pages whose bit is set.
+  if (k > 0)
+    detail::write_in_order<kHierarchicalThreads>(
+        end - first, [&](std::int64_t i) { return ((bitmap[(first + i) / 32] >> ((first + i) % 32)) & 1u) != 0; },
+        [&](std::int64_t i) { return static_cast<std::uint32_t>(first + i); }, out, temp.scan, s_written);
   if (tid == 0 && p.out_count) p.out_count[s] = static_cast<int>(k);
 }
 

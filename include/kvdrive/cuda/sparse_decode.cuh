@@ -17,7 +17,7 @@
 #include <cuda_runtime.h>
 
 #include "kvdrive/attention/math.hpp"
-#include "kvdrive/core/half.hpp"
+#include "kvdrive/cuda/decode_block.cuh"
 
 namespace kvdrive::cuda {
 
@@ -56,39 +56,14 @@ __global__ void SparseDecodeKernel(SparseDecodeParams<T> p) {
     const T* v = p.page_v[first + page];
     const int tokens = p.page_tokens[first + page];
     float mp = attention::neg_inf(), lp = 0.0f, accp[kPerLane] = {};
-    for (int t = 0; t < tokens; ++t) {
-      float s = 0.0f;
-      for (int i = 0; i < per_lane; ++i) s += qr[i] * to_float(k[static_cast<std::int64_t>(t) * d + lane + 32 * i]);
-      for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
-      s *= p.scale;
-      float vr[kPerLane];
-      for (int i = 0; i < per_lane; ++i) vr[i] = to_float(v[static_cast<std::int64_t>(t) * d + lane + 32 * i]);
-      attention::merge_partial(mp, lp, accp, s, 1.0f, vr, per_lane);  // a one-token partial: m = s, l = 1
-    }
+    detail::fold_page<T>(qr, k, v, tokens, d, per_lane, lane, p.scale, mp, lp, accp);
     if (p.page_lse && lane == 0) p.page_lse[(first + page) * p.group + head] = attention::partial_lse(mp, lp);
     attention::merge_partial(m, l, acc, mp, lp, accp, per_lane);
   }
 
-  __shared__ float sm[kSparseDecodeWarps], sl[kSparseDecodeWarps];
-  __shared__ float sacc[kSparseDecodeWarps][kSparseDecodeMaxDim];
-  if (lane == 0) {
-    sm[warp] = m;
-    sl[warp] = l;
-  }
-  for (int i = 0; i < per_lane; ++i) sacc[warp][lane + 32 * i] = acc[i];
-  __syncthreads();
-  if (warp != 0) return;
-  float fm = sm[0], fl = sl[0], facc[kPerLane];
-  for (int i = 0; i < per_lane; ++i) facc[i] = sacc[0][lane + 32 * i];
-  for (int w = 1; w < kSparseDecodeWarps; ++w) {
-    float wacc[kPerLane];
-    for (int i = 0; i < per_lane; ++i) wacc[i] = sacc[w][lane + 32 * i];
-    attention::merge_partial(fm, fl, facc, sm[w], sl[w], wacc, per_lane);
-  }
-  const float inv = fl > 0.0f ? 1.0f / fl : 0.0f;
-  float* out = p.out + (static_cast<std::int64_t>(stream) * p.group + head) * d;
-  for (int i = 0; i < per_lane; ++i) out[lane + 32 * i] = facc[i] * inv;
-  if (p.lse && lane == 0) p.lse[static_cast<std::int64_t>(stream) * p.group + head] = attention::partial_lse(fm, fl);
+  detail::merge_warps_and_store<kSparseDecodeWarps, kSparseDecodeMaxDim>(
+      m, l, acc, per_lane, p.out + (static_cast<std::int64_t>(stream) * p.group + head) * d,
+      p.lse ? p.lse + static_cast<std::int64_t>(stream) * p.group + head : nullptr);
 }
 
 /// Checks the arguments and launches SparseDecodeKernel on `stream`. The page lists must be on

@@ -15,10 +15,9 @@
 
 #include <cub/block/block_radix_sort.cuh>
 #include <cub/block/block_reduce.cuh>
-#include <cub/block/block_scan.cuh>
 #include <cuda_runtime.h>
 
-#include "kvdrive/index/radix_select.hpp"
+#include "kvdrive/cuda/block_select.cuh"
 #include "kvdrive/index/selection.hpp"
 
 namespace kvdrive::cuda {
@@ -43,7 +42,7 @@ __global__ void __launch_bounds__(kTopKThreads) TopKKernel(TopKParams p) {
   using Reduce = cub::BlockReduce<float, kTopKThreads>;
   using SortKeys = cub::BlockRadixSort<std::uint64_t, kTopKThreads, kTopKItems>;
   using SortIds = cub::BlockRadixSort<std::uint32_t, kTopKThreads, kTopKItems>;
-  using Scan = cub::BlockScan<int, kTopKThreads>;
+  using Scan = detail::OrderScan<kTopKThreads>;
   __shared__ union {
     typename Reduce::TempStorage reduce;
     typename SortKeys::TempStorage keys;
@@ -74,7 +73,7 @@ __global__ void __launch_bounds__(kTopKThreads) TopKKernel(TopKParams p) {
     if (tid == 0) head_max[h] = block_max;
     __syncthreads();
   }
-  const auto key_of = [&](int i) {
+  const auto key_of = [&](std::int64_t i) {
     return index::selection_key(index::gqa_page_score(est + i, head_max, p.group, static_cast<std::size_t>(p.stride)),
                                 static_cast<std::uint32_t>(i));
   };
@@ -102,43 +101,14 @@ __global__ void __launch_bounds__(kTopKThreads) TopKKernel(TopKParams p) {
     return;
   }
 
-  // Radix select: the k-th largest key, 8 bits at a time from the top.
-  if (tid == 0) {
-    s_prefix = 0;
-    s_left = static_cast<unsigned long long>(k);
-  }
-  std::uint64_t mask = 0;
-  for (int shift = 56; shift >= 0; shift -= 8) {
-    for (int b = tid; b < 256; b += kTopKThreads) hist[b] = 0;
-    __syncthreads();
-    const std::uint64_t prefix = s_prefix;
-    if (k > 0)
-      for (int i = tid; i < n; i += kTopKThreads) {
-        const std::uint64_t key = key_of(i);
-        if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xFF], 1ull);
-      }
-    __syncthreads();
-    if (tid == 0 && k > 0) {
-      unsigned long long left = s_left;
-      const int b = index::radix_select_digit(hist, left);
-      s_prefix = prefix | (static_cast<std::uint64_t>(b) << shift);
-      s_left = left;
-    }
-    mask |= 0xFFull << shift;
-    __syncthreads();
-  }
-  const std::uint64_t threshold = s_prefix;  // keys are unique: exactly k are >= it
-  if (tid == 0) s_written = 0;
-  __syncthreads();
-  for (int base = 0; base < n && k > 0; base += kTopKThreads) {
-    const int i = base + tid;
-    const int keep = i < n && key_of(i) >= threshold ? 1 : 0;
-    int at = 0, total = 0;
-    Scan(temp.scan).ExclusiveSum(keep, at, total);
-    if (keep) out[s_written + at] = first_page + static_cast<std::uint32_t>(i);
-    __syncthreads();
-    if (tid == 0) s_written += total;
-    __syncthreads();
+  // Radix select: the k-th largest key (keys are unique: exactly k are >= it), then those
+  // candidates in page order.
+  if (k > 0) {
+    const std::uint64_t threshold = detail::block_radix_threshold(
+        n, static_cast<unsigned long long>(k), key_of, [](std::int64_t) { return 1ull; }, hist, s_prefix, s_left);
+    detail::write_in_order<kTopKThreads>(
+        n, [&](std::int64_t i) { return key_of(i) >= threshold; },
+        [&](std::int64_t i) { return first_page + static_cast<std::uint32_t>(i); }, out, temp.scan, s_written);
   }
   if (p.out_count && tid == 0) p.out_count[s] = k;
 }
