@@ -134,6 +134,44 @@ TEST_CASE("sparse decode attention is stable for large scores") {
   CHECK(out[1] == doctest::Approx(39.0).epsilon(1e-4));
 }
 
+TEST_CASE("merge_splits: splits of 8 pages attended apart and merged in order give the whole list's attention") {
+  const int d = 32, g = 4, pt = 8;
+  for (int pages : {1, 7, 8, 9, 30}) {
+    CAPTURE(pages);
+    const auto q = test::random_floats(static_cast<std::size_t>(g) * d, 5);
+    std::vector<std::vector<float>> data;
+    std::vector<attention::PageRef> refs;
+    for (int p = 0; p < pages; ++p) {
+      data.push_back(test::random_floats(2 * static_cast<std::size_t>(pt) * d, 100 + p));
+      refs.push_back({data.back().data(), data.back().data() + pt * d, p + 1 == pages ? 3 : pt});
+    }
+    attention::DecodeArgs a;
+    a.q = q.data();
+    a.group = g;
+    a.head_dim = d;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(d));
+    std::vector<float> out(static_cast<std::size_t>(g) * d), lse(g);
+    a.pages = refs;
+    a.out = out.data();
+    a.lse = lse.data();
+    attention::sparse_decode<float>(a);
+    const std::size_t splits = attention::split_count(refs.size());
+    CHECK(splits == (static_cast<std::size_t>(pages) + 7) / 8);
+    std::vector<float> outs(splits * g * d), lses(splits * g), merged(out.size()), merged_lse(g);
+    for (std::size_t sp = splits; sp-- > 0;) {  // in any order: only the merge is ordered
+      const std::size_t first = sp * attention::kSplitPages, n = std::min(attention::kSplitPages, refs.size() - first);
+      attention::DecodeArgs sa = a;
+      sa.pages = std::span<const attention::PageRef>(refs).subspan(first, n);
+      sa.out = outs.data() + sp * g * d;
+      sa.lse = lses.data() + sp * g;
+      attention::sparse_decode<float>(sa);
+    }
+    attention::merge_splits(g, d, splits, outs.data(), lses.data(), merged.data(), merged_lse.data());
+    for (std::size_t i = 0; i < out.size(); ++i) CHECK(merged[i] == doctest::Approx(out[i]).epsilon(1e-5));
+    for (int h = 0; h < g; ++h) CHECK(merged_lse[h] == doctest::Approx(lse[h]).epsilon(1e-5));
+  }
+}
+
 TEST_CASE("merge_partial: two halves merge into the whole") {
   const int d = 16, n = 30;
   const auto q = test::random_floats(d, 1);

@@ -411,7 +411,7 @@ class KvManager {
   /// micro-batches (Elastic), each size in {streams, /2, /4, /8, 1} runs `repeats` dry steps
   /// (select, classify, fetch and compute, then rolled back: nothing changes), the sizes taking
   /// turns round by round so that drift in the machine's speed hits them alike, and the size
-  /// with the fastest median is set; a split must beat the whole batch by 5%. Call it after
+  /// with the fastest median is set; a split must beat the whole batch by 10%. Call it after
   /// warm-up, with a representative batch. Arguments as attend().
   TuneReport tune(int layer, std::span<const SeqId> batch, View<const float, 3> q, View<const float, 3> k,
                   View<const float, 3> v, View<float, 3> out, int repeats = 9) {
@@ -460,9 +460,9 @@ class KvManager {
           split = sizes[i];
         }
       }
-      // A split must beat the whole batch by 5%: dry steps are noisy, and a needless split
+      // A split must beat the whole batch by 10%: dry steps are noisy, and a needless split
       // only adds hand-offs.
-      report.micro_batch = split != 0 && best_split < 0.95 * whole ? split : streams;
+      report.micro_batch = split != 0 && best_split < 0.90 * whole ? split : streams;
       pipeline_.set_micro_batch(report.micro_batch);
     }
     return report;
@@ -661,6 +661,12 @@ class KvManager {
     std::vector<std::pair<std::uint8_t, tier::ReadTicket>> in_flight;
     std::vector<attention::PageRef> refs;
     std::vector<float> out, lse, page_lse;
+    /// Split-KV (attention::kSplitPages): the attended page ids (sink, selected, local), each
+    /// split's output and log-sum-exp, and which splits are done (compute_ready may do some
+    /// before the misses arrive).
+    std::vector<std::uint32_t> attended;
+    std::vector<float> split_out, split_lse;
+    std::vector<std::uint8_t> split_done;
     std::vector<std::uint32_t> through_cache;  ///< selected pages that use the cache
     std::vector<float> cache_scores;
     std::uint64_t hits = 0, in_place = 0;
@@ -795,6 +801,27 @@ class KvManager {
 
     void compute(std::size_t first, std::size_t last) {
       m_.backend_.parallel_for(last - first, [&](std::size_t j) { compute_one(m_.plans_[first + j]); });
+    }
+
+    /// Attends the splits of streams [first, last) whose pages are all resident already (no
+    /// miss among them), after classify and before or while their misses are read; compute()
+    /// does the rest and merges. Optional for a pipeline: the bits are the same either way.
+    void compute_ready(std::size_t first, std::size_t last) {
+      m_.backend_.parallel_for(last - first, [&](std::size_t j) {
+        StepPlan& p = m_.plans_[first + j];
+        prepare_splits(p);
+        const std::size_t n = p.attended.size();
+        std::vector<attention::PageRef> refs;
+        for (std::size_t s = 0; s < p.split_done.size(); ++s) {
+          const std::size_t a = s * attention::kSplitPages, b = std::min(n, a + attention::kSplitPages);
+          bool resident = true;
+          for (std::size_t i = a; i < b && resident; ++i) resident = !std::binary_search(p.misses.begin(), p.misses.end(), p.attended[i]);
+          if (!resident) continue;
+          refs.clear();
+          for (std::size_t i = a; i < b; ++i) refs.push_back(page_ref(p, p.attended[i]));
+          compute_split(p, s, refs);
+        }
+      });
     }
 
     /// Runs fn(i) for i in [0, n) on the backend's threads (for stages that are per stream).
@@ -942,6 +969,8 @@ class KvManager {
       p.misses.clear();
       p.staged.clear();
       p.refs.clear();
+      p.attended.clear();
+      p.split_done.clear();
       p.through_cache.clear();
       p.cache_scores.clear();
       p.hits = p.in_place = 0;
@@ -981,37 +1010,62 @@ class KvManager {
       return addr;
     }
 
-    void add_ref(StepPlan& p, std::uint32_t page) const {
+    attention::PageRef page_ref(const StepPlan& p, std::uint32_t page) const {
       const Config& c = m_.cfg_;
       const std::byte* bytes = page_data(p, page);
       const std::int64_t tokens_after = p.stream->pages.tokens + 1;
       const int tokens = page == p.ranges.pages - 1
                              ? static_cast<int>(tokens_after - static_cast<std::int64_t>(page) * c.page_tokens)
                              : c.page_tokens;
-      p.refs.push_back({bytes, bytes + c.block_bytes(), tokens});
+      return {bytes, bytes + c.block_bytes(), tokens};
     }
 
-    void compute_one(StepPlan& p) const {
+    /// The attended pages in list order (sink, selected, local) and room for every split's
+    /// result, once per step.
+    void prepare_splits(StepPlan& p) const {
+      if (!p.split_done.empty() || p.ranges.pages == 0) return;
+      const int g = m_.cfg_.group(), d = m_.cfg_.shape.head_dim;
+      for (std::int64_t page = 0; page < p.ranges.sink_end; ++page) p.attended.push_back(static_cast<std::uint32_t>(page));
+      p.attended.insert(p.attended.end(), p.selected.begin(), p.selected.end());
+      for (std::int64_t page = p.ranges.local_begin; page < p.ranges.pages; ++page) p.attended.push_back(static_cast<std::uint32_t>(page));
+      const std::size_t splits = attention::split_count(p.attended.size());
+      p.split_out.resize(splits * static_cast<std::size_t>(g) * d);
+      p.split_lse.resize(splits * static_cast<std::size_t>(g));
+      p.page_lse.resize(p.attended.size() * static_cast<std::size_t>(g));
+      p.split_done.assign(splits, 0);
+    }
+
+    /// Attends split s of p's pages (refs: its pages, in order).
+    void compute_split(StepPlan& p, std::size_t s, std::span<const attention::PageRef> refs) const {
       const Config& c = m_.cfg_;
       const int g = c.group(), d = c.shape.head_dim;
-      for (std::int64_t page = 0; page < p.ranges.sink_end; ++page) add_ref(p, static_cast<std::uint32_t>(page));
-      for (std::uint32_t page : p.selected) add_ref(p, page);
-      for (std::int64_t page = p.ranges.local_begin; page < p.ranges.pages; ++page)
-        add_ref(p, static_cast<std::uint32_t>(page));
-
-      p.out.resize(static_cast<std::size_t>(g) * d);
-      p.lse.resize(static_cast<std::size_t>(g));
-      p.page_lse.resize(p.refs.size() * static_cast<std::size_t>(g));
       attention::DecodeArgs args;
       args.q = p.q.data();
       args.group = g;
       args.head_dim = d;
       args.scale = c.scale();
-      args.pages = p.refs;
-      args.out = p.out.data();
-      args.lse = p.lse.data();
-      args.page_lse = p.page_lse.data();
+      args.pages = refs;
+      args.out = p.split_out.data() + s * static_cast<std::size_t>(g) * d;
+      args.lse = p.split_lse.data() + s * static_cast<std::size_t>(g);
+      args.page_lse = p.page_lse.data() + s * attention::kSplitPages * static_cast<std::size_t>(g);
       dispatch_dtype(c.dtype, [&](auto tag) { attention::sparse_decode<typename decltype(tag)::type>(args); });
+      p.split_done[s] = 1;
+    }
+
+    void compute_one(StepPlan& p) const {
+      const Config& c = m_.cfg_;
+      const int g = c.group(), d = c.shape.head_dim;
+      prepare_splits(p);
+      for (std::uint32_t page : p.attended) p.refs.push_back(page_ref(p, page));
+      const std::size_t n = p.refs.size();
+      for (std::size_t s = 0; s < p.split_done.size(); ++s)
+        if (!p.split_done[s]) {
+          const std::size_t a = s * attention::kSplitPages, b = std::min(n, a + attention::kSplitPages);
+          compute_split(p, s, std::span<const attention::PageRef>(p.refs).subspan(a, b - a));
+        }
+      p.out.resize(static_cast<std::size_t>(g) * d);
+      p.lse.resize(static_cast<std::size_t>(g));
+      attention::merge_splits(g, d, p.split_done.size(), p.split_out.data(), p.split_lse.data(), p.out.data(), p.lse.data());
 
       // Eviction scores: attention mass of each page that went through the cache.
       const auto first_selected = static_cast<std::size_t>(p.ranges.sink_end);
@@ -1068,6 +1122,7 @@ class KvManager {
     void fetch_finish(std::size_t a, std::size_t b) { s.fetch_finish(a, b); }
     // No prepare_commit: its writes are durable and real; a dry step must not make them.
     void compute(std::size_t a, std::size_t b) { s.compute(a, b); }
+    void compute_ready(std::size_t a, std::size_t b) { s.compute_ready(a, b); }
     void commit() {}
     void parallel_for(std::size_t n, const std::function<void(std::size_t)>& fn) { s.parallel_for(n, fn); }
     StageTimes& times() { return s.times(); }

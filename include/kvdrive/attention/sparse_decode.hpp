@@ -115,4 +115,34 @@ void sparse_decode(const DecodeArgs& a) {
   }
 }
 
+/// Pages per split of the split-KV form KvManager attends with (Decision 2): a stream's page
+/// list is cut, in list order, into splits of kSplitPages pages; each split is attended on its
+/// own (sparse_decode over its pages) and the splits merge in list order (merge_splits). Split
+/// and merge depend only on the list, so a pipeline may attend a split as soon as its pages are
+/// resident, while the misses of other splits are still being read, and get the same bits.
+inline constexpr std::size_t kSplitPages = 8;
+
+/// Splits of a list of n pages.
+inline std::size_t split_count(std::size_t pages) { return (pages + kSplitPages - 1) / kSplitPages; }
+
+/// Merges split results in order: outs [splits][group][head_dim] (each normalised over its split)
+/// and lses [splits][group]; writes out [group][head_dim] and, if given, lse [group]. A split's
+/// result is the partial (m = its lse, l = 1, acc = its output), folded in by merge_partial.
+inline void merge_splits(int group, int head_dim, std::size_t splits, const float* outs, const float* lses, float* out, float* lse) {
+  const std::size_t gd = static_cast<std::size_t>(group) * head_dim;
+  for (int h = 0; h < group; ++h) {
+    float m = neg_inf(), l = 0.0f;
+    float* acc = out + static_cast<std::size_t>(h) * head_dim;
+    std::fill(acc, acc + head_dim, 0.0f);
+    for (std::size_t s = 0; s < splits; ++s) {
+      const float ls = lses[s * group + h];
+      if (ls == neg_inf()) continue;  // a split with no tokens
+      merge_partial(m, l, acc, ls, 1.0f, outs + s * gd + static_cast<std::size_t>(h) * head_dim, head_dim);
+    }
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (int j = 0; j < head_dim; ++j) acc[j] *= inv;
+    if (lse) lse[h] = partial_lse(m, l);
+  }
+}
+
 }  // namespace kvdrive::attention

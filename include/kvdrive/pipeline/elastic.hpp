@@ -6,7 +6,8 @@
 // counters under one mutex, a queue as deep as the step; the fetch thread keeps every classified
 // micro-batch's reads in flight (fetch_start) and finishes them in order (fetch_finish). On the
 // CPU the caller's thread, once it has selected every micro-batch, computes each one as soon as
-// it is fetched (compute_as_fetched; with it off, the whole batch computes once every fetch is
+// it is fetched, and attends the resident splits of those still being read (compute_ready)
+// meanwhile (compute_as_fetched; with it off, the whole batch computes once every fetch is
 // done, as a GPU would in one launch). After
 // the last fetch the fetch thread writes the step's sealed pages and prepares the index update
 // (StepStages::prepare_commit, when the stages have it) while compute goes on; then commit
@@ -176,12 +177,29 @@ class Elastic {
     // long pole, so it goes first); then, with compute_as_fetched, it computes each micro-batch
     // as soon as it is fetched, while the later ones are still being read.
     double select_busy = 0, compute_busy = 0;
-    std::size_t computed = 0;
+    std::size_t computed = 0, readied = 0;
+    // With asynchronous fetches and compute_ready, a micro-batch whose reads are in flight has
+    // its resident splits attended meanwhile; a fetched one is computed first.
+    constexpr bool kReadyEarly = requires { s.fetch_start(n, n); s.fetch_finish(n, n); s.compute_ready(n, n); };
     const auto compute_fetched = [&] {
       while (computed < batches && !prog.stopped()) {
-        if (!prog.wait_for(prog.fetched, computed + 1)) return;
-        if (!prog.run(compute_busy, [&] { s.compute(first(computed), last(computed)); })) return;
-        ++computed;
+        bool full = true;
+        {
+          std::unique_lock lock(prog.mutex);
+          prog.moved.wait(lock, [&] {
+            return prog.stopping || prog.fetched > computed || (kReadyEarly && readied < batches && prog.started > readied);
+          });
+          if (prog.stopping) return;
+          full = prog.fetched > computed;
+        }
+        if (full) {
+          if (!prog.run(compute_busy, [&] { s.compute(first(computed), last(computed)); })) return;
+          ++computed;
+          readied = std::max(readied, computed);
+        } else if constexpr (kReadyEarly) {
+          if (!prog.run(compute_busy, [&] { s.compute_ready(first(readied), last(readied)); })) return;
+          ++readied;
+        }
       }
     };
     for (std::size_t b = 0; b < batches && !prog.stopped(); ++b) {
@@ -230,7 +248,7 @@ class Elastic {
   struct Progress {
     std::mutex mutex;
     std::condition_variable moved;
-    std::size_t selected = 0, classified = 0, fetched = 0;
+    std::size_t selected = 0, classified = 0, started = 0, fetched = 0;  ///< started: reads in flight (fetch_start)
     std::chrono::steady_clock::time_point fetched_at{};  ///< when the last fetch so far finished
     bool stopping = false;
     std::exception_ptr error;
@@ -316,6 +334,7 @@ class Elastic {
         const bool ok = prog.run(busy_ms, [&] { s.fetch_start(first(started), last(started)); });
         ++started;  // even if it failed: what it did start must be finished
         if (!ok) break;
+        prog.advance(prog.started);
       }
       if (prog.stopped()) break;
       if (finished < started) {
