@@ -86,7 +86,8 @@ double copy_bandwidth(cudaStream_t s, std::size_t bytes) {
 struct SparseSetup {
   int streams, group, d, page_tokens;
   kc::DeviceBuffer<half> k, v;
-  kc::DeviceBuffer<float> q, out, lse;
+  kc::DeviceBuffer<float> q, out, lse, split_out, split_lse;
+  int max_splits = 0;
   kc::DeviceBuffer<const half*> pk, pv;
   kc::DeviceBuffer<int> rows;
   kc::DeviceBuffer<std::int64_t> offsets;
@@ -106,6 +107,9 @@ struct SparseSetup {
     q = kc::DeviceBuffer<float>(std::span<const float>(hq));
     out = kc::DeviceBuffer<float>(hq.size());
     lse = kc::DeviceBuffer<float>(static_cast<std::size_t>(streams) * group);
+    max_splits = static_cast<int>(kvdrive::attention::split_count(static_cast<std::size_t>(pages_per_stream)));
+    split_out = kc::DeviceBuffer<float>(static_cast<std::size_t>(streams) * max_splits * group * d);
+    split_lse = kc::DeviceBuffer<float>(static_cast<std::size_t>(streams) * max_splits * group);
     std::vector<const half*> hk, hv;
     std::vector<int> hr;
     std::vector<std::int64_t> ho{0};
@@ -137,6 +141,10 @@ struct SparseSetup {
     p.page_offsets = offsets.data();
     p.out = out.data();
     p.lse = lse.data();
+    p.split_out = split_out.data();
+    p.split_lse = split_lse.data();
+    p.max_splits = max_splits;
+    p.max_page_tokens = page_tokens;
     p.streams = streams;
     p.group = group;
     p.head_dim = d;

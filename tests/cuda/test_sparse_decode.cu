@@ -1,11 +1,13 @@
-// The sparse decode kernel against the CPU's attention::sparse_decode on the same pages (f32,
-// f16, bf16; GQA 1, 4, 8; head_dim 64 and 128; partial last pages), with pages scattered over a
-// device pool in random order. The same page list placed in other slots gives bitwise the same
-// output (Decision 2 on the GPU). Exit 77 (skipped) without a GPU.
+// The sparse decode kernels against the CPU's split-KV attention on the same pages
+// (attention::sparse_decode per split of 8 pages, merged by attention::merge_splits, as KvManager
+// computes it; f32, f16, bf16; GQA 1, 4, 8; head_dim 64 and 128; partial last pages), with pages
+// scattered over a device pool in random order. The same page list placed in other slots gives
+// bitwise the same output (Decision 2 on the GPU). Exit 77 (skipped) without a GPU.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <numeric>
+#include <span>
 #include <random>
 #include <vector>
 
@@ -56,6 +58,9 @@ static int check(int streams, int group, int d, int page_tokens, std::mt19937& r
     }
     cuda::DeviceBuffer<const T*> dpk{std::span<const T* const>(pk)}, dpv{std::span<const T* const>(pv)};
     cuda::DeviceBuffer<float> dout(q.size()), dlse(static_cast<std::size_t>(streams) * group), dplse(pages * group);
+    const int max_splits = static_cast<int>(attention::split_count(40));
+    cuda::DeviceBuffer<float> dsplit_out(static_cast<std::size_t>(streams) * max_splits * group * d),
+        dsplit_lse(static_cast<std::size_t>(streams) * max_splits * group);
     cuda::SparseDecodeParams<T> p;
     p.q = dq.data();
     p.page_k = dpk.data();
@@ -65,6 +70,10 @@ static int check(int streams, int group, int d, int page_tokens, std::mt19937& r
     p.out = dout.data();
     p.lse = dlse.data();
     p.page_lse = dplse.data();
+    p.split_out = dsplit_out.data();
+    p.split_lse = dsplit_lse.data();
+    p.max_splits = max_splits;
+    p.max_page_tokens = page_tokens;
     p.streams = streams;
     p.group = group;
     p.head_dim = d;
@@ -80,16 +89,22 @@ static int check(int streams, int group, int d, int page_tokens, std::mt19937& r
         refs.push_back({k.data() + static_cast<std::size_t>(i) * page_elems, v.data() + static_cast<std::size_t>(i) * page_elems,
                         rows[static_cast<std::size_t>(i)]});
       std::vector<float> cout(static_cast<std::size_t>(group) * d), clse(group), cplse(refs.size() * group);
-      attention::DecodeArgs a;
-      a.q = q.data() + static_cast<std::size_t>(s) * group * d;
-      a.group = group;
-      a.head_dim = d;
-      a.scale = p.scale;
-      a.pages = refs;
-      a.out = cout.data();
-      a.lse = clse.data();
-      a.page_lse = cplse.data();
-      attention::sparse_decode<T>(a);
+      const std::size_t splits = attention::split_count(refs.size());
+      std::vector<float> souts(splits * group * d), slses(splits * group);
+      for (std::size_t sp = 0; sp < splits; ++sp) {
+        const std::size_t a0 = sp * attention::kSplitPages, n = std::min(attention::kSplitPages, refs.size() - a0);
+        attention::DecodeArgs a;
+        a.q = q.data() + static_cast<std::size_t>(s) * group * d;
+        a.group = group;
+        a.head_dim = d;
+        a.scale = p.scale;
+        a.pages = std::span<const attention::PageRef>(refs).subspan(a0, n);
+        a.out = souts.data() + sp * group * d;
+        a.lse = slses.data() + sp * group;
+        a.page_lse = cplse.data() + a0 * group;
+        attention::sparse_decode<T>(a);
+      }
+      attention::merge_splits(group, d, splits, souts.data(), slses.data(), cout.data(), clse.data());
       for (int i = 0; i < group * d; ++i)
         if (std::fabs(cout[i] - outs[0][static_cast<std::size_t>(s) * group * d + i]) > 1e-4f) ++bad;
       for (int h = 0; h < group; ++h) {

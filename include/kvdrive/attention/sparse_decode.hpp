@@ -17,6 +17,7 @@
 #include "kvdrive/attention/cpu_kernels.hpp"
 #include "kvdrive/attention/math.hpp"
 #include "kvdrive/core/error.hpp"
+#include "kvdrive/core/host_device.hpp"
 
 namespace kvdrive::attention {
 
@@ -123,7 +124,7 @@ void sparse_decode(const DecodeArgs& a) {
 inline constexpr std::size_t kSplitPages = 8;
 
 /// Splits of a list of n pages.
-inline std::size_t split_count(std::size_t pages) { return (pages + kSplitPages - 1) / kSplitPages; }
+KVD_HOST_DEVICE std::size_t split_count(std::size_t pages) { return (pages + kSplitPages - 1) / kSplitPages; }
 
 /// Merges split results in order: outs [splits][group][head_dim] (each normalised over its split)
 /// and lses [splits][group]; writes out [group][head_dim] and, if given, lse [group]. A split's
