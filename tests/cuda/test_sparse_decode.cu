@@ -128,7 +128,7 @@ int main() {
   std::mt19937 rng(3);
   int bad = 0;
   for (int group : {1, 4, 8})
-    for (int d : {64, 128})
+    for (int d : {32, 64, 96, 128, 256})
       for (int page_tokens : {8, 16}) {
         bad += check<float>(5, group, d, page_tokens, rng);
         bad += check<half>(5, group, d, page_tokens, rng);

@@ -43,7 +43,10 @@ struct SparseDecodeParams {
   float* split_out = nullptr;
   float* split_lse = nullptr;
   int max_splits = 0;
-  int max_page_tokens = 0;                  ///< rows staged in shared memory per page
+  /// Rows staged in shared memory per page (every page_tokens[i] must be at most this; a larger
+  /// page fails the launch). 2 x max_page_tokens x head_dim x sizeof(T) must fit in 48 KiB:
+  /// 96 tokens of f16 at head_dim 128, 48 of f32.
+  int max_page_tokens = 0;
   int streams = 0, group = 1, head_dim = 0;
   float scale = 1.0f;
 };
@@ -71,6 +74,7 @@ __global__ void SparseDecodeSplitKernel(SparseDecodeParams<T> p) {
   float m = attention::neg_inf(), l = 0.0f, acc[PerLane] = {};
   for (std::int64_t page = begin; page < end; ++page) {
     const int tokens = p.page_tokens[first + page];
+    if (tokens > p.max_page_tokens) __trap();  // would overflow the stage: a launch failure, not wrong output
     const T* k = p.page_k[first + page];
     const T* v = p.page_v[first + page];
     for (int i = threadIdx.x; i < tokens * d; i += blockDim.x) {
@@ -97,6 +101,7 @@ __global__ void MergeSplitsKernel(const std::int64_t* page_offsets, const float*
   const int stream = blockIdx.x, head = blockIdx.y, lane = threadIdx.x;
   constexpr int d = PerLane * 32;
   const auto splits = static_cast<int>(attention::split_count(static_cast<std::size_t>(page_offsets[stream + 1] - page_offsets[stream])));
+  if (splits > max_splits) __trap();  // the split kernel had no room for them: a launch failure, not wrong output
   float m = attention::neg_inf(), l = 0.0f, acc[PerLane] = {};
   for (int s = 0; s < splits; ++s) {
     const std::int64_t at = (static_cast<std::int64_t>(stream) * max_splits + s) * group + head;
