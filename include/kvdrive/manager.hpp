@@ -811,7 +811,7 @@ class KvManager {
         StepPlan& p = m_.plans_[first + j];
         prepare_splits(p);
         const std::size_t n = p.attended.size();
-        std::vector<attention::PageRef> refs;
+        thread_local std::vector<attention::PageRef> refs;  // per worker, reused step after step
         for (std::size_t s = 0; s < p.split_done.size(); ++s) {
           const std::size_t a = s * attention::kSplitPages, b = std::min(n, a + attention::kSplitPages);
           bool resident = true;

@@ -8,10 +8,9 @@
 // CPU the caller's thread, once it has selected every micro-batch, computes each one as soon as
 // it is fetched, and attends the resident splits of those still being read (compute_ready)
 // meanwhile (compute_as_fetched; with it off, the whole batch computes once every fetch is
-// done, as a GPU would in one launch). After
-// the last fetch the fetch thread writes the step's sealed pages and prepares the index update
-// (StepStages::prepare_commit, when the stages have it) while compute goes on; then commit
-// applies.
+// done, as a GPU would in one launch). After the last fetch the fetch thread writes the step's
+// sealed pages and prepares the index update (StepStages::prepare_commit, when the stages have
+// it) while compute goes on; then commit applies.
 //
 // Every stage function sees exactly the inputs it sees under Serial, so the results are bitwise
 // identical for any micro-batch size. An exception in any stage stops the others at their next
