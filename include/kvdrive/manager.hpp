@@ -34,6 +34,7 @@
 #include "kvdrive/attention/convert.hpp"
 #include "kvdrive/attention/math.hpp"
 #include "kvdrive/attention/sparse_decode.hpp"
+#include "kvdrive/backend/concept.hpp"
 #include "kvdrive/backend/cpu.hpp"
 #include "kvdrive/core/config.hpp"
 #include "kvdrive/core/digest.hpp"
@@ -60,6 +61,15 @@ template <index::IndexPolicy Index, eviction::EvictionPolicy Eviction,
           class TierList = Tiers<tier::HostTier>, pipeline::PipelinePolicy Pipeline = pipeline::Serial,
           class Backend = backend::Cpu>
 class KvManager {
+  using Fast = typename TierList::template Type<0>;
+  /// The fast tier is device memory (cuda::DeviceTier): the host moves its bytes only through
+  /// upload/download, and the backend attends it.
+  static constexpr bool kDeviceFast = tier::DeviceFastTier<Fast>;
+  static_assert(backend::Backend<Backend>, "KvManager: the backend needs parallel_for(n, fn)");
+  static_assert(kDeviceFast == backend::DeviceBackend<Backend>,
+                "KvManager: a fast tier in device memory (cuda::DeviceTier) needs a backend that attends it "
+                "(backend::Cuda), and such a backend needs a device fast tier");
+
  public:
 
   explicit KvManager(Config config, Index index = {}, Eviction eviction = {}, TierList tiers = {},
@@ -151,6 +161,8 @@ class KvManager {
     // Fallible part: fill fresh slots, write sealed pages to their backing tier.
     struct HeadWork {
       std::vector<Slot> new_slots;        // slots of pages this call opens
+      std::vector<std::byte> host;        // device fast tier: the pages this call writes, in host memory
+      std::vector<std::byte> tail;        // device fast tier: the new tail page's bytes, if partial
       std::vector<std::uint32_t> sealed;  // pages this call seals
       std::vector<std::uint8_t> sealed_home;
       std::vector<float> keys;            // the sealed pages' keys, as float, for the index
@@ -162,26 +174,39 @@ class KvManager {
       for (int h = 0; h < kvh; ++h) {
         Stream& st = stream(seq, layer, h);
         HeadWork& w = work[static_cast<std::size_t>(h)];
+        const std::int64_t first_page = st.pages.tokens / pt, end_page = (st.pages.tokens + n + pt - 1) / pt;
+        const auto slot_of = [&](std::int64_t page) {
+          return page < static_cast<std::int64_t>(st.pages.size()) ? st.pages[static_cast<std::size_t>(page)].slot
+                                                                   : w.new_slots[static_cast<std::size_t>(page) - st.pages.size()];
+        };
+        // Where a page's bytes are written: its slot, or (device fast tier) host memory, uploaded after.
+        const auto bytes_of = [&](std::int64_t page) {
+          if constexpr (kDeviceFast)
+            return w.host.data() + static_cast<std::size_t>(page - first_page) * cfg_.page_bytes();
+          else
+            return tiers_.fast().slot_data(slot_of(page));
+        };
+        if constexpr (kDeviceFast) {
+          w.host.assign(static_cast<std::size_t>(end_page - first_page) * cfg_.page_bytes(), std::byte{0});
+          if (st.pages.tokens % pt != 0) std::copy(st.tail_host.begin(), st.tail_host.end(), w.host.begin());
+        }
         for (std::int64_t t = 0; t < n; ++t) {
           const std::int64_t pos = st.pages.tokens + t;
           const std::int64_t page = pos / pt;
           const int row = static_cast<int>(pos % pt);
-          Slot slot;
-          if (page < static_cast<std::int64_t>(st.pages.size())) {
-            slot = st.pages[static_cast<std::size_t>(page)].slot;
-          } else {
-            if (row == 0) w.new_slots.push_back(tiers_.fast().allocate());
-            slot = w.new_slots.back();
-          }
-          write_token(tiers_.fast().slot_data(slot), row, k.row(t, h), v.row(t, h));
+          if (page >= static_cast<std::int64_t>(st.pages.size()) && row == 0) w.new_slots.push_back(tiers_.fast().allocate());
+          write_token(bytes_of(page), row, k.row(t, h), v.row(t, h));
           if (row == pt - 1) w.sealed.push_back(static_cast<std::uint32_t>(page));
         }
+        if constexpr (kDeviceFast) {
+          std::vector<tier::SlotUpload> up;
+          for (std::int64_t page = first_page; page < end_page; ++page) up.push_back({slot_of(page), bytes_of(page)});
+          tiers_.fast().upload_pages(up);
+          if ((st.pages.tokens + n) % pt != 0) w.tail.assign(bytes_of(end_page - 1), bytes_of(end_page - 1) + cfg_.page_bytes());
+        }
         for (std::uint32_t page : w.sealed) {
-          const Slot slot = page < st.pages.size() ? st.pages[page].slot
-                                                   : w.new_slots[page - st.pages.size()];
-          seals.push_back({tier::PageKey{id, static_cast<std::uint32_t>(layer), static_cast<std::uint32_t>(h), page},
-                           tiers_.fast().slot_data(slot)});
-          append_page_keys(slot, w.keys);
+          seals.push_back({tier::PageKey{id, static_cast<std::uint32_t>(layer), static_cast<std::uint32_t>(h), page}, bytes_of(page)});
+          append_page_keys(bytes_of(page), w.keys);
         }
       }
       // Every head's sealed pages go to the backing tiers together (one sync per tier).
@@ -205,6 +230,7 @@ class KvManager {
         for (Slot s : std::exchange(w.new_slots, {})) st.pages.push_back(PageEntry{s, 0});
         for (std::size_t i = 0; i < w.sealed.size(); ++i) st.pages[w.sealed[i]].home = w.sealed_home[i];
         st.pages.tokens += n;
+        if constexpr (kDeviceFast) st.tail_host.swap(w.tail);
         if (!w.sealed.empty()) {
           const index::PageKeys pk = page_keys_view(w.sealed.front(), static_cast<std::int64_t>(w.sealed.size()), w.keys);
           if (w.sealed.front() == 0)
@@ -300,12 +326,14 @@ class KvManager {
         std::vector<std::pair<std::uint32_t, float>> chosen;
         for (std::size_t i = 0; i < ranking.pages.size() && chosen.size() < capacity; ++i) {
           const PageEntry& e = st.pages[ranking.pages[i]];
-          if (e.home == 0 || TierList::addressable(e.home)) continue;  // resident or attended in place
+          if (e.home == 0 || attends_in_place(e.home)) continue;  // resident or attended in place
           chosen.emplace_back(ranking.pages[i], ranking.scores[i]);
         }
         if constexpr (TierList::kCount > 2) place_in_middle_tiers(st, base, ranking, chosen, share, last_pages, last_bytes, w.placed, written);
         std::sort(chosen.begin(), chosen.end());
         std::array<std::vector<tier::ReadRequest>, kMaxTiers> reads;  // one batch per tier
+        std::vector<tier::SlotUpload> uploads;                        // device fast tier: staged reads
+        StagingPages staging(*this);
         for (const auto& [page, score] : chosen) {
           w.pages.push_back(page);
           w.scores.push_back(score);
@@ -314,10 +342,18 @@ class KvManager {
           w.slots.back() = tiers_.fast().allocate();
           tier::PageKey key = base;
           key.page = page;
-          reads[st.pages[page].home].push_back({key, tiers_.fast().slot_data(w.slots.back())});
+          std::byte* dst = nullptr;
+          if constexpr (kDeviceFast) {
+            dst = staging.add();
+            uploads.push_back({w.slots.back(), dst});
+          } else {
+            dst = tiers_.fast().slot_data(w.slots.back());
+          }
+          reads[st.pages[page].home].push_back({key, dst});
         }
         for (std::size_t t = 1; t < TierList::kCount; ++t)
           if (!reads[t].empty()) tiers_.visit(t, [&](auto& tier) { tier.wait(tier.submit(reads[t])); });
+        if constexpr (kDeviceFast) tiers_.fast().upload_pages(uploads);
       }
     } catch (...) {
       for (HeadWarm& w : work)
@@ -557,6 +593,10 @@ class KvManager {
   const Stats& total_stats() const { return total_; }
   std::size_t sequences() const { return sequences_.size(); }
 
+  /// Host staging pages in use: with a device fast tier, pages read from the backing tiers wait
+  /// there for their upload. 0 between calls.
+  std::size_t staging_pages() const { return bounce_.used(); }
+
   /// Bytes held by the index over all streams.
   std::size_t index_bytes() const {
     std::size_t total = 0;
@@ -637,6 +677,7 @@ class KvManager {
     std::uint64_t steps = 0;  ///< decode steps done
     typename Index::State index;
     typename Eviction::State cache;
+    std::vector<std::byte> tail_host;  ///< device fast tier: the tail page's bytes, in host memory
   };
 
   struct Sequence {
@@ -657,6 +698,7 @@ class KvManager {
     std::vector<std::uint32_t> selected;
     std::vector<std::uint32_t> misses;
     std::vector<Slot> staged;   ///< fast slot holding each miss
+    std::vector<Slot> bounce;   ///< device fast tier: host staging page each miss is read into, as staged
     /// Reads in flight for the fetch range this stream starts: (tier, ticket) per tier.
     std::vector<std::pair<std::uint8_t, tier::ReadTicket>> in_flight;
     std::vector<attention::PageRef> refs;
@@ -713,8 +755,13 @@ class KvManager {
       const int row = static_cast<int>(st.pages.tokens % c.page_tokens);
       if (row == 0) p.new_tail = m_.tiers_.fast().allocate();
       const Slot tail = row == 0 ? p.new_tail : st.pages.back().slot;
-      m_.write_token(m_.tiers_.fast().slot_data(tail), row, k_.row(p.batch_index, p.head),
-                     v_.row(p.batch_index, p.head));
+      if constexpr (kDeviceFast) {
+        st.tail_host.resize(c.page_bytes());
+        m_.write_token(st.tail_host.data(), row, k_.row(p.batch_index, p.head), v_.row(p.batch_index, p.head));
+        m_.tiers_.fast().upload(tail, 0, st.tail_host.data(), c.page_bytes());
+      } else {
+        m_.write_token(m_.tiers_.fast().slot_data(tail), row, k_.row(p.batch_index, p.head), v_.row(p.batch_index, p.head));
+      }
       p.seals = row == c.page_tokens - 1;
       p.q.resize(static_cast<std::size_t>(g) * d);
       for (int j = 0; j < g; ++j)
@@ -743,7 +790,7 @@ class KvManager {
       const Stream& st = *p.stream;
       for (std::uint32_t page : p.selected) {
         const PageEntry& e = st.pages[page];
-        if (TierList::addressable(e.home) && e.slot < 0) {
+        if (attends_in_place(e.home) && e.slot < 0) {
           ++p.hits;
           ++p.in_place;
         } else if (e.slot >= 0) {
@@ -751,7 +798,7 @@ class KvManager {
         } else {
           p.misses.push_back(page);
         }
-        if (!TierList::addressable(e.home)) p.through_cache.push_back(page);
+        if (!attends_in_place(e.home)) p.through_cache.push_back(page);
       }
     }
 
@@ -779,7 +826,12 @@ class KvManager {
             p.staged.push_back(m_.tiers_.fast().allocate());
             tier::PageKey key = p.base;
             key.page = page;
-            reads.push_back({key, m_.tiers_.fast().slot_data(p.staged.back())});
+            if constexpr (kDeviceFast) {
+              p.bounce.push_back(m_.bounce_.allocate());
+              reads.push_back({key, m_.bounce_.data(p.bounce.back())});
+            } else {
+              reads.push_back({key, m_.tiers_.fast().slot_data(p.staged.back())});
+            }
           }
         }
         if (reads.empty()) continue;
@@ -793,6 +845,7 @@ class KvManager {
     /// waiting for all of them: no read is left in flight).
     void fetch_finish(std::size_t first, std::size_t last) {
       if (finish_reads(m_.plans_[first])) std::rethrow_exception(std::exchange(read_error_, nullptr));
+      if constexpr (kDeviceFast) upload_staged(first, last);
       // staged[] follows the tier loop's order; put it back in misses order.
       if (TierList::kCount > 2)
         for (std::size_t i = first; i < last; ++i)
@@ -800,13 +853,17 @@ class KvManager {
     }
 
     void compute(std::size_t first, std::size_t last) {
-      m_.backend_.parallel_for(last - first, [&](std::size_t j) { compute_one(m_.plans_[first + j]); });
+      if constexpr (kDeviceFast)
+        compute_on_device(first, last);
+      else
+        m_.backend_.parallel_for(last - first, [&](std::size_t j) { compute_one(m_.plans_[first + j]); });
     }
 
     /// Attends the splits of streams [first, last) whose pages are all resident already (no
     /// miss among them), after classify and before or while their misses are read; compute()
     /// does the rest and merges. Optional for a pipeline: the bits are the same either way.
     void compute_ready(std::size_t first, std::size_t last) {
+      if constexpr (kDeviceFast) return;  // the device attends the whole list in one launch
       m_.backend_.parallel_for(last - first, [&](std::size_t j) {
         StepPlan& p = m_.plans_[first + j];
         prepare_splits(p);
@@ -841,7 +898,7 @@ class KvManager {
         if (!p.seals) continue;
         tier::PageKey key = p.base;
         key.page = static_cast<std::uint32_t>(p.ranges.pages - 1);
-        seals_.push_back({key, m_.tiers_.fast().slot_data(p.tail_slot())});
+        seals_.push_back({key, sealed_bytes(p)});
       }
       m_.store_sealed(seals_, written_, true);
       std::size_t at = 0;
@@ -855,7 +912,7 @@ class KvManager {
       for (StepPlan& p : m_.plans_)
         if (p.seals) {
           p.seal_keys.clear();
-          m_.append_page_keys(p.tail_slot(), p.seal_keys);
+          m_.append_page_keys(sealed_bytes(p), p.seal_keys);
         }
     }
 
@@ -871,6 +928,7 @@ class KvManager {
           StepPlan& p = m_.plans_[j];
           for (Slot s : p.staged) m_.tiers_.fast().release(s);  // slots no stream took over
           p.staged.clear();
+          release_bounce(p);
           if (p.new_tail >= 0) m_.tiers_.fast().release(std::exchange(p.new_tail, -1));
           if (j > i && p.seals) {  // pages written for streams never applied
             tier::PageKey key = p.base;
@@ -941,6 +999,7 @@ class KvManager {
       for (StepPlan& p : m_.plans_) {
         for (Slot s : p.staged) m_.tiers_.fast().release(s);
         p.staged.clear();
+        release_bounce(p);
         if (p.new_tail >= 0) m_.tiers_.fast().release(std::exchange(p.new_tail, -1));
       }
       for (auto& [home, key] : written_) m_.tiers_.visit(home, [&](auto& t) { t.erase(key); });
@@ -1066,8 +1125,12 @@ class KvManager {
       p.out.resize(static_cast<std::size_t>(g) * d);
       p.lse.resize(static_cast<std::size_t>(g));
       attention::merge_splits(g, d, p.split_done.size(), p.split_out.data(), p.split_lse.data(), p.out.data(), p.lse.data());
+      score_cache_pages(p);
+    }
 
-      // Eviction scores: attention mass of each page that went through the cache.
+    /// Eviction scores: the attention mass of each page that went through the cache.
+    void score_cache_pages(StepPlan& p) const {
+      const int g = m_.cfg_.group();
       const auto first_selected = static_cast<std::size_t>(p.ranges.sink_end);
       for (std::uint32_t page : p.through_cache) {
         const auto pos = static_cast<std::size_t>(
@@ -1077,6 +1140,82 @@ class KvManager {
         for (int h = 0; h < g; ++h) mass += attention::page_mass(lse_p[h], p.lse[h]);
         p.cache_scores.push_back(mass);
       }
+    }
+
+    /// The device fast tier's path of compute(): the streams' page lists (slot addresses in
+    /// device memory) go to the backend as one PagedDecode, and the results come back to the
+    /// plans, as compute_one leaves them.
+    void compute_on_device(std::size_t first, std::size_t last) {
+      const Config& c = m_.cfg_;
+      const std::size_t g = static_cast<std::size_t>(c.group()), d = static_cast<std::size_t>(c.shape.head_dim);
+      std::vector<float> q, out, lse, page_lse;
+      std::vector<std::uint32_t> offsets{0};
+      std::vector<const std::byte*> pages;
+      std::vector<std::int32_t> tokens;
+      for (std::size_t i = first; i < last; ++i) {
+        StepPlan& p = m_.plans_[i];
+        prepare_splits(p);
+        for (std::uint32_t page : p.attended) {
+          p.refs.push_back(page_ref(p, page));
+          pages.push_back(static_cast<const std::byte*>(p.refs.back().k));
+          tokens.push_back(p.refs.back().tokens);
+        }
+        q.insert(q.end(), p.q.begin(), p.q.end());
+        offsets.push_back(static_cast<std::uint32_t>(pages.size()));
+      }
+      out.resize((last - first) * g * d);
+      lse.resize((last - first) * g);
+      page_lse.resize(pages.size() * g);
+      backend::PagedDecode pd;
+      pd.dtype = c.dtype;
+      pd.group = c.group();
+      pd.head_dim = c.shape.head_dim;
+      pd.page_tokens = c.page_tokens;
+      pd.block_bytes = c.block_bytes();
+      pd.scale = c.scale();
+      pd.streams = last - first;
+      pd.q = q.data();
+      pd.offsets = offsets;
+      pd.pages = pages;
+      pd.tokens = tokens;
+      pd.out = out.data();
+      pd.lse = lse.data();
+      pd.page_lse = page_lse.data();
+      m_.backend_.attend(pd);
+      for (std::size_t i = first; i < last; ++i) {
+        StepPlan& p = m_.plans_[i];
+        const std::size_t j = i - first;
+        p.out.assign(out.begin() + static_cast<std::ptrdiff_t>(j * g * d), out.begin() + static_cast<std::ptrdiff_t>((j + 1) * g * d));
+        p.lse.assign(lse.begin() + static_cast<std::ptrdiff_t>(j * g), lse.begin() + static_cast<std::ptrdiff_t>((j + 1) * g));
+        std::copy_n(page_lse.begin() + static_cast<std::ptrdiff_t>(offsets[j] * g), p.attended.size() * g, p.page_lse.begin());
+        std::fill(p.split_done.begin(), p.split_done.end(), std::uint8_t{1});
+        score_cache_pages(p);
+      }
+    }
+
+    /// Device fast tier: uploads the pages fetch_start read into host staging pages to their
+    /// cache slots, in one batch, and frees the staging pages.
+    void upload_staged(std::size_t first, std::size_t last) {
+      std::vector<tier::SlotUpload> up;
+      for (std::size_t i = first; i < last; ++i) {
+        const StepPlan& p = m_.plans_[i];
+        for (std::size_t k = 0; k < p.bounce.size(); ++k) up.push_back({p.staged[k], m_.bounce_.data(p.bounce[k])});
+      }
+      m_.tiers_.fast().upload_pages(up);
+      for (std::size_t i = first; i < last; ++i) release_bounce(m_.plans_[i]);
+    }
+
+    void release_bounce(StepPlan& p) {
+      for (Slot s : p.bounce) m_.bounce_.release(s);
+      p.bounce.clear();
+    }
+
+    /// The bytes of the page p's step seals, in host memory.
+    const std::byte* sealed_bytes(const StepPlan& p) const {
+      if constexpr (kDeviceFast)
+        return p.stream->tail_host.data();
+      else
+        return m_.tiers_.fast().slot_data(p.tail_slot());
     }
 
     KvManager& m_;
@@ -1194,16 +1333,45 @@ class KvManager {
   /// The fast tier's memory is where fetched pages land: each new block of it is registered
   /// with every backing tier that reads into registered memory (SsdTier: io_uring fixed
   /// buffers, Decision 9). A tier that cannot register just reads as before.
+  /// With a device fast tier, the memory reads land in is the host staging pool instead; the
+  /// fast tier pins it (cudaHostRegister) so that uploads from it are asynchronous DMA.
   void register_fast_memory() {
-    if constexpr (requires(typename TierList::template Type<0>& f, tier::PagePool::BlockHook h) { f.add_block_hook(h); }) {
-      tiers_.fast().add_block_hook([this](std::byte* p, std::size_t bytes) {
-        for (std::size_t i = 1; i < TierList::kCount; ++i)
-          tiers_.visit(i, [&](auto& t) {
-            if constexpr (requires { t.register_memory(p, bytes); }) (void)t.register_memory(p, bytes);
-          });
+    const auto register_with_backing = [this](std::byte* p, std::size_t bytes) {
+      for (std::size_t i = 1; i < TierList::kCount; ++i)
+        tiers_.visit(i, [&](auto& t) {
+          if constexpr (requires { t.register_memory(p, bytes); }) (void)t.register_memory(p, bytes);
+        });
+    };
+    if constexpr (kDeviceFast) {
+      bounce_.open(cfg_.page_bytes(), 4096, 0, [this, register_with_backing](std::byte* p, std::size_t bytes) {
+        tiers_.fast().pin_host(p, bytes);
+        register_with_backing(p, bytes);
       });
+    } else if constexpr (requires(Fast& f, tier::PagePool::BlockHook h) { f.add_block_hook(h); }) {
+      tiers_.fast().add_block_hook(register_with_backing);
     }
   }
+
+  /// Pages on tier `home` are attended where they are (Decision 7): host memory, with a host
+  /// fast tier. A device backend attends only its own memory, so every page passes through it.
+  static constexpr bool attends_in_place(std::size_t home) { return !kDeviceFast && TierList::addressable(home); }
+
+  /// Host staging pages for one call (warm_up's reads with a device fast tier), freed with it.
+  struct StagingPages {
+    KvManager& m;
+    std::vector<Slot> slots;
+    explicit StagingPages(KvManager& mgr) : m(mgr) {}
+    StagingPages(const StagingPages&) = delete;
+    StagingPages& operator=(const StagingPages&) = delete;
+    ~StagingPages() {
+      for (Slot s : slots) m.bounce_.release(s);
+    }
+    std::byte* add() {
+      slots.reserve(slots.size() + 1);
+      slots.push_back(m.bounce_.allocate());
+      return m.bounce_.data(slots.back());
+    }
+  };
 
   /// Writes one batch of pages to backing tier `i`, in one write_batch() where the tier has one
   /// (SsdTier syncs once per batch), recording each page in `written` as soon as it is stored so
@@ -1340,12 +1508,11 @@ class KvManager {
     if (home != kLastTier) tiers_.visit(kLastTier, [&](auto& t) { t.erase(key); });
   }
 
-  /// Appends the keys of the page in `slot` to `keys`, as float, for the index.
-  void append_page_keys(Slot slot, std::vector<float>& keys) {
+  /// Appends the keys of a page (its bytes in host memory) to `keys`, as float, for the index.
+  void append_page_keys(const std::byte* bytes, std::vector<float>& keys) const {
     const std::size_t rows = static_cast<std::size_t>(cfg_.page_tokens) * cfg_.shape.head_dim;
     const std::size_t at = keys.size();
     keys.resize(at + rows);
-    const std::byte* bytes = tiers_.fast().slot_data(slot);
     dispatch_dtype(cfg_.dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
       attention::to_float_block(reinterpret_cast<const T*>(bytes), keys.data() + at, rows);
@@ -1377,9 +1544,17 @@ class KvManager {
     st.pages.released_below = std::max(st.pages.released_below, next.local_begin);
   }
 
-  /// A page's bytes: its fast slot, its address on an addressable tier, or read into `scratch`.
+  /// A page's bytes: its fast slot, its address on an addressable tier, or read into `scratch`
+  /// (from its tier, or downloaded from a device fast tier).
   const std::byte* resident_page(const PageEntry& e, const tier::PageKey& key, std::byte* scratch) {
-    if (e.slot >= 0) return tiers_.fast().slot_data(e.slot);
+    if (e.slot >= 0) {
+      if constexpr (kDeviceFast) {
+        tiers_.fast().download(e.slot, scratch);
+        return scratch;
+      } else {
+        return tiers_.fast().slot_data(e.slot);
+      }
+    }
     const std::byte* addr = nullptr;
     tiers_.visit(e.home, [&](auto& t) {
       using T = std::remove_cvref_t<decltype(t)>;
@@ -1427,7 +1602,7 @@ class KvManager {
       key.page = static_cast<std::uint32_t>(page);
       const PageEntry& e = st.pages[static_cast<std::size_t>(page)];
       const std::byte* bytes = resident_page(e, key, scratch);
-      if (bytes == scratch) key_bytes[e.home] += cfg_.page_bytes();
+      if (e.slot < 0 && bytes == scratch) key_bytes[e.home] += cfg_.page_bytes();
       if (last_pages && e.home == kLastTier) {
         last_pages->push_back(key.page);
         last_bytes->insert(last_bytes->end(), bytes, bytes + cfg_.page_bytes());
@@ -1503,6 +1678,9 @@ class KvManager {
   std::vector<int> growth_steps_, growth_grown_;  ///< per layer: steps seen, times grown
   Index index_;
   Eviction eviction_;
+  /// Device fast tier: pinned host pages that misses are read into before their upload. Declared
+  /// before tiers_ so that it outlives them (the fast tier unpins it when it closes).
+  tier::PagePool bounce_;
   TierList tiers_;
   Pipeline pipeline_;
   Backend backend_;

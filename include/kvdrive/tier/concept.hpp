@@ -69,4 +69,27 @@ concept FastTier = StorageTier<T> && requires(T& t, Slot s) {
   { t.slot_data(s) } -> std::same_as<std::byte*>;
 };
 
+/// One whole page from host memory into a fast-tier slot.
+struct SlotUpload {
+  Slot slot = -1;
+  const std::byte* src = nullptr;  ///< page_bytes bytes in host memory
+};
+
+/// A fast tier in memory the host cannot dereference (device memory: cuda::DeviceTier). Its
+/// slot_data() is the slot's address in that memory, for the backend to attend; the manager
+/// moves bytes in and out only through these calls, which return once the copy is done. A
+/// KvManager over such a tier needs a backend::DeviceBackend to attend it, keeps each stream's
+/// tail page in host memory too (new tokens are written there, then uploaded), and reads missed
+/// pages into pinned host buffers (pin_host) before it uploads them.
+template <class T>
+concept DeviceFastTier =
+    FastTier<T> && T::kDeviceMemory &&
+    requires(T& t, Slot s, std::size_t offset, const std::byte* src, std::byte* dst, std::size_t n,
+             std::span<const SlotUpload> pages) {
+      t.upload(s, offset, src, n);  // host bytes into [offset, offset + n) of the slot
+      t.upload_pages(pages);        // whole pages, in one batch
+      t.download(s, dst);           // the whole slot into host memory
+      t.pin_host(dst, n);           // host memory the manager will upload from (staging)
+    };
+
 }  // namespace kvdrive::tier
