@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 build=${KVD_GPU_BUILD:-build-gpu}
 out=${1:-$build/pack}
 arch=${KVD_GPU_ARCH:-90}
-targets=(test_dense_decode test_page_scores test_sparse_decode test_top_k test_page_gather test_hierarchical bench_gpu)
+targets=(test_dense_decode test_page_scores test_sparse_decode test_top_k test_page_gather test_hierarchical test_device_manager bench_gpu)
 
 bash scripts/bootstrap
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DKVD_CUDA=ON -DKVD_PORTABLE=ON \

@@ -2,8 +2,8 @@
 # Runs on the GPU machine, from the folder gpu-build.sh made: the .cu tests against the CPU
 # results, then the GPU benchmark, and writes one JSON file of everything (default:
 # gpu-check.json beside this script, or $OUT/gpu-check.json when $OUT is set), rewritten after
-# every step so that a run cut short still leaves what it did. Each test may take 20 s and the
-# benchmark 120 s: at most 4 minutes in all (a few seconds is usual). Needs only bash 5,
+# every step so that a run cut short still leaves what it did. Each test may take 15 s and the
+# benchmark 110 s: under 4 minutes in all (a few seconds is usual). Needs only bash 5,
 # coreutils, sed and awk. On this machine a test that reports itself skipped (exit 77: no usable
 # device, e.g. a driver older than the runtime) is a failure.
 #
@@ -11,7 +11,7 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 result=${1:-${OUT:-$here}/gpu-check.json}
-tests=(test_dense_decode test_page_scores test_sparse_decode test_top_k test_page_gather test_hierarchical)
+tests=(test_dense_decode test_page_scores test_sparse_decode test_top_k test_page_gather test_hierarchical test_device_manager)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -45,7 +45,7 @@ write_result() {
 
 for t in "${tests[@]}"; do
   start=$EPOCHREALTIME
-  timeout 20 "$here/$t" > "$work/$t.txt" 2>&1
+  timeout 15 "$here/$t" > "$work/$t.txt" 2>&1
   rc=$?
   secs=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }')
   case $rc in 0) status=passed ;; 77) status=skipped; failed=1 ;; 124) status=timeout; failed=1 ;; *) status=failed; failed=1 ;; esac
@@ -53,7 +53,7 @@ for t in "${tests[@]}"; do
   entries+=("{\"name\": \"$t\", \"status\": \"$status\", \"exit\": $rc, \"seconds\": $secs, \"output\": $(json_escape < "$work/$t.txt")}")
   write_result
 done
-timeout 120 "$here/bench_gpu" --json "$work/bench.json" > "$work/bench.txt" 2>&1
+timeout 110 "$here/bench_gpu" --json "$work/bench.json" > "$work/bench.txt" 2>&1
 brc=$?
 echo "gpu-check: bench_gpu exit $brc"
 [ $brc -eq 0 ] || failed=1

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "kvdrive/core/host_device.hpp"
@@ -40,7 +41,9 @@ struct View {
   }
 
   /// Read-only view of the same data.
-  operator View<const T, Rank>() const {
+  operator View<const T, Rank>() const
+    requires(!std::is_const_v<T>)
+  {
     View<const T, Rank> v;
     v.data = data;
     for (std::size_t r = 0; r < Rank; ++r) {

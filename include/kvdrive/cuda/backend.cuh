@@ -1,12 +1,33 @@
-// backend::Cuda, first part: the device and the streams the CUDA backend will run its stages on
-// (compute for selection and attention, copy for fetches). The kernels of each stage and the
-// device tier come with the CUDA backend issue; today this holds the basics they share.
+// backend::Cuda: KvManager's backend for a GPU, with cuda::DeviceTier as the fast tier:
+//
+//   KvManager<Index, Eviction, Tiers<cuda::DeviceTier, SsdTier>, Pipeline, backend::Cuda>
+//
+// Selection and hit/miss classification run on host threads (parallel_for, the index policies
+// are the CPU's), misses are read into pinned host pages and uploaded on the DeviceTier's copy
+// stream, and attention runs here on the compute stream: attend() takes the step's page lists
+// (device addresses of cache slots) and runs the split-KV kernels of sparse_decode.cuh, whose
+// split and merge are the CPU's (Decision 2). With pipeline::Elastic, micro-batches are
+// selected and classified on the host while earlier ones are read and uploaded, and each
+// computes once its pages are up.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string_view>
+#include <vector>
 
+#include "kvdrive/attention/sparse_decode.hpp"
+#include "kvdrive/backend/concept.hpp"
+#include "kvdrive/core/dtype.hpp"
+#include "kvdrive/core/thread_pool.hpp"
 #include "kvdrive/cuda/check.cuh"
+#include "kvdrive/cuda/device_buffer.cuh"
+#include "kvdrive/cuda/sparse_decode.cuh"
 #include "kvdrive/cuda/stream.cuh"
 
 namespace kvdrive::backend {
@@ -15,26 +36,129 @@ class Cuda {
  public:
   struct Params {
     int device = 0;
+    unsigned threads = 0;  ///< host threads for selection and classification; 0: all
   };
 
   Cuda() : Cuda(Params{}) {}
-  explicit Cuda(Params p) : device_(p.device) {
+  explicit Cuda(Params p) : device_(p.device), pool_(std::make_unique<ThreadPool>(p.threads)) {
     const int n = cuda::device_count();
     KVD_EXPECT(n > 0, "backend::Cuda: no CUDA device is available");
     KVD_EXPECT(device_ >= 0 && device_ < n, "backend::Cuda: device {} out of range [0, {})", device_, n);
     KVD_CUDA_CHECK(cudaSetDevice(device_));
-    compute_.emplace();
-    copy_.emplace();
+    scratch_ = std::make_unique<Scratch>();
   }
 
   static constexpr std::string_view name() { return "cuda"; }
   int device() const { return device_; }
-  cudaStream_t compute_stream() const { return compute_->get(); }
-  cudaStream_t copy_stream() const { return copy_->get(); }
+  unsigned threads() const { return pool_->threads(); }
+  cudaStream_t compute_stream() const { return scratch_->compute.get(); }
+
+  void parallel_for(std::size_t n, const std::function<void(std::size_t)>& fn) { pool_->parallel_for(n, fn); }
+
+  /// Split-KV sparse decode over the pages of a PagedDecode (device addresses), results copied
+  /// back to the host before it returns. Throws kvdrive::Error on bad input or a CUDA failure.
+  void attend(const PagedDecode& d) {
+    KVD_EXPECT(d.offsets.size() == d.streams + 1 && d.offsets.back() == d.pages.size() && d.tokens.size() == d.pages.size(),
+               "backend::Cuda::attend: {} streams need {} offsets ending at the {} pages (got {} offsets, {} token counts)", d.streams,
+               d.streams + 1, d.pages.size(), d.offsets.size(), d.tokens.size());
+    KVD_EXPECT(d.head_dim % 32 == 0 && d.head_dim > 0 && d.head_dim <= cuda::kSparseDecodeMaxDim,
+               "backend::Cuda: head_dim {} must be a multiple of 32 up to {}", d.head_dim, cuda::kSparseDecodeMaxDim);
+    KVD_EXPECT(d.group >= 1 && d.group <= cuda::kSparseDecodeMaxGroup, "backend::Cuda: GQA group {} must be 1..{}", d.group,
+               cuda::kSparseDecodeMaxGroup);
+    const std::size_t stage = 2 * static_cast<std::size_t>(d.page_tokens) * static_cast<std::size_t>(d.head_dim) * dtype_size(d.dtype);
+    KVD_EXPECT(stage <= cuda::kSparseDecodeMaxShared,
+               "backend::Cuda: a page of {} tokens x head_dim {} in {} needs {} bytes of shared memory; the kernel stages at most {}",
+               d.page_tokens, d.head_dim, dtype_name(d.dtype), stage, cuda::kSparseDecodeMaxShared);
+    if (d.streams == 0) return;
+    KVD_EXPECT(d.streams <= 65535, "backend::Cuda: {} streams in one call; at most 65535", d.streams);
+    std::lock_guard lock(scratch_->mutex);  // one call at a time uses the scratch
+    KVD_CUDA_CHECK(cudaSetDevice(device_));
+    dispatch_dtype(d.dtype, [&](auto tag) { run<typename decltype(tag)::type>(d); });
+  }
 
  private:
+  /// Device buffers kept from call to call, grown as needed.
+  struct Scratch {
+    std::mutex mutex;
+    cuda::Stream compute;
+    cuda::DeviceBuffer<float> q, out, lse, page_lse, split_out, split_lse;
+    cuda::DeviceBuffer<std::int64_t> offsets;
+    cuda::DeviceBuffer<const void*> page_k, page_v;
+    cuda::DeviceBuffer<int> tokens;
+    std::vector<std::int64_t> h_offsets;
+    std::vector<const void*> h_k, h_v;
+  };
+
+  template <class T>
+  static void ensure(cuda::DeviceBuffer<T>& b, std::size_t n) {
+    if (b.size() < n) b = cuda::DeviceBuffer<T>(std::max(n, b.size() * 2));
+  }
+
+  template <class T>
+  void run(const PagedDecode& d) {
+    Scratch& s = *scratch_;
+    const std::size_t streams = d.streams, pages = d.pages.size(), g = static_cast<std::size_t>(d.group),
+                      hd = static_cast<std::size_t>(d.head_dim);
+    std::size_t max_splits = 1;
+    s.h_offsets.assign(d.offsets.begin(), d.offsets.end());
+    for (std::size_t i = 0; i < streams; ++i)
+      max_splits = std::max(max_splits, attention::split_count(d.offsets[i + 1] - d.offsets[i]));
+    s.h_k.resize(pages);
+    s.h_v.resize(pages);
+    for (std::size_t i = 0; i < pages; ++i) {
+      KVD_EXPECT(d.tokens[i] >= 0 && d.tokens[i] <= d.page_tokens, "backend::Cuda: page {} has {} tokens; pages hold {}", i, d.tokens[i],
+                 d.page_tokens);
+      s.h_k[i] = d.pages[i];
+      s.h_v[i] = d.pages[i] + d.block_bytes;
+    }
+    ensure(s.q, streams * g * hd);
+    ensure(s.out, streams * g * hd);
+    ensure(s.lse, streams * g);
+    ensure(s.page_lse, std::max<std::size_t>(1, pages * g));
+    ensure(s.split_out, streams * max_splits * g * hd);
+    ensure(s.split_lse, streams * max_splits * g);
+    ensure(s.offsets, streams + 1);
+    ensure(s.page_k, std::max<std::size_t>(1, pages));
+    ensure(s.page_v, std::max<std::size_t>(1, pages));
+    ensure(s.tokens, std::max<std::size_t>(1, pages));
+    const cudaStream_t st = s.compute.get();
+    const auto h2d = [&](void* dst, const void* src, std::size_t bytes) {
+      if (bytes) KVD_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st));
+    };
+    h2d(s.q.data(), d.q, streams * g * hd * sizeof(float));
+    h2d(s.offsets.data(), s.h_offsets.data(), (streams + 1) * sizeof(std::int64_t));
+    h2d(s.page_k.data(), s.h_k.data(), pages * sizeof(const void*));
+    h2d(s.page_v.data(), s.h_v.data(), pages * sizeof(const void*));
+    h2d(s.tokens.data(), d.tokens.data(), pages * sizeof(int));
+
+    cuda::SparseDecodeParams<T> p;
+    p.q = s.q.data();
+    p.page_k = reinterpret_cast<const T* const*>(s.page_k.data());
+    p.page_v = reinterpret_cast<const T* const*>(s.page_v.data());
+    p.page_tokens = s.tokens.data();
+    p.page_offsets = s.offsets.data();
+    p.out = s.out.data();
+    p.lse = s.lse.data();
+    p.page_lse = s.page_lse.data();
+    p.split_out = s.split_out.data();
+    p.split_lse = s.split_lse.data();
+    p.max_splits = static_cast<int>(max_splits);
+    p.max_page_tokens = d.page_tokens;
+    p.streams = static_cast<int>(streams);
+    p.group = d.group;
+    p.head_dim = d.head_dim;
+    p.scale = d.scale;
+    KVD_CUDA_CHECK(cuda::sparse_decode(p, st));
+    KVD_CUDA_CHECK(cudaMemcpyAsync(d.out, s.out.data(), streams * g * hd * sizeof(float), cudaMemcpyDeviceToHost, st));
+    KVD_CUDA_CHECK(cudaMemcpyAsync(d.lse, s.lse.data(), streams * g * sizeof(float), cudaMemcpyDeviceToHost, st));
+    if (pages) KVD_CUDA_CHECK(cudaMemcpyAsync(d.page_lse, s.page_lse.data(), pages * g * sizeof(float), cudaMemcpyDeviceToHost, st));
+    KVD_CUDA_CHECK(cudaStreamSynchronize(st));
+  }
+
   int device_ = 0;
-  std::optional<cuda::Stream> compute_, copy_;  // created once the device is set
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<Scratch> scratch_;  // after the device is set
 };
+static_assert(DeviceBackend<Cuda>);
 
 }  // namespace kvdrive::backend

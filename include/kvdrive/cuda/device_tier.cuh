@@ -1,0 +1,213 @@
+// cuda::DeviceTier: the CUDA backend's fast tier. Page-sized slots in device memory, carved from
+// blocks of cudaMalloc'ed memory (64 MiB by default) as the pool grows, up to an optional
+// capacity. It is a tier::DeviceFastTier: slot_data() is a device address, for backend::Cuda to
+// attend, and KvManager moves bytes only through upload(), upload_pages() and download(), on
+// the tier's own copy stream. pin_host() page-locks the manager's staging pool, so that uploads
+// from it are DMA. The keyed store (write/submit) exists for the concept; it copies page by page.
+// Thread-safe.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "kvdrive/core/error.hpp"
+#include "kvdrive/cuda/check.cuh"
+#include "kvdrive/tier/concept.hpp"
+
+namespace kvdrive::cuda {
+
+class DeviceTier {
+ public:
+  struct Params {
+    std::size_t capacity_pages = 0;            ///< 0: grow until device memory runs out
+    std::size_t block_bytes = std::size_t{64} << 20;  ///< device memory per cudaMalloc
+    int device = 0;
+  };
+
+  static constexpr bool kAddressable = false;
+  static constexpr bool kDeviceMemory = true;
+
+  DeviceTier() = default;
+  explicit DeviceTier(Params p) : params_(p) {}
+  DeviceTier(DeviceTier&& o) noexcept : params_(o.params_) {}  // movable before open() only
+  DeviceTier(const DeviceTier&) = delete;
+  DeviceTier& operator=(const DeviceTier&) = delete;
+
+  ~DeviceTier() {
+    if (!opened_) return;
+    cudaSetDevice(params_.device);
+    for (std::byte* p : pinned_) cudaHostUnregister(p);
+    for (std::byte* b : blocks_) cudaFree(b);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  std::string_view name() const { return "device"; }
+
+  void open(const tier::TierGeometry& g) {
+    KVD_EXPECT(g.page_bytes > 0, "DeviceTier: page_bytes is 0");
+    KVD_EXPECT(!opened_, "DeviceTier: already open");
+    KVD_CUDA_CHECK(cudaSetDevice(params_.device));
+    page_bytes_ = g.page_bytes;
+    stride_ = (g.page_bytes + 255) / 256 * 256;  // slots 256-byte aligned, as cudaMalloc's
+    block_pages_ = std::max<std::size_t>(1, params_.block_bytes / stride_);
+    directory_ = std::make_unique<std::byte*[]>(kMaxBlocks);
+    KVD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    opened_ = true;
+  }
+
+  // ---- fast-tier slots -----------------------------------------------------------------------
+  Slot allocate() {
+    std::lock_guard lock(mutex_);
+    if (free_.empty()) grow();
+    const Slot s = free_.back();
+    free_.pop_back();
+    return s;
+  }
+  void release(Slot s) {
+    std::lock_guard lock(mutex_);
+    free_.push_back(s);
+  }
+  /// The slot's device address. Lock-free: the block directory never moves.
+  std::byte* slot_data(Slot s) {
+    const auto i = static_cast<std::size_t>(s);
+    return directory_[i / block_pages_] + (i % block_pages_) * stride_;
+  }
+
+  // ---- moving bytes --------------------------------------------------------------------------
+  void upload(Slot s, std::size_t offset, const std::byte* src, std::size_t n) {
+    KVD_EXPECT(offset + n <= page_bytes_, "DeviceTier::upload: bytes [{}, {}) outside a page of {}", offset, offset + n, page_bytes_);
+    KVD_CUDA_CHECK(cudaSetDevice(params_.device));
+    KVD_CUDA_CHECK(cudaMemcpyAsync(slot_data(s) + offset, src, n, cudaMemcpyHostToDevice, stream_));
+    KVD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  /// Whole pages, one cudaMemcpyAsync each on the copy stream, then one synchronisation.
+  void upload_pages(std::span<const tier::SlotUpload> pages) {
+    if (pages.empty()) return;
+    KVD_CUDA_CHECK(cudaSetDevice(params_.device));
+    for (const tier::SlotUpload& u : pages)
+      KVD_CUDA_CHECK(cudaMemcpyAsync(slot_data(u.slot), u.src, page_bytes_, cudaMemcpyHostToDevice, stream_));
+    KVD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void download(Slot s, std::byte* dst) {
+    KVD_CUDA_CHECK(cudaSetDevice(params_.device));
+    KVD_CUDA_CHECK(cudaMemcpyAsync(dst, slot_data(s), page_bytes_, cudaMemcpyDeviceToHost, stream_));
+    KVD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  /// Page-locks host memory the manager uploads from. Pinning only speeds copies up, so a
+  /// refusal (a sandbox's memlock limit, say) leaves the memory pageable and is not an error.
+  void pin_host(std::byte* p, std::size_t n) {
+    std::lock_guard lock(mutex_);
+    cudaSetDevice(params_.device);
+    if (cudaHostRegister(p, n, cudaHostRegisterDefault) == cudaSuccess)
+      pinned_.push_back(p);
+    else
+      cudaGetLastError();  // clear it: the copies still work from pageable memory
+  }
+
+  // ---- keyed store ---------------------------------------------------------------------------
+  void write(const tier::PageKey& key, const std::byte* src) {
+    Slot s = -1;
+    {
+      std::lock_guard lock(mutex_);
+      if (auto it = map_.find(key); it != map_.end()) s = it->second;
+    }
+    const bool fresh = s < 0;
+    if (fresh) s = allocate();
+    try {
+      upload(s, 0, src, page_bytes_);
+    } catch (...) {
+      if (fresh) release(s);
+      throw;
+    }
+    std::lock_guard lock(mutex_);
+    map_[key] = s;
+  }
+  tier::ReadTicket submit(std::span<const tier::ReadRequest> reads) {
+    for (const tier::ReadRequest& r : reads) {
+      Slot s = -1;
+      {
+        std::lock_guard lock(mutex_);
+        auto it = map_.find(r.key);
+        KVD_EXPECT(it != map_.end(), "DeviceTier: no page {}", r.key);
+        s = it->second;
+      }
+      download(s, r.dst);
+    }
+    std::lock_guard lock(mutex_);
+    return ++tickets_;
+  }
+  void wait(tier::ReadTicket) {}
+  void erase(const tier::PageKey& key) {
+    std::lock_guard lock(mutex_);
+    auto it = map_.find(key);
+    if (it == map_.end()) return;
+    free_.push_back(it->second);
+    map_.erase(it);
+  }
+  bool contains(const tier::PageKey& key) const {
+    std::lock_guard lock(mutex_);
+    return map_.count(key) != 0;
+  }
+
+  std::size_t free_pages() const {
+    std::lock_guard lock(mutex_);
+    if (params_.capacity_pages == 0) return std::numeric_limits<std::size_t>::max();
+    return params_.capacity_pages - (total_ - free_.size());
+  }
+  std::size_t used_pages() const {
+    std::lock_guard lock(mutex_);
+    return total_ - free_.size();
+  }
+  int device() const { return params_.device; }
+  cudaStream_t copy_stream() const { return stream_; }
+
+ private:
+  void grow() {
+    KVD_EXPECT(opened_, "DeviceTier: allocate() before open()");
+    const std::size_t cap = params_.capacity_pages;
+    KVD_EXPECT(cap == 0 || total_ < cap, "device page pool is full: all {} pages in use (raise DeviceTier's capacity_pages)", cap);
+    KVD_EXPECT(blocks_.size() < kMaxBlocks && total_ + block_pages_ <= static_cast<std::size_t>(std::numeric_limits<Slot>::max()),
+               "device page pool: cannot grow past {} pages", total_);
+    std::size_t n = block_pages_;
+    if (cap != 0 && total_ + n > cap) n = cap - total_;
+    void* raw = nullptr;
+    KVD_CUDA_CHECK(cudaSetDevice(params_.device));
+    if (const cudaError_t e = cudaMalloc(&raw, block_pages_ * stride_); e != cudaSuccess) {
+      cudaGetLastError();
+      fail("device page pool: cudaMalloc of {} bytes failed after {} pages ({}): lower the batch or the cache windows", block_pages_ * stride_,
+           total_, cudaGetErrorString(e));
+    }
+    blocks_.push_back(static_cast<std::byte*>(raw));
+    directory_[blocks_.size() - 1] = static_cast<std::byte*>(raw);
+    free_.reserve(free_.size() + n);
+    for (std::size_t i = n; i-- > 0;) free_.push_back(static_cast<Slot>(total_ + i));
+    total_ += n;
+  }
+
+  static constexpr std::size_t kMaxBlocks = 1u << 14;  // x 64 MiB: 1 TiB
+
+  Params params_;
+  bool opened_ = false;
+  std::size_t page_bytes_ = 0, stride_ = 0, block_pages_ = 1, total_ = 0;
+  std::unique_ptr<std::byte*[]> directory_;
+  std::vector<std::byte*> blocks_, pinned_;
+  std::vector<Slot> free_;
+  std::unordered_map<tier::PageKey, Slot, tier::PageKeyHash> map_;
+  tier::ReadTicket tickets_ = 0;
+  cudaStream_t stream_ = nullptr;
+  mutable std::mutex mutex_;
+};
+static_assert(tier::DeviceFastTier<DeviceTier>);
+
+}  // namespace kvdrive::cuda
