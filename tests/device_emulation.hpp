@@ -1,8 +1,9 @@
 // An emulated device, so that the CPU tests cover KvManager's device path (a fast tier the host
 // cannot read, attended by the backend) without a GPU:
 //   EmulatedDeviceTier     a tier::DeviceFastTier whose slot addresses are host addresses with
-//                          bit 62 flipped: non-canonical, so any host access through one faults
-//                          (the test crashes) instead of quietly working as it would on a CPU;
+//                          bit 55 flipped: non-canonical on x86-64 and AArch64 (outside the top
+//                          byte AArch64 may ignore), so any host access through one faults (the
+//                          test crashes) instead of quietly working as it would on a CPU;
 //   EmulatedDeviceBackend  a backend::DeviceBackend that attends a PagedDecode after turning the
 //                          addresses back, with the CPU's split-KV math (the same calls as the
 //                          host path, so the outputs must be the same bits).
@@ -22,7 +23,7 @@
 
 namespace kvdrive::test {
 
-inline constexpr std::uintptr_t kDeviceTag = std::uintptr_t{1} << 62;
+inline constexpr std::uintptr_t kDeviceTag = std::uintptr_t{1} << 55;
 
 inline std::byte* to_device(std::byte* host) { return reinterpret_cast<std::byte*>(reinterpret_cast<std::uintptr_t>(host) ^ kDeviceTag); }
 inline const std::byte* to_host(const std::byte* device) {

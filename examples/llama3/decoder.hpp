@@ -50,13 +50,15 @@ struct DecoderTimes {
   std::int64_t prefill_tokens = 0, decode_tokens = 0;
 };
 
-template <class Manager>
+/// Linear: where the projections, FFN and logits run (CpuLinear, or CublasLinear on a GPU),
+/// constructed from the decoder's thread pool.
+template <class Manager, class Linear = CpuLinear>
 class Decoder {
  public:
   /// prefill_chunk: tokens per prefill chunk.
   Decoder(const Model& model, Manager& kv, ThreadPool& pool, int prefill_chunk = 256,
           std::optional<PrefixDigest> digest = std::nullopt)
-      : m_(model), c_(model.config), kv_(kv), pool_(pool), chunk_(prefill_chunk),
+      : m_(model), c_(model.config), kv_(kv), pool_(pool), lin_(pool), chunk_(prefill_chunk),
         rope_(c_.head_dim(), c_.rope_theta, c_.rope_layout, c_.rope_scaling) {
     KVD_EXPECT(prefill_chunk >= 1, "prefill chunk {} must be >= 1", prefill_chunk);
     const auto& s = kv.config().shape;
@@ -163,9 +165,9 @@ class Decoder {
       const LayerWeights& w = m_.layers[static_cast<std::size_t>(l)];
       rmsnorm(xb_.data(), x_.data(), w.rms_att, dim, c_.rms_eps);
       linear([&] {
-        matvec(pool_, w.wq, xb_.data(), q_.data(), dim, dim);
-        matvec(pool_, w.wk, xb_.data(), k_.data(), kvd, dim);
-        matvec(pool_, w.wv, xb_.data(), v_.data(), kvd, dim);
+        lin_.matvec(w.wq, xb_.data(), q_.data(), dim, dim);
+        lin_.matvec(w.wk, xb_.data(), k_.data(), kvd, dim);
+        lin_.matvec(w.wv, xb_.data(), v_.data(), kvd, dim);
       });
       rope_.rotate(q_.data(), c_.heads, pos_);
       rope_.rotate(k_.data(), c_.kv_heads, pos_);
@@ -213,9 +215,9 @@ class Decoder {
     tmp_.resize(static_cast<std::size_t>(n) * c_.dim);
     linear([&] {
       if (n == 1)
-        matvec(pool_, w, in, tmp_.data(), static_cast<std::size_t>(c_.dim), static_cast<std::size_t>(in_dim));
+        lin_.matvec(w, in, tmp_.data(), static_cast<std::size_t>(c_.dim), static_cast<std::size_t>(in_dim));
       else
-        matmul(pool_, w, in, tmp_.data(), static_cast<std::size_t>(n), static_cast<std::size_t>(c_.dim), static_cast<std::size_t>(in_dim));
+        lin_.matmul(w, in, tmp_.data(), static_cast<std::size_t>(n), static_cast<std::size_t>(c_.dim), static_cast<std::size_t>(in_dim));
     });
     for (std::size_t i = 0; i < tmp_.size(); ++i) x_[i] += tmp_[i];
   }
@@ -230,11 +232,11 @@ class Decoder {
     h3_.resize(h1_.size());
     linear([&] {
       if (n == 1) {
-        matvec(pool_, w.w1, xb_.data(), h1_.data(), hid, dim);
-        matvec(pool_, w.w3, xb_.data(), h3_.data(), hid, dim);
+        lin_.matvec(w.w1, xb_.data(), h1_.data(), hid, dim);
+        lin_.matvec(w.w3, xb_.data(), h3_.data(), hid, dim);
       } else {
-        matmul(pool_, w.w1, xb_.data(), h1_.data(), n, hid, dim);
-        matmul(pool_, w.w3, xb_.data(), h3_.data(), n, hid, dim);
+        lin_.matmul(w.w1, xb_.data(), h1_.data(), n, hid, dim);
+        lin_.matmul(w.w3, xb_.data(), h3_.data(), n, hid, dim);
       }
     });
     for (std::size_t i = 0; i < h1_.size(); ++i) h1_[i] = silu(h1_[i]) * h3_[i];
@@ -244,7 +246,7 @@ class Decoder {
   void final_logits(const float* x_row) {
     xb_.resize(static_cast<std::size_t>(c_.dim));
     rmsnorm(xb_.data(), x_row, m_.rms_final, c_.dim, c_.rms_eps);
-    linear([&] { matvec(pool_, m_.classifier, xb_.data(), logits_.data(), c_.vocab, c_.dim); });
+    linear([&] { lin_.matvec(m_.classifier, xb_.data(), logits_.data(), c_.vocab, c_.dim); });
   }
 
   void prefill_chunk(std::span<const int> tokens, std::int64_t p0) {
@@ -262,9 +264,9 @@ class Decoder {
       const LayerWeights& w = m_.layers[static_cast<std::size_t>(l)];
       for (std::int64_t i = 0; i < n; ++i) rmsnorm(xb_.data() + i * dim, x_.data() + i * dim, w.rms_att, dim, c_.rms_eps);
       linear([&] {
-        matmul(pool_, w.wq, xb_.data(), q_.data(), n, dim, dim);
-        matmul(pool_, w.wk, xb_.data(), k_.data(), n, kvd, dim);
-        matmul(pool_, w.wv, xb_.data(), v_.data(), n, kvd, dim);
+        lin_.matmul(w.wq, xb_.data(), q_.data(), n, dim, dim);
+        lin_.matmul(w.wk, xb_.data(), k_.data(), n, kvd, dim);
+        lin_.matmul(w.wv, xb_.data(), v_.data(), n, kvd, dim);
       });
       for (std::int64_t i = 0; i < n; ++i) {
         rope_.rotate(q_.data() + i * dim, c_.heads, p0 + i);
@@ -310,6 +312,7 @@ class Decoder {
   const LlamaConfig& c_;
   Manager& kv_;
   ThreadPool& pool_;
+  Linear lin_;
   int chunk_;
   Rope rope_;
   SeqId seq_ = 0;

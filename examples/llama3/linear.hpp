@@ -1,7 +1,8 @@
 // The decoder's dense linear algebra on the CPU: y = W x (decode) and Y = X W^T (prefill), with
 // W row-major [out][in] in float. Output rows are split across the thread pool; each dot product
 // keeps 8 independent AVX2 accumulators (4 rows x 2), so decode streams the weights at memory
-// speed. The summation order is fixed: results do not depend on the thread count.
+// speed. The summation order is fixed: results do not depend on the thread count. CpuLinear wraps
+// them as the decoder's Linear policy.
 #pragma once
 
 #include <algorithm>
@@ -81,5 +82,21 @@ inline void matmul(ThreadPool& pool, const float* w, const float* x, float* y, s
       }
   });
 }
+
+/// The decoder's Linear policy on the CPU: matvec and matmul above on the decoder's thread pool.
+/// A Linear policy is constructed from the pool and offers these two calls (CublasLinear in
+/// cublas_linear.hpp runs them with cuBLAS).
+class CpuLinear {
+ public:
+  explicit CpuLinear(ThreadPool& pool) : pool_(pool) {}
+  static constexpr const char* name() { return "cpu"; }
+  void matvec(const float* w, const float* x, float* y, std::size_t out, std::size_t in) { llama::matvec(pool_, w, x, y, out, in); }
+  void matmul(const float* w, const float* x, float* y, std::size_t n, std::size_t out, std::size_t in) {
+    llama::matmul(pool_, w, x, y, n, out, in);
+  }
+
+ private:
+  ThreadPool& pool_;
+};
 
 }  // namespace kvdrive::llama

@@ -82,6 +82,10 @@ class KvManager {
         backend_(std::move(backend)) {
     cfg_.validate();
     index::check_for_head_dim(index_, cfg_.shape.head_dim);
+    if constexpr (requires { backend_.validate(cfg_); }) backend_.validate(cfg_);  // e.g. the CUDA kernels' limits
+    if constexpr (requires { tiers_.fast().device(); backend_.device(); })
+      KVD_EXPECT(tiers_.fast().device() == backend_.device(), "KvManager: the fast tier is on device {} but the backend on device {}",
+                 tiers_.fast().device(), backend_.device());
     register_fast_memory();
     tiers_.open(tier::TierGeometry{cfg_.page_bytes()});
   }
@@ -199,8 +203,16 @@ class KvManager {
           if (row == pt - 1) w.sealed.push_back(static_cast<std::uint32_t>(page));
         }
         if constexpr (kDeviceFast) {
+          // Only the pages that keep their slot after this call go up: sink, local window, the
+          // partial tail, and every page when there is no backing tier. The others leave the fast
+          // tier at commit (slide_local_window) and live on their backing tier from the start.
+          const PageRanges after = page_ranges(st.pages.tokens + n + 1, pt, cfg_.sink_tokens, cfg_.local_tokens);
           std::vector<tier::SlotUpload> up;
-          for (std::int64_t page = first_page; page < end_page; ++page) up.push_back({slot_of(page), bytes_of(page)});
+          for (std::int64_t page = first_page; page < end_page; ++page) {
+            const bool sealed = (page + 1) * pt <= st.pages.tokens + n;
+            if (TierList::kCount == 1 || !sealed || page < after.sink_end || page >= after.local_begin)
+              up.push_back({slot_of(page), bytes_of(page)});
+          }
           tiers_.fast().upload_pages(up);
           if ((st.pages.tokens + n) % pt != 0) w.tail.assign(bytes_of(end_page - 1), bytes_of(end_page - 1) + cfg_.page_bytes());
         }
@@ -1344,8 +1356,8 @@ class KvManager {
     };
     if constexpr (kDeviceFast) {
       bounce_.open(cfg_.page_bytes(), 4096, 0, [this, register_with_backing](std::byte* p, std::size_t bytes) {
-        tiers_.fast().pin_host(p, bytes);
         register_with_backing(p, bytes);
+        tiers_.fast().pin_host(p, bytes);  // last: it does not fail, so a pinned block is never freed by the pool
       });
     } else if constexpr (requires(Fast& f, tier::PagePool::BlockHook h) { f.add_block_hook(h); }) {
       tiers_.fast().add_block_hook(register_with_backing);

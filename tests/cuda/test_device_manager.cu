@@ -1,9 +1,11 @@
 // KvManager on the GPU: Tiers<cuda::DeviceTier, SsdTier> with backend::Cuda, against the CPU's
 // KvManager (HostTier + SsdTier) on the same random work. The index runs on the host in both, so
-// selections, hits, misses and bytes read must be equal; outputs agree within 2e-3 (the GPU
-// rounds exp and FMA differently); Serial and Elastic on the GPU are bitwise equal (Decision 2);
-// a failed read changes nothing and the retry gives the undisturbed bits. Also DeviceTier's own
-// contract: upload/download round trips, the keyed store, capacity. Exit 77 without a GPU.
+// the pages selected must be equal; outputs agree within 2e-3 (the GPU rounds exp and FMA
+// differently, which may also flip a near-tie of eviction scores, so hits and misses are compared
+// between the GPU's own pipelines only); Serial and Elastic on the GPU are bitwise equal
+// (Decision 2) with the same statistics; a failed read changes nothing and the retry gives the
+// undisturbed bits. Also DeviceTier's own contract: upload/download round trips, the keyed store,
+// capacity. Exit 77 without a GPU.
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -72,6 +74,8 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
+int retried_total = 0;
+
 void manager_against_cpu(const test::TempDir& dir, std::mt19937_64& rng, int trial) {
   test::Workload w = test::random_workload(rng);
   w.cfg.shape.head_dim = 64;  // the kernel wants a multiple of 32
@@ -114,11 +118,12 @@ void manager_against_cpu(const test::TempDir& dir, std::mt19937_64& rng, int tri
   EXPECT(worst < 2e-3);
   const Stats &x = cpu.total_stats(), &y = serial.total_stats(), &z = elastic.total_stats();
   EXPECT(y.selected == x.selected);
-  EXPECT(y.hits == x.hits);
-  EXPECT(y.misses == x.misses);
-  EXPECT(y.bytes_read == x.bytes_read);
+  EXPECT(z.selected == y.selected);
+  EXPECT(z.hits == y.hits);
   EXPECT(z.misses == y.misses);
-  EXPECT(serial.tiers().fast().used_pages() == cpu.tiers().fast().used_pages());
+  EXPECT(z.bytes_read == y.bytes_read);
+  EXPECT(elastic.tiers().fast().used_pages() == serial.tiers().fast().used_pages());
+  retried_total += retried;
   std::printf("trial %d: %zu sequences, %d steps, %s: max |gpu - cpu| %.2e, %llu misses, %d failed steps retried\n", trial, w.prompt.size(),
               w.steps, dtype_name(w.cfg.dtype).data(), worst, static_cast<unsigned long long>(y.misses), retried);
 }
@@ -135,6 +140,7 @@ int main() {
     test::TempDir dir;
     std::mt19937_64 rng(29);
     for (int trial = 0; trial < 4; ++trial) manager_against_cpu(dir, rng, trial);
+    EXPECT(retried_total > 0);  // the rollback path ran
   } catch (const std::exception& e) {
     std::fprintf(stderr, "test_device_manager: %s\n", e.what());
     return 1;

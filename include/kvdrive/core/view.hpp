@@ -40,11 +40,12 @@ struct View {
     return data + offset;
   }
 
-  /// Read-only view of the same data.
-  operator View<const T, Rank>() const
-    requires(!std::is_const_v<T>)
-  {
-    View<const T, Rank> v;
+  /// Read-only view of the same data (for views of non-const T; a template, so that a view of
+  /// const T does not declare a conversion to its own type).
+  template <class U = T>
+    requires(!std::is_const_v<U>)
+  operator View<const U, Rank>() const {
+    View<const U, Rank> v;
     v.data = data;
     for (std::size_t r = 0; r < Rank; ++r) {
       v.extents[r] = extents[r];

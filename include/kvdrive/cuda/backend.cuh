@@ -23,6 +23,7 @@
 
 #include "kvdrive/attention/sparse_decode.hpp"
 #include "kvdrive/backend/concept.hpp"
+#include "kvdrive/core/config.hpp"
 #include "kvdrive/core/dtype.hpp"
 #include "kvdrive/core/thread_pool.hpp"
 #include "kvdrive/cuda/check.cuh"
@@ -44,7 +45,7 @@ class Cuda {
     const int n = cuda::device_count();
     KVD_EXPECT(n > 0, "backend::Cuda: no CUDA device is available");
     KVD_EXPECT(device_ >= 0 && device_ < n, "backend::Cuda: device {} out of range [0, {})", device_, n);
-    KVD_CUDA_CHECK(cudaSetDevice(device_));
+    const cuda::DeviceGuard on(device_);
     scratch_ = std::make_unique<Scratch>();
   }
 
@@ -55,25 +56,26 @@ class Cuda {
 
   void parallel_for(std::size_t n, const std::function<void(std::size_t)>& fn) { pool_->parallel_for(n, fn); }
 
+  /// What the kernels accept, checked when a KvManager is built (not at its first step): head_dim
+  /// a multiple of 32 up to 256, a GQA group of at most 32, and a page's K and V in 48 KiB.
+  void validate(const Config& c) const {
+    check_shape(c.shape.head_dim, c.group(), c.page_tokens, c.dtype);
+  }
+
   /// Split-KV sparse decode over the pages of a PagedDecode (device addresses), results copied
   /// back to the host before it returns. Throws kvdrive::Error on bad input or a CUDA failure.
   void attend(const PagedDecode& d) {
     KVD_EXPECT(d.offsets.size() == d.streams + 1 && d.offsets.back() == d.pages.size() && d.tokens.size() == d.pages.size(),
                "backend::Cuda::attend: {} streams need {} offsets ending at the {} pages (got {} offsets, {} token counts)", d.streams,
                d.streams + 1, d.pages.size(), d.offsets.size(), d.tokens.size());
-    KVD_EXPECT(d.head_dim % 32 == 0 && d.head_dim > 0 && d.head_dim <= cuda::kSparseDecodeMaxDim,
-               "backend::Cuda: head_dim {} must be a multiple of 32 up to {}", d.head_dim, cuda::kSparseDecodeMaxDim);
-    KVD_EXPECT(d.group >= 1 && d.group <= cuda::kSparseDecodeMaxGroup, "backend::Cuda: GQA group {} must be 1..{}", d.group,
-               cuda::kSparseDecodeMaxGroup);
-    const std::size_t stage = 2 * static_cast<std::size_t>(d.page_tokens) * static_cast<std::size_t>(d.head_dim) * dtype_size(d.dtype);
-    KVD_EXPECT(stage <= cuda::kSparseDecodeMaxShared,
-               "backend::Cuda: a page of {} tokens x head_dim {} in {} needs {} bytes of shared memory; the kernel stages at most {}",
-               d.page_tokens, d.head_dim, dtype_name(d.dtype), stage, cuda::kSparseDecodeMaxShared);
+    check_shape(d.head_dim, d.group, d.page_tokens, d.dtype);
     if (d.streams == 0) return;
-    KVD_EXPECT(d.streams <= 65535, "backend::Cuda: {} streams in one call; at most 65535", d.streams);
     std::lock_guard lock(scratch_->mutex);  // one call at a time uses the scratch
-    KVD_CUDA_CHECK(cudaSetDevice(device_));
-    dispatch_dtype(d.dtype, [&](auto tag) { run<typename decltype(tag)::type>(d); });
+    const cuda::DeviceGuard on(device_);
+    // A launch takes at most 65535 streams (the grid's y extent); streams are independent, so
+    // slices give the same bits.
+    for (std::size_t first = 0; first < d.streams; first += kMaxStreams)
+      dispatch_dtype(d.dtype, [&](auto tag) { run<typename decltype(tag)::type>(d, first, std::min(d.streams, first + kMaxStreams)); });
   }
 
  private:
@@ -89,27 +91,43 @@ class Cuda {
     std::vector<const void*> h_k, h_v;
   };
 
+  static constexpr std::size_t kMaxStreams = 65535;
+
+  static void check_shape(int head_dim, int group, int page_tokens, DType dtype) {
+    KVD_EXPECT(head_dim % 32 == 0 && head_dim > 0 && head_dim <= cuda::kSparseDecodeMaxDim,
+               "backend::Cuda: head_dim {} must be a multiple of 32 up to {}", head_dim, cuda::kSparseDecodeMaxDim);
+    KVD_EXPECT(group >= 1 && group <= cuda::kSparseDecodeMaxGroup, "backend::Cuda: GQA group {} must be 1..{}", group,
+               cuda::kSparseDecodeMaxGroup);
+    const std::size_t stage = 2 * static_cast<std::size_t>(page_tokens) * static_cast<std::size_t>(head_dim) * dtype_size(dtype);
+    KVD_EXPECT(page_tokens >= 1 && stage <= cuda::kSparseDecodeMaxShared,
+               "backend::Cuda: a page of {} tokens x head_dim {} in {} needs {} bytes of shared memory; the kernel stages at most {}",
+               page_tokens, head_dim, dtype_name(dtype), stage, cuda::kSparseDecodeMaxShared);
+  }
+
   template <class T>
   static void ensure(cuda::DeviceBuffer<T>& b, std::size_t n) {
     if (b.size() < n) b = cuda::DeviceBuffer<T>(std::max(n, b.size() * 2));
   }
 
+  /// Streams [first, last) of d in one launch.
   template <class T>
-  void run(const PagedDecode& d) {
+  void run(const PagedDecode& d, std::size_t first, std::size_t last) {
     Scratch& s = *scratch_;
-    const std::size_t streams = d.streams, pages = d.pages.size(), g = static_cast<std::size_t>(d.group),
-                      hd = static_cast<std::size_t>(d.head_dim);
+    const std::size_t streams = last - first, page0 = d.offsets[first], pages = d.offsets[last] - page0,
+                      g = static_cast<std::size_t>(d.group), hd = static_cast<std::size_t>(d.head_dim);
     std::size_t max_splits = 1;
-    s.h_offsets.assign(d.offsets.begin(), d.offsets.end());
+    s.h_offsets.resize(streams + 1);
+    for (std::size_t i = 0; i <= streams; ++i) s.h_offsets[i] = static_cast<std::int64_t>(d.offsets[first + i] - page0);
     for (std::size_t i = 0; i < streams; ++i)
-      max_splits = std::max(max_splits, attention::split_count(d.offsets[i + 1] - d.offsets[i]));
+      max_splits = std::max(max_splits, attention::split_count(static_cast<std::size_t>(s.h_offsets[i + 1] - s.h_offsets[i])));
     s.h_k.resize(pages);
     s.h_v.resize(pages);
     for (std::size_t i = 0; i < pages; ++i) {
-      KVD_EXPECT(d.tokens[i] >= 0 && d.tokens[i] <= d.page_tokens, "backend::Cuda: page {} has {} tokens; pages hold {}", i, d.tokens[i],
+      const std::int32_t tokens = d.tokens[page0 + i];
+      KVD_EXPECT(tokens >= 0 && tokens <= d.page_tokens, "backend::Cuda: page {} has {} tokens; pages hold {}", page0 + i, tokens,
                  d.page_tokens);
-      s.h_k[i] = d.pages[i];
-      s.h_v[i] = d.pages[i] + d.block_bytes;
+      s.h_k[i] = d.pages[page0 + i];
+      s.h_v[i] = d.pages[page0 + i] + d.block_bytes;
     }
     ensure(s.q, streams * g * hd);
     ensure(s.out, streams * g * hd);
@@ -125,11 +143,11 @@ class Cuda {
     const auto h2d = [&](void* dst, const void* src, std::size_t bytes) {
       if (bytes) KVD_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st));
     };
-    h2d(s.q.data(), d.q, streams * g * hd * sizeof(float));
+    h2d(s.q.data(), d.q + first * g * hd, streams * g * hd * sizeof(float));
     h2d(s.offsets.data(), s.h_offsets.data(), (streams + 1) * sizeof(std::int64_t));
     h2d(s.page_k.data(), s.h_k.data(), pages * sizeof(const void*));
     h2d(s.page_v.data(), s.h_v.data(), pages * sizeof(const void*));
-    h2d(s.tokens.data(), d.tokens.data(), pages * sizeof(int));
+    h2d(s.tokens.data(), d.tokens.data() + page0, pages * sizeof(int));
 
     cuda::SparseDecodeParams<T> p;
     p.q = s.q.data();
@@ -149,9 +167,10 @@ class Cuda {
     p.head_dim = d.head_dim;
     p.scale = d.scale;
     KVD_CUDA_CHECK(cuda::sparse_decode(p, st));
-    KVD_CUDA_CHECK(cudaMemcpyAsync(d.out, s.out.data(), streams * g * hd * sizeof(float), cudaMemcpyDeviceToHost, st));
-    KVD_CUDA_CHECK(cudaMemcpyAsync(d.lse, s.lse.data(), streams * g * sizeof(float), cudaMemcpyDeviceToHost, st));
-    if (pages) KVD_CUDA_CHECK(cudaMemcpyAsync(d.page_lse, s.page_lse.data(), pages * g * sizeof(float), cudaMemcpyDeviceToHost, st));
+    KVD_CUDA_CHECK(cudaMemcpyAsync(d.out + first * g * hd, s.out.data(), streams * g * hd * sizeof(float), cudaMemcpyDeviceToHost, st));
+    KVD_CUDA_CHECK(cudaMemcpyAsync(d.lse + first * g, s.lse.data(), streams * g * sizeof(float), cudaMemcpyDeviceToHost, st));
+    if (pages)
+      KVD_CUDA_CHECK(cudaMemcpyAsync(d.page_lse + page0 * g, s.page_lse.data(), pages * g * sizeof(float), cudaMemcpyDeviceToHost, st));
     KVD_CUDA_CHECK(cudaStreamSynchronize(st));
   }
 

@@ -39,4 +39,24 @@ inline int device_count(bool why = true) {
   return n;
 }
 
+/// Makes `device` current for its scope and restores the caller's device after, so that the
+/// library's calls leave an engine's threads on the device they were on.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    KVD_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device) KVD_CUDA_CHECK(cudaSetDevice(device));
+    switched_ = previous_ != device;
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+  ~DeviceGuard() {
+    if (switched_) cudaSetDevice(previous_);
+  }
+
+ private:
+  int previous_ = 0;
+  bool switched_ = false;
+};
+
 }  // namespace kvdrive::cuda

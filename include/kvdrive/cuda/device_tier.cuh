@@ -1,10 +1,12 @@
 // cuda::DeviceTier: the CUDA backend's fast tier. Page-sized slots in device memory, carved from
 // blocks of cudaMalloc'ed memory (64 MiB by default) as the pool grows, up to an optional
 // capacity. It is a tier::DeviceFastTier: slot_data() is a device address, for backend::Cuda to
-// attend, and KvManager moves bytes only through upload(), upload_pages() and download(), on
-// the tier's own copy stream. pin_host() page-locks the manager's staging pool, so that uploads
-// from it are DMA. The keyed store (write/submit) exists for the concept; it copies page by page.
-// Thread-safe.
+// attend, and KvManager moves bytes only through upload(), upload_pages() and download(). Batches
+// (a step's misses) go on the tier's copy stream; single pages and rows (a new token, a page
+// read back) on the calling thread's own stream (cudaStreamPerThread), so that the select
+// threads of a pipeline never wait behind another micro-batch's fetch. pin_host() page-locks the
+// manager's staging pool, so that uploads from it are DMA. The keyed store (write/submit) exists
+// for the concept; it copies page by page. Thread-safe.
 #pragma once
 
 #include <algorithm>
@@ -46,10 +48,13 @@ class DeviceTier {
 
   ~DeviceTier() {
     if (!opened_) return;
+    int previous = 0;
+    cudaGetDevice(&previous);
     cudaSetDevice(params_.device);
     for (std::byte* p : pinned_) cudaHostUnregister(p);
     for (std::byte* b : blocks_) cudaFree(b);
     if (stream_) cudaStreamDestroy(stream_);
+    cudaSetDevice(previous);
   }
 
   std::string_view name() const { return "device"; }
@@ -57,7 +62,7 @@ class DeviceTier {
   void open(const tier::TierGeometry& g) {
     KVD_EXPECT(g.page_bytes > 0, "DeviceTier: page_bytes is 0");
     KVD_EXPECT(!opened_, "DeviceTier: already open");
-    KVD_CUDA_CHECK(cudaSetDevice(params_.device));
+    const DeviceGuard on(params_.device);
     page_bytes_ = g.page_bytes;
     stride_ = (g.page_bytes + 255) / 256 * 256;  // slots 256-byte aligned, as cudaMalloc's
     block_pages_ = std::max<std::size_t>(1, params_.block_bytes / stride_);
@@ -69,10 +74,7 @@ class DeviceTier {
   // ---- fast-tier slots -----------------------------------------------------------------------
   Slot allocate() {
     std::lock_guard lock(mutex_);
-    if (free_.empty()) grow();
-    const Slot s = free_.back();
-    free_.pop_back();
-    return s;
+    return allocate_locked();
   }
   void release(Slot s) {
     std::lock_guard lock(mutex_);
@@ -85,30 +87,38 @@ class DeviceTier {
   }
 
   // ---- moving bytes --------------------------------------------------------------------------
+  /// Host bytes into [offset, offset + n) of a slot, on the calling thread's stream.
   void upload(Slot s, std::size_t offset, const std::byte* src, std::size_t n) {
     KVD_EXPECT(offset + n <= page_bytes_, "DeviceTier::upload: bytes [{}, {}) outside a page of {}", offset, offset + n, page_bytes_);
-    KVD_CUDA_CHECK(cudaSetDevice(params_.device));
-    KVD_CUDA_CHECK(cudaMemcpyAsync(slot_data(s) + offset, src, n, cudaMemcpyHostToDevice, stream_));
-    KVD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const DeviceGuard on(params_.device);
+    KVD_CUDA_CHECK(cudaMemcpyAsync(slot_data(s) + offset, src, n, cudaMemcpyHostToDevice, cudaStreamPerThread));
+    KVD_CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
   }
-  /// Whole pages, one cudaMemcpyAsync each on the copy stream, then one synchronisation.
+  /// Whole pages, one cudaMemcpyAsync each on the copy stream, then one synchronisation. On an
+  /// error it still waits for the copies already queued, so the sources may be freed after.
   void upload_pages(std::span<const tier::SlotUpload> pages) {
     if (pages.empty()) return;
-    KVD_CUDA_CHECK(cudaSetDevice(params_.device));
+    const DeviceGuard on(params_.device);
+    cudaError_t e = cudaSuccess;
     for (const tier::SlotUpload& u : pages)
-      KVD_CUDA_CHECK(cudaMemcpyAsync(slot_data(u.slot), u.src, page_bytes_, cudaMemcpyHostToDevice, stream_));
-    KVD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      if ((e = cudaMemcpyAsync(slot_data(u.slot), u.src, page_bytes_, cudaMemcpyHostToDevice, stream_)) != cudaSuccess) break;
+    const cudaError_t done = cudaStreamSynchronize(stream_);
+    KVD_CUDA_CHECK(e);
+    KVD_CUDA_CHECK(done);
   }
+  /// A whole slot into host memory, on the calling thread's stream.
   void download(Slot s, std::byte* dst) {
-    KVD_CUDA_CHECK(cudaSetDevice(params_.device));
-    KVD_CUDA_CHECK(cudaMemcpyAsync(dst, slot_data(s), page_bytes_, cudaMemcpyDeviceToHost, stream_));
-    KVD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const DeviceGuard on(params_.device);
+    KVD_CUDA_CHECK(cudaMemcpyAsync(dst, slot_data(s), page_bytes_, cudaMemcpyDeviceToHost, cudaStreamPerThread));
+    KVD_CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
   }
-  /// Page-locks host memory the manager uploads from. Pinning only speeds copies up, so a
-  /// refusal (a sandbox's memlock limit, say) leaves the memory pageable and is not an error.
+  /// Page-locks host memory the manager uploads from, until the tier closes (the memory must
+  /// outlive it). Pinning only speeds copies up, so a refusal (a sandbox's memlock limit, say)
+  /// leaves the memory pageable and is not an error.
   void pin_host(std::byte* p, std::size_t n) {
     std::lock_guard lock(mutex_);
-    cudaSetDevice(params_.device);
+    pinned_.reserve(pinned_.size() + 1);  // recording a pinned block must not fail
+    const DeviceGuard on(params_.device);
     if (cudaHostRegister(p, n, cudaHostRegisterDefault) == cudaSuccess)
       pinned_.push_back(p);
     else
@@ -117,21 +127,17 @@ class DeviceTier {
 
   // ---- keyed store ---------------------------------------------------------------------------
   void write(const tier::PageKey& key, const std::byte* src) {
-    Slot s = -1;
-    {
-      std::lock_guard lock(mutex_);
-      if (auto it = map_.find(key); it != map_.end()) s = it->second;
-    }
-    const bool fresh = s < 0;
-    if (fresh) s = allocate();
+    std::lock_guard lock(mutex_);
+    auto it = map_.find(key);
+    const bool fresh = it == map_.end();
+    const Slot s = fresh ? allocate_locked() : it->second;
     try {
       upload(s, 0, src, page_bytes_);
+      if (fresh) map_.emplace(key, s);
     } catch (...) {
-      if (fresh) release(s);
+      if (fresh) free_.push_back(s);
       throw;
     }
-    std::lock_guard lock(mutex_);
-    map_[key] = s;
   }
   tier::ReadTicket submit(std::span<const tier::ReadRequest> reads) {
     for (const tier::ReadRequest& r : reads) {
@@ -173,6 +179,13 @@ class DeviceTier {
   cudaStream_t copy_stream() const { return stream_; }
 
  private:
+  Slot allocate_locked() {
+    if (free_.empty()) grow();
+    const Slot s = free_.back();
+    free_.pop_back();
+    return s;
+  }
+
   void grow() {
     KVD_EXPECT(opened_, "DeviceTier: allocate() before open()");
     const std::size_t cap = params_.capacity_pages;
@@ -182,7 +195,7 @@ class DeviceTier {
     std::size_t n = block_pages_;
     if (cap != 0 && total_ + n > cap) n = cap - total_;
     void* raw = nullptr;
-    KVD_CUDA_CHECK(cudaSetDevice(params_.device));
+    const DeviceGuard on(params_.device);
     if (const cudaError_t e = cudaMalloc(&raw, block_pages_ * stride_); e != cudaSuccess) {
       cudaGetLastError();
       fail("device page pool: cudaMalloc of {} bytes failed after {} pages ({}): lower the batch or the cache windows", block_pages_ * stride_,
