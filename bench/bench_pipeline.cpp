@@ -92,14 +92,7 @@ void run_case(const Options& o, std::int64_t context, int batch) {
   }
 
   std::vector<float> q(static_cast<std::size_t>(batch) * qh * d), k(static_cast<std::size_t>(batch) * kvh * d), v(k.size()), out(q.size());
-  auto inputs_of_step = [&](int s) {
-    for (int b = 0; b < batch; ++b) {
-      const eval::LayerInputs& in = inputs[static_cast<std::size_t>(b)];
-      std::copy_n(in.q(s), static_cast<std::size_t>(qh) * d, q.data() + static_cast<std::size_t>(b) * qh * d);
-      std::copy_n(in.k_new(s), static_cast<std::size_t>(kvh) * d, k.data() + static_cast<std::size_t>(b) * kvh * d);
-      std::copy_n(in.v_new(s), static_cast<std::size_t>(kvh) * d, v.data() + static_cast<std::size_t>(b) * kvh * d);
-    }
-  };
+  auto inputs_of_step = [&](int s) { eval::batch_step(inputs, s, q, k, v); };
   // Elastic's micro-batch: given, or tuned on dry runs of the first step.
   if (o.micro_batch == 0) {
     inputs_of_step(0);

@@ -20,7 +20,7 @@ cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
 
 mkdir -p "$out"
 for t in "${targets[@]}"; do
-  path=$(find "$build" -type f -name "$t" -perm -u+x | head -n 1)
+  path=$(find "$build/tests" "$build/bench" -type f -name "$t" -perm -u+x | head -n 1)  # not the pack of an earlier run
   [ -n "$path" ] || { echo "gpu-build: $t was not built" >&2; exit 1; }
   cp "$path" "$out/"
   # Only the driver (libcuda, loaded at run time) and the C library may stay dynamic.

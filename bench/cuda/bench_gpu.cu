@@ -259,14 +259,7 @@ PipelineRow pipeline_case(std::int64_t context, int batch, int steps) {
       in.v = {};
     }
     std::vector<float> q(static_cast<std::size_t>(batch) * qh * d), k(static_cast<std::size_t>(batch) * kvh * d), v(k.size()), out(q.size());
-    auto fill = [&](int s) {
-      for (int b = 0; b < batch; ++b) {
-        const eval::LayerInputs& in = inputs[static_cast<std::size_t>(b)];
-        std::copy_n(in.q(s), static_cast<std::size_t>(qh) * d, q.data() + static_cast<std::size_t>(b) * qh * d);
-        std::copy_n(in.k_new(s), static_cast<std::size_t>(kvh) * d, k.data() + static_cast<std::size_t>(b) * kvh * d);
-        std::copy_n(in.v_new(s), static_cast<std::size_t>(kvh) * d, v.data() + static_cast<std::size_t>(b) * kvh * d);
-      }
-    };
+    auto fill = [&](int s) { eval::batch_step(inputs, s, q, k, v); };
     fill(0);
     elastic.tune(0, ids_e, make_view(q, batch, qh, d), make_view(k, batch, kvh, d), make_view(v, batch, kvh, d), make_view(out, batch, qh, d));
     row.micro_batch = elastic.pipeline_policy().micro_batch_for(static_cast<std::size_t>(batch * kvh));

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "kvdrive/core/error.hpp"
@@ -76,6 +77,25 @@ LayerInputs layer_inputs(const Source& source, int layer, int kv_heads = 0) {
     }
   }
   return in;
+}
+
+/// Decode step s of a batch of sequences (one LayerInputs each, alike in shape), in the layout
+/// KvManager::attend takes: q [batch][q_heads][head_dim], k and v [batch][kv_heads][head_dim].
+inline void batch_step(std::span<const LayerInputs> batch, std::int64_t s, std::vector<float>& q, std::vector<float>& k, std::vector<float>& v) {
+  KVD_EXPECT(!batch.empty(), "batch_step: an empty batch");
+  const auto qn = static_cast<std::size_t>(batch[0].q_heads()) * batch[0].head_dim, kn = static_cast<std::size_t>(batch[0].kv_heads) * batch[0].head_dim;
+  q.resize(batch.size() * qn);
+  k.resize(batch.size() * kn);
+  v.resize(batch.size() * kn);
+  for (std::size_t b = 0; b < batch.size(); ++b) {
+    const LayerInputs& in = batch[b];
+    KVD_EXPECT(static_cast<std::size_t>(in.q_heads()) * in.head_dim == qn && static_cast<std::size_t>(in.kv_heads) * in.head_dim == kn &&
+                   s >= 0 && s < in.steps,
+               "batch_step: sequence {} differs in shape from the first, or has no step {}", b, s);
+    std::copy_n(in.q(s), qn, q.data() + b * qn);
+    std::copy_n(in.k_new(s), kn, k.data() + b * kn);
+    std::copy_n(in.v_new(s), kn, v.data() + b * kn);
+  }
 }
 
 }  // namespace kvdrive::eval
