@@ -4,7 +4,10 @@
 // pipeline, tiers, warm-up and cluster tuning; a failed step changes nothing.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <random>
+#include <span>
+#include <string_view>
 #include <vector>
 
 #include "device_emulation.hpp"
@@ -24,6 +27,22 @@ using DeviceTiers = Tiers<EmulatedDeviceTier, Slow>;
 
 template <class Index, class Pipeline = pipeline::Serial>
 using OnDevice = KvManager<Index, eviction::Lookahead, DeviceTiers, Pipeline, EmulatedDeviceBackend>;
+
+/// Quest with batch selection (index::BatchSelectIndex), as a GPU index has it: select_batch
+/// selects each stream on the host, and counts its calls.
+struct BatchQuest : index::Quest {
+  static inline std::atomic<int> calls{0};
+  static constexpr std::string_view name() { return "batch-quest"; }
+  void select_batch(std::span<const State* const> states, std::span<const index::IndexQuery> queries,
+                    std::span<std::vector<std::uint32_t>* const> outs) const {
+    ++calls;
+    for (std::size_t i = 0; i < states.size(); ++i) {
+      outs[i]->clear();
+      select(*states[i], queries[i], *outs[i]);
+    }
+  }
+};
+static_assert(index::BatchSelectIndex<BatchQuest> && !index::BatchSelectIndex<index::Quest>);
 
 }  // namespace
 
@@ -132,6 +151,39 @@ TEST_CASE("Device fast tier: prefill in chunks that end mid-page and on page bou
   for (int s = 0; s < w.steps; ++s)
     for (int l = 0; l < sh.layers; ++l) CHECK(same_bits(step(device, w, b, l, s), step(host, w, a, l, s)));
   CHECK(device.tiers().fast().used_pages() == host.tiers().fast().used_pages());
+}
+
+TEST_CASE("An index that selects a micro-batch in one call gets every stream with candidates, once per micro-batch, with the same bits") {
+  std::mt19937_64 rng(31);
+  for (int trial = 0; trial < 3 * test::scale(); ++trial) {
+    const Workload w = random_workload(rng);
+    const std::size_t micro = std::vector<std::size_t>{1, 2, 100}[rng() % 3];
+    CAPTURE(trial);
+    CAPTURE(micro);
+    OnDevice<index::Quest> reference(w.cfg);
+    OnDevice<BatchQuest, pipeline::Elastic> batched(w.cfg, {}, {}, {}, pipeline::Elastic({micro}));
+    KvManager<BatchQuest, eviction::Lookahead, HostTiers> on_host(w.cfg);  // the CPU path takes it too
+    const auto a = prefill(reference, w), b = prefill(batched, w), c = prefill(on_host, w);
+    int batched_calls = 0, host_calls = 0;
+    for (int s = 0; s < w.steps; ++s)
+      for (int l = 0; l < w.cfg.shape.layers; ++l) {
+        const auto expect = step(reference, w, a, l, s);
+        int before = BatchQuest::calls;
+        CHECK(same_bits(step(batched, w, b, l, s), expect));
+        const auto n = a.size() * static_cast<std::size_t>(w.cfg.shape.kv_heads), mb = batched.pipeline_policy().micro_batch_for(n);
+        CHECK(BatchQuest::calls - before <= static_cast<int>((n + mb - 1) / mb));  // at most one call per micro-batch
+        batched_calls += BatchQuest::calls - before;
+        before = BatchQuest::calls;
+        CHECK(same_bits(step(on_host, w, c, l, s), expect));
+        CHECK(BatchQuest::calls - before <= 1);  // Serial: the whole batch in one call
+        host_calls += BatchQuest::calls - before;
+      }
+    CHECK(batched.total_stats().selected == reference.total_stats().selected);
+    if (reference.total_stats().selected > 0) {
+      CHECK(batched_calls > 0);
+      CHECK(host_calls > 0);
+    }
+  }
 }
 
 TEST_CASE("Device fast tier over an SSD store: warm-up, cluster tuning and decode give the host path's bits and statistics") {

@@ -13,7 +13,8 @@
 //                of 20% of the selected pages gathered from host first), in ms
 //   pipeline     KvManager on the GPU (cuda::DeviceTier cache + SsdTier, backend::Cuda): one
 //                layer of 8 KV heads of the synthetic trace `default` at 32K, batch 1 and 4,
-//                Hierarchical at 6.25%, Lookahead W=3, warm-up; Elastic's step time against
+//                Hierarchical at 6.25% selected on the GPU (DeviceHierarchical), Lookahead W=3,
+//                warm-up; Elastic's step time against
 //                Serial's, medians of the decode steps (host wall clock)
 //
 //   bench_gpu [--json FILE] [--repeats N] [--quick]
@@ -33,6 +34,7 @@
 #include "kvdrive/core/half.hpp"
 #include "kvdrive/cuda/backend.cuh"
 #include "kvdrive/cuda/check.cuh"
+#include "kvdrive/cuda/device_hierarchical.cuh"
 #include "kvdrive/cuda/device_tier.cuh"
 #include "kvdrive/eval/layer_inputs.hpp"
 #include "kvdrive/eval/synthetic.hpp"
@@ -239,9 +241,9 @@ PipelineRow pipeline_case(std::int64_t context, int batch, int steps) {
   const tier::SsdTier::Params sp = store("serial"), ep = store("elastic");
   PipelineRow row{context, batch};
   {
-    KvManager<index::Hierarchical, eviction::Lookahead, Gpu, pipeline::Serial, backend::Cuda> serial(
+    KvManager<kc::DeviceHierarchical, eviction::Lookahead, Gpu, pipeline::Serial, backend::Cuda> serial(
         c, {}, eviction::Lookahead{3}, Gpu(kc::DeviceTier{}, tier::SsdTier(sp)));
-    KvManager<index::Hierarchical, eviction::Lookahead, Gpu, pipeline::Elastic, backend::Cuda> elastic(
+    KvManager<kc::DeviceHierarchical, eviction::Lookahead, Gpu, pipeline::Elastic, backend::Cuda> elastic(
         c, {}, eviction::Lookahead{3}, Gpu(kc::DeviceTier{}, tier::SsdTier(ep)), pipeline::Elastic{});
     std::vector<SeqId> ids_s, ids_e;
     std::vector<eval::LayerInputs> inputs;

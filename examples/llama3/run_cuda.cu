@@ -1,9 +1,10 @@
 // kvd-llama --device cuda: run() (run.hpp) with the KV cache in GPU memory. Compiled by nvcc
-// when kvd-llama is built with CUDA. The index runs on the host (the CPU's policies); pages move
-// through cuda::DeviceTier, attention runs in backend::Cuda's kernels and the projections in
-// cuBLAS.
+// when kvd-llama is built with CUDA. Selection runs on the GPU (cuda::DeviceHierarchical, one
+// launch per micro-batch), pages move through cuda::DeviceTier, attention runs in backend::Cuda's
+// kernels and the projections in cuBLAS.
 #include "cublas_linear.hpp"
 #include "kvdrive/cuda/backend.cuh"
+#include "kvdrive/cuda/device_hierarchical.cuh"
 #include "kvdrive/cuda/device_tier.cuh"
 #include "run_cuda.hpp"
 
@@ -18,11 +19,11 @@ int run_on_cuda(const RunOptions& o, const Model& model, ThreadPool& pool) {
   const auto gpu = [&] { return backend::Cuda({0, o.threads}); };
   if (o.mode == "tiered") {
     KVD_EXPECT(o.index == "hierarchical", "--mode tiered is sparse: choose --index hierarchical");
-    if (o.pipeline == "elastic") return run<index::Hierarchical, DeviceSsd, pipeline::Elastic, backend::Cuda, CublasLinear>(o, model, pool, gpu());
-    return run<index::Hierarchical, DeviceSsd, pipeline::Serial, backend::Cuda, CublasLinear>(o, model, pool, gpu());
+    if (o.pipeline == "elastic") return run<cuda::DeviceHierarchical, DeviceSsd, pipeline::Elastic, backend::Cuda, CublasLinear>(o, model, pool, gpu());
+    return run<cuda::DeviceHierarchical, DeviceSsd, pipeline::Serial, backend::Cuda, CublasLinear>(o, model, pool, gpu());
   }
   if (o.mode == "dense" || o.index == "dense") return run<index::Dense, Device, pipeline::Serial, backend::Cuda, CublasLinear>(o, model, pool, gpu());
-  return run<index::Hierarchical, Device, pipeline::Serial, backend::Cuda, CublasLinear>(o, model, pool, gpu());
+  return run<cuda::DeviceHierarchical, Device, pipeline::Serial, backend::Cuda, CublasLinear>(o, model, pool, gpu());
 }
 
 }  // namespace kvdrive::llama

@@ -759,41 +759,32 @@ class KvManager {
 
     void select(std::size_t i) {
       StepPlan& p = m_.plans_[i];
-      Stream& st = *p.stream;
-      const Config& c = m_.cfg_;
-      const int d = c.shape.head_dim, g = c.group();
-      p.ranges = page_ranges(st.pages.tokens + 1, c.page_tokens, c.sink_tokens, c.local_tokens);
-      // Write the new token into its page: past the stream's token count, so invisible until commit.
-      const int row = static_cast<int>(st.pages.tokens % c.page_tokens);
-      if (row == 0) p.new_tail = m_.tiers_.fast().allocate();
-      const Slot tail = row == 0 ? p.new_tail : st.pages.back().slot;
-      if constexpr (kDeviceFast) {
-        st.tail_host.resize(c.page_bytes());
-        m_.write_token(st.tail_host.data(), row, k_.row(p.batch_index, p.head), v_.row(p.batch_index, p.head));
-        m_.tiers_.fast().upload(tail, 0, st.tail_host.data(), c.page_bytes());
-      } else {
-        m_.write_token(m_.tiers_.fast().slot_data(tail), row, k_.row(p.batch_index, p.head), v_.row(p.batch_index, p.head));
-      }
-      p.seals = row == c.page_tokens - 1;
-      p.q.resize(static_cast<std::size_t>(g) * d);
-      for (int j = 0; j < g; ++j)
-        std::copy_n(q_.row(p.batch_index, p.head * g + j), d, p.q.data() + static_cast<std::size_t>(j) * d);
+      const index::IndexQuery query = prepare_select(p);
+      if (p.ranges.candidates() > 0) m_.index_.select(p.stream->index, query, p.selected);
+      check_selection(p, query);
+    }
 
-      index::IndexQuery query;
-      query.q = p.q.data();
-      query.group = g;
-      query.head_dim = d;
-      query.scale = c.scale();
-      query.first_candidate = p.ranges.sink_end;
-      query.end_candidate = p.ranges.local_begin;
-      query.budget_pages = c.budget.pages_for(p.ranges.candidates());
-      if (p.ranges.candidates() > 0) m_.index_.select(st.index, query, p.selected);
-      for (std::size_t s = 0; s < p.selected.size(); ++s) {
-        const std::uint32_t page = p.selected[s];
-        KVD_EXPECT(page >= query.first_candidate && page < query.end_candidate &&
-                       (s == 0 || page > p.selected[s - 1]),
-                   "index '{}' selected page {} outside candidates [{}, {}) or out of order",
-                   Index::name(), page, query.first_candidate, query.end_candidate);
+    /// select() for streams [first, last): with an index that selects many streams in one call
+    /// (index::BatchSelectIndex, e.g. on a GPU), the streams are prepared in parallel and
+    /// selected together; otherwise each is selected in parallel.
+    void select_range(std::size_t first, std::size_t last) {
+      if constexpr (index::BatchSelectIndex<Index>) {
+        std::vector<index::IndexQuery> queries(last - first);
+        m_.backend_.parallel_for(last - first, [&](std::size_t j) { queries[j] = prepare_select(m_.plans_[first + j]); });
+        std::vector<const typename Index::State*> states;
+        std::vector<index::IndexQuery> asked;
+        std::vector<std::vector<std::uint32_t>*> outs;
+        for (std::size_t j = 0; j < queries.size(); ++j) {
+          StepPlan& p = m_.plans_[first + j];
+          if (p.ranges.candidates() <= 0) continue;
+          states.push_back(&p.stream->index);
+          asked.push_back(queries[j]);
+          outs.push_back(&p.selected);
+        }
+        if (!states.empty()) m_.index_.select_batch(states, asked, outs);
+        for (std::size_t j = 0; j < queries.size(); ++j) check_selection(m_.plans_[first + j], queries[j]);
+      } else {
+        m_.backend_.parallel_for(last - first, [&](std::size_t j) { select(first + j); });
       }
     }
 
@@ -1154,6 +1145,48 @@ class KvManager {
       }
     }
 
+    /// select()'s part before the index: writes the new token into its page (past the stream's
+    /// token count, so invisible until commit) and returns the stream's query.
+    index::IndexQuery prepare_select(StepPlan& p) {
+      Stream& st = *p.stream;
+      const Config& c = m_.cfg_;
+      const int d = c.shape.head_dim, g = c.group();
+      p.ranges = page_ranges(st.pages.tokens + 1, c.page_tokens, c.sink_tokens, c.local_tokens);
+      const int row = static_cast<int>(st.pages.tokens % c.page_tokens);
+      if (row == 0) p.new_tail = m_.tiers_.fast().allocate();
+      const Slot tail = row == 0 ? p.new_tail : st.pages.back().slot;
+      if constexpr (kDeviceFast) {
+        st.tail_host.resize(c.page_bytes());
+        m_.write_token(st.tail_host.data(), row, k_.row(p.batch_index, p.head), v_.row(p.batch_index, p.head));
+        m_.tiers_.fast().upload(tail, 0, st.tail_host.data(), c.page_bytes());
+      } else {
+        m_.write_token(m_.tiers_.fast().slot_data(tail), row, k_.row(p.batch_index, p.head), v_.row(p.batch_index, p.head));
+      }
+      p.seals = row == c.page_tokens - 1;
+      p.q.resize(static_cast<std::size_t>(g) * d);
+      for (int j = 0; j < g; ++j)
+        std::copy_n(q_.row(p.batch_index, p.head * g + j), d, p.q.data() + static_cast<std::size_t>(j) * d);
+      index::IndexQuery query;
+      query.q = p.q.data();
+      query.group = g;
+      query.head_dim = d;
+      query.scale = c.scale();
+      query.first_candidate = p.ranges.sink_end;
+      query.end_candidate = p.ranges.local_begin;
+      query.budget_pages = c.budget.pages_for(p.ranges.candidates());
+      return query;
+    }
+
+    /// An index's selection must be candidates, ascending.
+    static void check_selection(const StepPlan& p, const index::IndexQuery& query) {
+      for (std::size_t s = 0; s < p.selected.size(); ++s) {
+        const std::uint32_t page = p.selected[s];
+        KVD_EXPECT(page >= query.first_candidate && page < query.end_candidate && (s == 0 || page > p.selected[s - 1]),
+                   "index '{}' selected page {} outside candidates [{}, {}) or out of order", Index::name(), page, query.first_candidate,
+                   query.end_candidate);
+      }
+    }
+
     /// The device fast tier's path of compute(): the streams' page lists (slot addresses in
     /// device memory) go to the backend as one PagedDecode, and the results come back to the
     /// plans, as compute_one leaves them.
@@ -1266,6 +1299,7 @@ class KvManager {
     S& s;
     std::size_t streams() const { return s.streams(); }
     void select(std::size_t i) { s.select(i); }
+    void select_range(std::size_t a, std::size_t b) { s.select_range(a, b); }
     void classify(std::size_t i) { s.classify(i); }
     void fetch(std::size_t i) { s.fetch(i); }
     void fetch_range(std::size_t a, std::size_t b) { s.fetch_range(a, b); }

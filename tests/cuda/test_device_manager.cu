@@ -4,14 +4,18 @@
 // differently, which may also flip a near-tie of eviction scores, so hits and misses are compared
 // between the GPU's own pipelines only); Serial and Elastic on the GPU are bitwise equal
 // (Decision 2) with the same statistics; a failed read changes nothing and the retry gives the
-// undisturbed bits. Also DeviceTier's own contract: upload/download round trips, the keyed store,
-// capacity. Exit 77 without a GPU.
+// undisturbed bits. Selection on the GPU (cuda::DeviceHierarchical, one launch per micro-batch)
+// against the host's index::Hierarchical in the same GPU manager: the same number of pages, most
+// steps' outputs within 1e-2 (selections may differ at near-ties), Serial and Elastic bitwise
+// equal. Also DeviceTier's own contract: upload/download round trips, the keyed store, capacity.
+// Exit 77 without a GPU.
 #include <cmath>
 #include <cstdio>
 #include <random>
 #include <vector>
 
 #include "kvdrive/cuda/backend.cuh"
+#include "kvdrive/cuda/device_hierarchical.cuh"
 #include "kvdrive/cuda/device_tier.cuh"
 #include "kvdrive/kvdrive.hpp"
 #include "kvdrive/tier/ssd.hpp"
@@ -128,6 +132,39 @@ void manager_against_cpu(const test::TempDir& dir, std::mt19937_64& rng, int tri
               w.steps, dtype_name(w.cfg.dtype).data(), worst, static_cast<unsigned long long>(y.misses), retried);
 }
 
+void gpu_selection(const test::TempDir& dir, std::mt19937_64& rng, int trial) {
+  test::Workload w = test::random_workload(rng);
+  w.cfg.shape.head_dim = 64;
+  w.cfg.budget = Budget::fraction(0.125);
+  for (int& p : w.prompt) p += 600;  // enough pages for clusters to matter
+  using GpuSsd = Tiers<kc::DeviceTier, tier::SsdTier>;
+  auto tiers = [&](const std::string& name) {
+    tier::SsdTier::Params p;
+    p.path = dir.file(name.c_str());
+    return GpuSsd(kc::DeviceTier{}, tier::SsdTier(p));
+  };
+  const std::string tag = std::to_string(trial);
+  KvManager<index::Hierarchical, eviction::Lookahead, GpuSsd, pipeline::Serial, backend::Cuda> host_index(w.cfg, {}, eviction::Lookahead{2},
+                                                                                                         tiers("hh" + tag));
+  KvManager<kc::DeviceHierarchical, eviction::Lookahead, GpuSsd, pipeline::Serial, backend::Cuda> serial(w.cfg, {}, eviction::Lookahead{2},
+                                                                                                        tiers("hs" + tag));
+  KvManager<kc::DeviceHierarchical, eviction::Lookahead, GpuSsd, pipeline::Elastic, backend::Cuda> elastic(
+      w.cfg, {}, eviction::Lookahead{2}, tiers("he" + tag), pipeline::Elastic({3}));
+  const auto a = test::prefill(host_index, w), b = test::prefill(serial, w), c = test::prefill(elastic, w);
+  int close = 0, total = 0;
+  for (int s = 0; s < w.steps; ++s)
+    for (int l = 0; l < w.cfg.shape.layers; ++l) {
+      const auto want = test::step(host_index, w, a, l, s), got = test::step(serial, w, b, l, s);
+      EXPECT(test::same_bits(test::step(elastic, w, c, l, s), got));
+      close += max_abs_diff(got, want) < 1e-2;
+      ++total;
+    }
+  EXPECT(serial.total_stats().selected == host_index.total_stats().selected);
+  EXPECT(elastic.total_stats().misses == serial.total_stats().misses);
+  EXPECT(close * 10 >= total * 9);
+  std::printf("gpu selection, trial %d: %d of %d layer steps within 1e-2 of the host index's\n", trial, close, total);
+}
+
 }  // namespace
 
 int main() {
@@ -141,6 +178,7 @@ int main() {
     std::mt19937_64 rng(29);
     for (int trial = 0; trial < 4; ++trial) manager_against_cpu(dir, rng, trial);
     EXPECT(retried_total > 0);  // the rollback path ran
+    for (int trial = 0; trial < 2; ++trial) gpu_selection(dir, rng, trial);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "test_device_manager: %s\n", e.what());
     return 1;

@@ -9,6 +9,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -57,6 +58,17 @@ concept IndexPolicy =
       { index.append(state, keys) } -> std::same_as<void>;  // decode: newly sealed pages
       { index.select(cstate, query, out) } -> std::same_as<void>;
       { index.bytes(cstate) } -> std::convertible_to<std::size_t>;
+    };
+
+/// An index that also selects for many streams in one call (on a GPU, one launch: cuda::
+/// DeviceHierarchical): select_batch(states, queries, outs) must give each stream what select()
+/// would, up to the index's own arithmetic. KvManager selects a micro-batch's streams with it
+/// where the index has it.
+template <class I>
+concept BatchSelectIndex =
+    IndexPolicy<I> && requires(const I& index, std::span<const typename I::State* const> states, std::span<const IndexQuery> queries,
+                               std::span<std::vector<std::uint32_t>* const> outs) {
+      { index.select_batch(states, queries, outs) } -> std::same_as<void>;
     };
 
 /// Policies whose parameters depend on the head dimension (ProductQuant's subspaces must divide

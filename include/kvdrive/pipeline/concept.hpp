@@ -1,6 +1,8 @@
 // PipelinePolicy: how the five stages of one attend() step run (Decision 1). KvManager hands the
 // pipeline a StepStages object over n streams (sequence x KV head of one layer):
 //   select(i)   index -> candidate pages within budget          (per stream, commits nothing)
+//   select_range(a, b) the same for streams [a, b), in one call where the index selects many
+//                      streams at once (a GPU launch), else in parallel (optional)
 //   classify(i) cache  -> hits and misses                       (per stream, commits nothing)
 //   fetch(i)    tiers  -> staging slots for the misses          (per stream, commits nothing)
 //   fetch_range(a, b)  the same for streams [a, b), their reads in flight together (optional)

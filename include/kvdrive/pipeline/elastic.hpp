@@ -202,7 +202,7 @@ class Elastic {
       }
     };
     for (std::size_t b = 0; b < batches && !prog.stopped(); ++b) {
-      if (!prog.run(select_busy, [&] { s.parallel_for(last(b) - first(b), [&](std::size_t j) { s.select(first(b) + j); }); }))
+      if (!prog.run(select_busy, [&] { Serial::select_range(s, first(b), last(b)); }))
         break;  // never handed on
       prog.advance(prog.selected);
     }

@@ -21,7 +21,7 @@ struct Serial {
     const std::size_t n = s.streams();
     StageTimes& t = s.times();
     const auto t0 = std::chrono::steady_clock::now();
-    timed(t.select_ms, [&] { s.parallel_for(n, [&](std::size_t i) { s.select(i); }); });
+    timed(t.select_ms, [&] { select_range(s, 0, n); });
     timed(t.classify_ms, [&] { for (std::size_t i = 0; i < n; ++i) s.classify(i); });
     if constexpr (requires { s.fetch_start(n, n); s.fetch_finish(n, n); s.compute_ready(n, n); }) {
       // Every miss of the batch in flight at once; meanwhile the resident splits are attended.
@@ -41,6 +41,15 @@ struct Serial {
     timed(t.compute_ms, [&] { s.compute(0, n); });
     timed(t.commit_ms, [&] { s.commit(); });
     t.wall_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  /// Selects streams [a, b): in one call where the stages have select_range, else in parallel.
+  template <class S>
+  static void select_range(S& s, std::size_t a, std::size_t b) {
+    if constexpr (requires { s.select_range(a, b); })
+      s.select_range(a, b);
+    else
+      s.parallel_for(b - a, [&](std::size_t j) { s.select(a + j); });
   }
 
  private:

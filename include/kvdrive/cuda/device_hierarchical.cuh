@@ -1,0 +1,231 @@
+// cuda::DeviceHierarchical: KVDrive's hierarchical index with selection on the GPU. An index
+// policy (index::IndexPolicy and index::BatchSelectIndex) that keeps index::Hierarchical's state
+// on the host, where prefill builds it and decode appends to it, plus a copy in device memory
+// (index::flatten, uploaded when the state has changed since the last upload). KvManager calls
+// select_batch() once per micro-batch: one hierarchical_select launch (hierarchical.cuh) for all
+// its streams, on the index's own stream. select() of one stream stays on the host.
+//
+// The GPU's selection may differ from the CPU's at near-ties (FMA contraction, summation order),
+// so a KvManager with this index gives outputs close to, not bitwise equal to, one with
+// index::Hierarchical; with either, Serial and Elastic give the same bits.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "kvdrive/core/dtype.hpp"
+#include "kvdrive/cuda/check.cuh"
+#include "kvdrive/cuda/device_buffer.cuh"
+#include "kvdrive/cuda/hierarchical.cuh"
+#include "kvdrive/cuda/stream.cuh"
+#include "kvdrive/index/concept.hpp"
+#include "kvdrive/index/hierarchical.hpp"
+#include "kvdrive/index/hierarchical_flat.hpp"
+
+namespace kvdrive::cuda {
+
+class DeviceHierarchical {
+ public:
+  using Params = index::HierarchicalParams;
+
+  /// A stream's flat index in device memory, as of one version of the host state.
+  struct Mirror {
+    std::uint64_t version = 0;
+    std::int64_t clusters = 0, members = 0;
+    DeviceBuffer<std::byte> centroids, means;
+    DeviceBuffer<float> radius;
+    DeviceBuffer<std::int64_t> offsets;
+    DeviceBuffer<std::uint32_t> pages, cluster;
+
+    template <class T>
+    HierarchicalDeviceIndex<T> view() const {
+      return {reinterpret_cast<const T*>(centroids.data()), radius.data(), offsets.data(), pages.data(),
+              reinterpret_cast<const T*>(means.data()), cluster.data(), clusters, members};
+    }
+  };
+
+  struct State {
+    index::Hierarchical::State host;
+    std::uint64_t version = 0;              ///< bumped by every build() and append()
+    mutable std::shared_ptr<Mirror> device;  ///< uploaded by select_batch when stale
+
+    State() = default;
+    State(State&&) noexcept = default;
+    State& operator=(State&&) noexcept = default;
+    // A copy has its own device mirror (made on its first batch selection).
+    State(const State& o) : host(o.host), version(o.version) {}
+    State& operator=(const State& o) {
+      host = o.host;
+      version = o.version;
+      device.reset();
+      return *this;
+    }
+  };
+
+  Params params;
+  int device = 0;  ///< the GPU the mirrors live on (the KvManager's fast tier's)
+
+  DeviceHierarchical() = default;
+  explicit DeviceHierarchical(const Params& p, int gpu = 0) : params(p), device(gpu) { params.validate(); }
+
+  static constexpr std::string_view name() { return "hierarchical-gpu"; }
+
+  static std::uint32_t cluster_of(const State& s, std::uint32_t p) { return index::Hierarchical::cluster_of(s.host, p); }
+
+  void build(State& s, const index::PageKeys& k) const {
+    host().build(s.host, k);
+    ++s.version;
+  }
+  void append(State& s, const index::PageKeys& k) const {
+    host().append(s.host, k);
+    ++s.version;
+  }
+  std::size_t bytes(const State& s) const { return host().bytes(s.host); }
+
+  /// One stream, on the host (index::Hierarchical::select).
+  void select(const State& s, const index::IndexQuery& q, std::vector<std::uint32_t>& out) const { host().select(s.host, q, out); }
+
+  /// Many streams in one launch; outs[i] is replaced by stream i's pages, ascending.
+  void select_batch(std::span<const State* const> states, std::span<const index::IndexQuery> queries,
+                    std::span<std::vector<std::uint32_t>* const> outs) const {
+    KVD_EXPECT(states.size() == queries.size() && outs.size() == states.size(), "DeviceHierarchical: {} states, {} queries, {} outputs",
+               states.size(), queries.size(), outs.size());
+    if (states.empty()) return;
+    const DType dtype = states[0]->host.dtype;
+    for (const State* s : states)
+      KVD_EXPECT(s->host.dtype == dtype || s->host.pages == 0, "DeviceHierarchical: streams of different dtypes in one batch");
+    std::lock_guard lock(shared_->mutex);  // one batch at a time uses the scratch and the mirrors
+    const DeviceGuard on(device);
+    if (!shared_->scratch) shared_->scratch = std::make_unique<Scratch>();  // on first use: no GPU needed before
+    dispatch_dtype(dtype, [&](auto tag) { run<typename decltype(tag)::type>(states, queries, outs); });
+  }
+
+ private:
+  struct Scratch {
+    Stream stream;
+    DeviceBuffer<std::byte> views;
+    DeviceBuffer<float> q, est;
+    DeviceBuffer<std::int64_t> first, end, budget;
+    DeviceBuffer<unsigned> count;
+    DeviceBuffer<std::uint32_t> bitmap, out;
+    DeviceBuffer<int> out_count;
+  };
+
+  index::Hierarchical host() const {
+    index::Hierarchical h;
+    h.params = params;
+    return h;
+  }
+
+  template <class B>
+  static void ensure(B& b, std::size_t n) {
+    if (b.size() < n) b = B(std::max(n, b.size() * 2));
+  }
+
+  static std::shared_ptr<Mirror> upload(const index::Hierarchical::State& s, std::uint64_t version) {
+    const index::HierarchicalFlat f = index::flatten(s);
+    auto m = std::make_shared<Mirror>();
+    m->version = version;
+    m->clusters = f.clusters();
+    m->members = f.members();
+    m->centroids = DeviceBuffer<std::byte>(std::span<const std::byte>(f.centroids));
+    m->means = DeviceBuffer<std::byte>(std::span<const std::byte>(f.member_means));
+    m->radius = DeviceBuffer<float>(std::span<const float>(f.radius));
+    m->offsets = DeviceBuffer<std::int64_t>(std::span<const std::int64_t>(f.member_offsets));
+    m->pages = DeviceBuffer<std::uint32_t>(std::span<const std::uint32_t>(f.member_pages));
+    m->cluster = DeviceBuffer<std::uint32_t>(std::span<const std::uint32_t>(f.member_cluster));
+    return m;
+  }
+
+  template <class T>
+  void run(std::span<const State* const> states, std::span<const index::IndexQuery> queries,
+           std::span<std::vector<std::uint32_t>* const> outs) const {
+    Scratch& sc = *shared_->scratch;
+    const std::size_t n = states.size();
+    const int g = queries[0].group, d = queries[0].head_dim;
+    std::vector<HierarchicalDeviceIndex<T>> views(n);
+    std::vector<float> q;
+    std::vector<std::int64_t> first(n), end(n), budget(n);
+    std::int64_t stride = 1, words = 1, max_k = 1;
+    for (std::size_t i = 0; i < n; ++i) {
+      const State& s = *states[i];
+      const index::IndexQuery& iq = queries[i];
+      KVD_EXPECT(iq.group == g && iq.head_dim == d, "DeviceHierarchical: queries of different shapes in one batch");
+      if (!s.device || s.device->version != s.version) s.device = upload(s.host, s.version);
+      views[i] = s.device->template view<T>();
+      q.insert(q.end(), iq.q, iq.q + static_cast<std::size_t>(g) * d);
+      first[i] = iq.first_candidate;
+      end[i] = iq.end_candidate;
+      budget[i] = std::min(iq.budget_pages, iq.candidates());
+      stride = std::max(stride, s.device->clusters + s.device->members);
+      words = std::max(words, iq.end_candidate / 32 + 1);
+      max_k = std::max(max_k, budget[i]);
+    }
+    const auto un = static_cast<std::size_t>(n);
+    ensure(sc.views, un * sizeof(HierarchicalDeviceIndex<T>));
+    ensure(sc.q, q.size());
+    ensure(sc.est, un * static_cast<std::size_t>(g) * static_cast<std::size_t>(stride));
+    ensure(sc.first, un);
+    ensure(sc.end, un);
+    ensure(sc.budget, un);
+    ensure(sc.count, un * static_cast<std::size_t>(stride));
+    ensure(sc.bitmap, un * static_cast<std::size_t>(words));
+    ensure(sc.out, un * static_cast<std::size_t>(max_k));
+    ensure(sc.out_count, un);
+    const cudaStream_t st = sc.stream.get();
+    const auto h2d = [&](void* dst, const void* src, std::size_t bytes) {
+      KVD_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st));
+    };
+    h2d(sc.views.data(), views.data(), un * sizeof(HierarchicalDeviceIndex<T>));
+    h2d(sc.q.data(), q.data(), q.size() * sizeof(float));
+    h2d(sc.first.data(), first.data(), un * sizeof(std::int64_t));
+    h2d(sc.end.data(), end.data(), un * sizeof(std::int64_t));
+    h2d(sc.budget.data(), budget.data(), un * sizeof(std::int64_t));
+    HierarchicalSelectParams<T> p;
+    p.index = reinterpret_cast<const HierarchicalDeviceIndex<T>*>(sc.views.data());
+    p.q = sc.q.data();
+    p.first_candidate = sc.first.data();
+    p.end_candidate = sc.end.data();
+    p.budget = sc.budget.data();
+    p.radius_weight = params.radius_weight;
+    p.expand = params.expand;
+    p.scratch_est = sc.est.data();
+    p.scratch_count = sc.count.data();
+    p.scratch_bitmap = sc.bitmap.data();
+    p.scratch_stride = stride;
+    p.bitmap_words = words;
+    p.out = sc.out.data();
+    p.out_count = sc.out_count.data();
+    p.streams = static_cast<int>(n);
+    p.group = g;
+    p.head_dim = d;
+    p.max_k = static_cast<int>(max_k);
+    KVD_CUDA_CHECK(hierarchical_select(p, st));
+    std::vector<std::uint32_t> out(un * static_cast<std::size_t>(max_k));
+    std::vector<int> count(un);
+    KVD_CUDA_CHECK(cudaMemcpyAsync(out.data(), sc.out.data(), out.size() * sizeof(std::uint32_t), cudaMemcpyDeviceToHost, st));
+    KVD_CUDA_CHECK(cudaMemcpyAsync(count.data(), sc.out_count.data(), un * sizeof(int), cudaMemcpyDeviceToHost, st));
+    sc.stream.synchronize();
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto* o = out.data() + i * static_cast<std::size_t>(max_k);
+      outs[i]->assign(o, o + std::clamp(count[i], 0, static_cast<int>(max_k)));
+    }
+  }
+
+  struct Shared {
+    std::mutex mutex;
+    std::unique_ptr<Scratch> scratch;
+  };
+  std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();  // shared by copies, guarded by its mutex
+};
+static_assert(index::BatchSelectIndex<DeviceHierarchical>);
+
+}  // namespace kvdrive::cuda
