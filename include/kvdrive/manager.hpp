@@ -66,6 +66,10 @@ class KvManager {
   /// upload/download, and the backend attends it.
   static constexpr bool kDeviceFast = tier::DeviceFastTier<Fast>;
   static_assert(backend::Backend<Backend>, "KvManager: the backend needs parallel_for(n, fn)");
+  static_assert(std::is_nothrow_move_constructible_v<typename Index::State> &&
+                    std::is_nothrow_move_constructible_v<typename Eviction::State>,
+                "KvManager: the index's and the eviction policy's State must move without throwing (they live in vectors "
+                "that grow); use std::vector rather than std::deque, or give the State a noexcept move constructor");
   static_assert(kDeviceFast == backend::DeviceBackend<Backend>,
                 "KvManager: a fast tier in device memory (cuda::DeviceTier) needs a backend that attends it "
                 "(backend::Cuda), and such a backend needs a device fast tier");
