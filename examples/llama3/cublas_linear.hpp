@@ -31,7 +31,13 @@ namespace kvdrive::llama {
 
 class CublasLinear {
  public:
-  explicit CublasLinear(ThreadPool&) { KVD_CUBLAS_CHECK(cublasCreate(&handle_)); KVD_CUBLAS_CHECK(cublasSetStream(handle_, stream_.get())); }
+  explicit CublasLinear(ThreadPool&) {
+    KVD_CUBLAS_CHECK(cublasCreate(&handle_));
+    if (const cublasStatus_t e = cublasSetStream(handle_, stream_.get()); e != CUBLAS_STATUS_SUCCESS) {
+      cublasDestroy(std::exchange(handle_, nullptr));
+      KVD_CUBLAS_CHECK(e);
+    }
+  }
   CublasLinear(const CublasLinear&) = delete;
   CublasLinear& operator=(const CublasLinear&) = delete;
   ~CublasLinear() {
@@ -71,7 +77,10 @@ class CublasLinear {
     auto it = weights_.find(host);
     if (it == weights_.end()) {
       cuda::DeviceBuffer<float> buf(elems);
-      KVD_CUDA_CHECK(cudaMemcpy(buf.data(), host, elems * sizeof(float), cudaMemcpyHostToDevice));
+      // On the stream the GEMMs run on, and waited for: a pageable cudaMemcpy may return before
+      // the bytes reach the device, and stream_ does not wait for the legacy default stream.
+      KVD_CUDA_CHECK(cudaMemcpyAsync(buf.data(), host, elems * sizeof(float), cudaMemcpyHostToDevice, stream_.get()));
+      stream_.synchronize();
       weight_bytes_ += elems * sizeof(float);
       it = weights_.emplace(host, std::move(buf)).first;
     }

@@ -90,6 +90,9 @@ class KvManager {
     if constexpr (requires { tiers_.fast().device(); backend_.device(); })
       KVD_EXPECT(tiers_.fast().device() == backend_.device(), "KvManager: the fast tier is on device {} but the backend on device {}",
                  tiers_.fast().device(), backend_.device());
+    if constexpr (requires { tiers_.fast().device(); index_.device; })
+      KVD_EXPECT(tiers_.fast().device() == index_.device, "KvManager: the fast tier is on device {} but the index selects on device {}",
+                 tiers_.fast().device(), index_.device);
     register_fast_memory();
     tiers_.open(tier::TierGeometry{cfg_.page_bytes()});
   }

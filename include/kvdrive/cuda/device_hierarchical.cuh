@@ -1,9 +1,11 @@
 // cuda::DeviceHierarchical: KVDrive's hierarchical index with selection on the GPU. An index
 // policy (index::IndexPolicy and index::BatchSelectIndex) that keeps index::Hierarchical's state
 // on the host, where prefill builds it and decode appends to it, plus a copy in device memory
-// (index::flatten, uploaded when the state has changed since the last upload). KvManager calls
-// select_batch() once per micro-batch: one hierarchical_select launch (hierarchical.cuh) for all
-// its streams, on the index's own stream. select() of one stream stays on the host.
+// (index::flatten, uploaded when the state has changed since the last upload: once per sealed
+// page, into buffers kept and grown with headroom, so no cudaMalloc or cudaFree in the steady
+// state). KvManager calls select_batch() once per micro-batch: one hierarchical_select launch
+// (hierarchical.cuh) for all its streams, on the index's own stream. select() of one stream, and
+// so cluster-size tuning and anything else that selects stream by stream, stays on the host.
 //
 // The GPU's selection may differ from the CPU's at near-ties (FMA contraction, summation order),
 // so a KvManager with this index gives outputs close to, not bitwise equal to, one with
@@ -17,6 +19,7 @@
 #include <mutex>
 #include <span>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -38,7 +41,7 @@ class DeviceHierarchical {
 
   /// A stream's flat index in device memory, as of one version of the host state.
   struct Mirror {
-    std::uint64_t version = 0;
+    std::uint64_t version = ~std::uint64_t{0};
     std::int64_t clusters = 0, members = 0;
     DeviceBuffer<std::byte> centroids, means;
     DeviceBuffer<float> radius;
@@ -99,9 +102,15 @@ class DeviceHierarchical {
     KVD_EXPECT(states.size() == queries.size() && outs.size() == states.size(), "DeviceHierarchical: {} states, {} queries, {} outputs",
                states.size(), queries.size(), outs.size());
     if (states.empty()) return;
-    const DType dtype = states[0]->host.dtype;
+    DType dtype = DType::f32;
     for (const State* s : states)
-      KVD_EXPECT(s->host.dtype == dtype || s->host.pages == 0, "DeviceHierarchical: streams of different dtypes in one batch");
+      if (s->host.pages > 0) dtype = s->host.dtype;
+    for (std::size_t i = 0; i < states.size(); ++i) {
+      const State& s = *states[i];
+      KVD_EXPECT(s.host.dtype == dtype || s.host.pages == 0, "DeviceHierarchical: streams of different dtypes in one batch");
+      KVD_EXPECT(s.host.pages == 0 || s.host.head_dim == queries[i].head_dim, "DeviceHierarchical: a query of head_dim {} for an index of {}",
+                 queries[i].head_dim, s.host.head_dim);
+    }
     std::lock_guard lock(shared_->mutex);  // one batch at a time uses the scratch and the mirrors
     const DeviceGuard on(device);
     if (!shared_->scratch) shared_->scratch = std::make_unique<Scratch>();  // on first use: no GPU needed before
@@ -130,24 +139,52 @@ class DeviceHierarchical {
     if (b.size() < n) b = B(std::max(n, b.size() * 2));
   }
 
-  static std::shared_ptr<Mirror> upload(const index::Hierarchical::State& s, std::uint64_t version) {
-    const index::HierarchicalFlat f = index::flatten(s);
-    auto m = std::make_shared<Mirror>();
-    m->version = version;
-    m->clusters = f.clusters();
-    m->members = f.members();
-    m->centroids = DeviceBuffer<std::byte>(std::span<const std::byte>(f.centroids));
-    m->means = DeviceBuffer<std::byte>(std::span<const std::byte>(f.member_means));
-    m->radius = DeviceBuffer<float>(std::span<const float>(f.radius));
-    m->offsets = DeviceBuffer<std::int64_t>(std::span<const std::int64_t>(f.member_offsets));
-    m->pages = DeviceBuffer<std::uint32_t>(std::span<const std::uint32_t>(f.member_pages));
-    m->cluster = DeviceBuffer<std::uint32_t>(std::span<const std::uint32_t>(f.member_cluster));
-    return m;
+  /// Brings a stream's mirror up to its state's version: flattens the state and copies it into
+  /// the mirror's buffers on `stream`, growing a buffer (by half again) only when it is too small.
+  static void refresh(const State& s, cudaStream_t stream) {
+    if (!s.device) s.device = std::make_shared<Mirror>();
+    Mirror& m = *s.device;
+    if (m.version == s.version) return;
+    const index::HierarchicalFlat f = index::flatten(s.host);
+    const auto put = [&](auto& buf, const auto& host) {
+      using T = std::remove_cvref_t<decltype(*buf.data())>;
+      if (buf.size() < host.size()) buf = std::remove_cvref_t<decltype(buf)>(host.size() + host.size() / 2);
+      if (!host.empty())
+        KVD_CUDA_CHECK(cudaMemcpyAsync(buf.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, stream));
+    };
+    m.version = ~std::uint64_t{0};  // stale until the copies are queued
+    put(m.centroids, f.centroids);
+    put(m.means, f.member_means);
+    put(m.radius, f.radius);
+    put(m.offsets, f.member_offsets);
+    put(m.pages, f.member_pages);
+    put(m.cluster, f.member_cluster);
+    KVD_CUDA_CHECK(cudaStreamSynchronize(stream));  // f's host arrays die here
+    m.clusters = f.clusters();
+    m.members = f.members();
+    m.version = s.version;
   }
 
   template <class T>
-  void run(std::span<const State* const> states, std::span<const index::IndexQuery> queries,
-           std::span<std::vector<std::uint32_t>* const> outs) const {
+  void run(std::span<const State* const> all_states, std::span<const index::IndexQuery> all_queries,
+           std::span<std::vector<std::uint32_t>* const> all_outs) const {
+    // A budget that covers every candidate takes them all, as index::Hierarchical::select does,
+    // without the GPU; the others go to the kernel.
+    std::vector<const State*> states;
+    std::vector<index::IndexQuery> queries;
+    std::vector<std::vector<std::uint32_t>*> outs;
+    for (std::size_t i = 0; i < all_states.size(); ++i) {
+      const index::IndexQuery& iq = all_queries[i];
+      if (iq.budget_pages >= iq.candidates()) {
+        all_outs[i]->clear();
+        for (std::int64_t p = iq.first_candidate; p < iq.end_candidate; ++p) all_outs[i]->push_back(static_cast<std::uint32_t>(p));
+        continue;
+      }
+      states.push_back(all_states[i]);
+      queries.push_back(iq);
+      outs.push_back(all_outs[i]);
+    }
+    if (states.empty()) return;
     Scratch& sc = *shared_->scratch;
     const std::size_t n = states.size();
     const int g = queries[0].group, d = queries[0].head_dim;
@@ -159,7 +196,7 @@ class DeviceHierarchical {
       const State& s = *states[i];
       const index::IndexQuery& iq = queries[i];
       KVD_EXPECT(iq.group == g && iq.head_dim == d, "DeviceHierarchical: queries of different shapes in one batch");
-      if (!s.device || s.device->version != s.version) s.device = upload(s.host, s.version);
+      refresh(s, sc.stream.get());
       views[i] = s.device->template view<T>();
       q.insert(q.end(), iq.q, iq.q + static_cast<std::size_t>(g) * d);
       first[i] = iq.first_candidate;
