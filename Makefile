@@ -6,13 +6,17 @@
 #   make asan-test   the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make tsan-test   the test suite under ThreadSanitizer
 #   make bench       the microbenchmarks
+#   make report      the benchmarks and kvd-eval with JSON output, then docs/results.md and its
+#                    plots (matplotlib); GPU_JSON=path adds a scripts/gpu-check.sh result
 JOBS ?= $(shell nproc)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 CMAKE ?= cmake
+# Debian's python3 (where apt puts matplotlib), not one a version manager put first on PATH.
+PYTHON ?= $(shell [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
 
-.PHONY: all bootstrap configure build test asan-test tsan-test demo bench clean
+.PHONY: all bootstrap configure build test asan-test tsan-test demo bench report clean
 
 all: build
 
@@ -60,6 +64,12 @@ bench: bootstrap
 	$(CMAKE) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
 	$(CMAKE) --build $(BUILD) -j $(JOBS) --target bench_attention
 	./$(BUILD)/bench/bench_attention
+
+report:
+	@bash scripts/bootstrap --report
+	$(CMAKE) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+	$(CMAKE) --build $(BUILD) -j $(JOBS) --target kvd-eval bench_tier bench_pipeline kvd-llama
+	$(PYTHON) scripts/report.py --build $(BUILD) $(if $(GPU_JSON),--gpu-json $(GPU_JSON))
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)

@@ -11,7 +11,7 @@
 // ratios. Step times are the medians over `--steps` decode steps.
 //
 //   bench_pipeline [--dir PATH] [--contexts 32768,131072] [--batches 1,4,8] [--steps N]
-//                  [--kv-heads N] [--micro-batch N]
+//                  [--kv-heads N] [--micro-batch N] [--json FILE]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -22,6 +22,9 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
 
 #include "kvdrive/eval/layer_inputs.hpp"
 #include "kvdrive/eval/synthetic.hpp"
@@ -39,6 +42,7 @@ struct Options {
   int steps = 24;
   int kv_heads = 2;
   std::size_t micro_batch = 0;
+  std::string json;
 };
 
 std::vector<std::int64_t> parse_list(const std::string& s) {
@@ -54,7 +58,7 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-void run_case(const Options& o, std::int64_t context, int batch) {
+nlohmann::json run_case(const Options& o, std::int64_t context, int batch) {
   const eval::SyntheticPreset preset = eval::synthetic_preset("default");
   const int kvh = o.kv_heads, d = preset.shape.head_dim, g = preset.shape.q_heads / preset.shape.kv_heads, qh = g * kvh;
   Config c;
@@ -135,6 +139,8 @@ void run_case(const Options& o, std::int64_t context, int batch) {
   for (SeqId id : ids_e) elastic.release(id);
   SsdTier::remove_files(serial_store.path);
   SsdTier::remove_files(elastic_store.path);
+  return {{"context", context}, {"batch", batch}, {"streams", streams}, {"micro_batch", mb}, {"hit_rate", elastic.total_stats().hit_rate()},
+          {"serial_ms", ms_s}, {"elastic_ms", ms_e}, {"ideal_ms", ms_i}, {"dram_ms", ms_d}, {"select_fetch_share", median(share)}};
 }
 
 }  // namespace
@@ -151,6 +157,7 @@ int main(int argc, char** argv) {
     } else if (a == "--steps") o.steps = std::atoi(argv[i + 1]);
     else if (a == "--kv-heads") o.kv_heads = std::atoi(argv[i + 1]);
     else if (a == "--micro-batch") o.micro_batch = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (a == "--json") o.json = argv[i + 1];
     else {
       std::fprintf(stderr, "bench_pipeline: unknown option %s\n", a.c_str());
       return 2;
@@ -166,8 +173,14 @@ int main(int argc, char** argv) {
                 o.kv_heads, o.dir.c_str(), o.steps);
     std::printf("%8s %6s %9s %8s %9s %9s %9s %9s %9s %8s %9s %8s   %s\n", "context", "batch", "streams/mb", "hit", "serial", "elastic", "ideal",
                 "dram", "ser/ela", "ela/idl", "sel+fet", "ela/dram", "bubbles sel/cls/fet");
+    nlohmann::json rows = nlohmann::json::array();
     for (std::int64_t c : o.contexts)
-      for (int b : o.batches) run_case(o, c, b);
+      for (int b : o.batches) rows.push_back(run_case(o, c, b));
+    if (!o.json.empty()) {
+      std::ofstream f(o.json);
+      f << nlohmann::json{{"kv_heads", o.kv_heads}, {"steps", o.steps}, {"rows", rows}}.dump(2) << "\n";
+      KVD_EXPECT(f.good(), "bench_pipeline: cannot write {}", o.json);
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_pipeline: %s\n", e.what());
     return 1;

@@ -16,7 +16,7 @@
 // packing_report).
 //
 //   bench_tier [--dir PATH] [--pages N] [--batch N] [--qd N] [--rounds N]
-//              [--pack-layers N] [--pack-context TOKENS] [--pack-steps N]
+//              [--pack-layers N] [--pack-context TOKENS] [--pack-steps N] [--json FILE]
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -31,6 +31,10 @@
 #include <set>
 #include <string>
 #include <vector>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "kvdrive/kvdrive.hpp"
 #include "kvdrive/eval/synthetic.hpp"
@@ -50,6 +54,7 @@ struct Options {
   int pack_layers = 2;                // packing report: layers of the synthetic trace
   std::int64_t pack_context = 16384;  // packing report: prompt tokens
   std::int64_t pack_steps = 64;       // packing report: decode steps
+  std::string json;                   // also write the figures as JSON here
 };
 
 /// n pages of 4 KiB, 4096-aligned, as the host pool hands them out (so SsdTier reads into them
@@ -183,6 +188,7 @@ int main(int argc, char** argv) {
     else if (a == "--pack-layers") o.pack_layers = std::atoi(argv[i + 1]);
     else if (a == "--pack-context") o.pack_context = std::strtoll(argv[i + 1], nullptr, 10);
     else if (a == "--pack-steps") o.pack_steps = std::strtoll(argv[i + 1], nullptr, 10);
+    else if (a == "--json") o.json = argv[i + 1];
     else {
       std::fprintf(stderr, "bench_tier: unknown option %s\n", a.c_str());
       return 2;
@@ -293,6 +299,12 @@ int main(int argc, char** argv) {
     const double mb1 = static_cast<double>(want) * kPage / 1e6;
     std::printf("%-10s %12.0f %10.1f %14s\n", "ssd-qd1", static_cast<double>(want) / t_ssd1, mb1 / t_ssd1, "(round 1 only)");
     std::printf("ssd merged %zu page reads into %llu I/Os (adjacent slots)\n", pages_read, static_cast<unsigned long long>(ssd_ops));
+    nlohmann::json result = {{"pages", o.pages},
+                        {"batch", o.batch},
+                        {"queue_depth", o.qd},
+                        {"io", std::string(ssd.io_name())},
+                        {"direct_io", ssd.direct_io()},
+                        {"random_4k_mb_per_s", {{"raw", mb / t_raw}, {"ssd", mb / t_ssd}, {"ssd_registered", mb / t_reg}, {"ssd_qd1", mb1 / t_ssd1}}}};
 
     // A decode workload against the FlexGen-style strawman: the store's 8 streams are 8 layers;
     // each step reads a random 6.25% of every layer's pages (its misses). MmapTier loads each
@@ -333,6 +345,8 @@ int main(int argc, char** argv) {
             mm.wait(mm.submit(req));
             t_mm_dec += seconds_since(t0);
           }
+        result["decode_workload"].push_back({{"misses_per_layer", misses}, {"miss_rate", miss_rate}, {"ssd_ms_per_step", 1e3 * t_ssd_dec / steps},
+                                        {"mmap_ms_per_step", 1e3 * t_mm_dec / steps}});
         std::printf("decode workload, %s (%d steps x 8 layers, %zu of %zu pages read per layer): ssd %.1f ms/step, mmap %.1f ms/step: "
                     "ssd %.1fx faster\n",
                     miss_rate == 1.0 ? "no cache: every selected page (6.25%)" : "the misses a Lookahead W=3 cache leaves", steps, misses,
@@ -364,11 +378,17 @@ int main(int argc, char** argv) {
         mm.wait(mm.submit(std::span<const ReadRequest>(&r, 1)));
       }
       const double t_mm_seq = seconds_since(t0);
+      result["sequential_mb_per_s"] = {{"raw_1mib", static_cast<double>(total) / 1e6 / t_seq}, {"mmap_layers", 8 * layer_mb / t_mm_seq}};
       std::printf("sequential: O_DIRECT 1 MiB reads %.0f MB/s; mmap whole-layer loads (cold) %.0f MB/s = %.2f of the device\n",
                   static_cast<double>(total) / 1e6 / t_seq, 8 * layer_mb / t_mm_seq, (8 * layer_mb / t_mm_seq) / (static_cast<double>(total) / 1e6 / t_seq));
     }
     std::filesystem::remove(mpath);
     SsdTier::remove_files(path);
+    if (!o.json.empty()) {
+      std::ofstream f(o.json);
+      f << result.dump(2) << "\n";
+      KVD_EXPECT(f.good(), "bench_tier: cannot write {}", o.json);
+    }
     packing_report(o, index::HierarchicalParams{}, "hierarchical (KVDrive)");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_tier: %s\n", e.what());
