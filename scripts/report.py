@@ -417,7 +417,18 @@ def main():
         add("![gpu](results/gpu.png)")
         add("")
         add(f"From `{gpu_path.relative_to(ROOT) if gpu_path.is_relative_to(ROOT) else gpu_path}` (scripts/gpu-check.sh), "
-            f"passed: {gpu.get('passed')}.")
+            f"tests passed: {gpu.get('passed')}.")
+        b = gpu.get("bench") or {}
+        add("")
+        add("| measure | compared with | measured | goal |")
+        add("| --- | --- | --- | --- |")
+        if "attention" in b:
+            add(f"| sparse attention bandwidth | copy kernel | {b['attention']['vs_copy']:.2f} | 0.7 |")
+        if "gather" in b:
+            add(f"| page gather H2D | contiguous cudaMemcpyAsync | {b['gather']['best_vs_contiguous']:.2f} | 0.8 |")
+        for row in b.get("pipeline") or []:
+            add(f"| KvManager step, {row['context'] // 1024}K, batch {row['batch']} | Elastic against Serial | "
+                f"{row['serial_over_elastic']:.2f}x | report |")
     else:
         add("No GPU results: run `scripts/gpu-build.sh`, then `gpu-check.sh` on a GPU machine, and pass its JSON with "
             "`make report GPU_JSON=path` (or leave it at `build-gpu/gpu-check.json`). No GPU has been available so far "
