@@ -6,17 +6,21 @@
 #   make asan-test   the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make tsan-test   the test suite under ThreadSanitizer
 #   make bench       the microbenchmarks
+#   make fuzz        every libFuzzer target for FUZZ_SECONDS (60) each, from seeds; a crash,
+#                    hang or leak fails it (clang; docs/robustness.md)
 #   make report      the benchmarks and kvd-eval with JSON output, then docs/results.md and its
 #                    plots (matplotlib); GPU_JSON=path adds a scripts/gpu-check.sh result
 JOBS ?= $(shell nproc)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
 CMAKE ?= cmake
 # Debian's python3 (where apt puts matplotlib), not one a version manager put first on PATH.
 PYTHON ?= $(shell [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
 
-.PHONY: all bootstrap configure build test asan-test tsan-test demo bench report clean
+.PHONY: all bootstrap configure build test asan-test tsan-test demo bench report fuzz clean
 
 all: build
 
@@ -65,6 +69,12 @@ bench: bootstrap
 	$(CMAKE) --build $(BUILD) -j $(JOBS) --target bench_attention
 	./$(BUILD)/bench/bench_attention
 
+fuzz: bootstrap
+	CC=clang CXX=clang++ $(CMAKE) -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKVD_FUZZ=ON -DKVD_CUDA=OFF \
+	  -DKVD_BUILD_TESTS=OFF -DKVD_BUILD_BENCH=OFF -DKVD_BUILD_EXAMPLES=OFF
+	$(CMAKE) --build $(FUZZ_BUILD) -j $(JOBS)
+	bash scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
 report:
 	@bash scripts/bootstrap --report
 	$(CMAKE) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
@@ -72,4 +82,4 @@ report:
 	$(PYTHON) scripts/report.py --build $(BUILD) $(if $(GPU_JSON),--gpu-json $(GPU_JSON))
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)

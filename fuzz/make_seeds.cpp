@@ -1,0 +1,125 @@
+// kvd-fuzz-seeds DIR: writes a small, valid seed input for every fuzz target into DIR/<target>/,
+// made with the formats' own rules (the trace with eval::TraceWriter), so that the fuzzers start
+// from inputs that reach deep into the parsers rather than from nothing.
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "kvdrive/core/config.hpp"
+#include "kvdrive/eval/trace.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void put(const fs::path& file, const std::string& bytes) {
+  fs::create_directories(file.parent_path());
+  std::ofstream(file, std::ios::binary) << bytes;
+}
+
+template <class T>
+void append(std::string& s, T v) {
+  s.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+/// A llama2.c checkpoint of a tiny model: dim 8, hidden 16, 1 layer, 2/2 heads, vocab 32, 16 positions.
+std::string llama2c() {
+  const std::int32_t D = 8, H = 16, L = 1, heads = 2, kv = 2, V = 32, S = 16, hd = D / heads, KV = kv * hd;
+  std::string s;
+  for (std::int32_t v : {D, H, L, heads, kv, V, S}) append(s, v);
+  const std::int64_t floats = V * D + L * D + L * D * D + 2 * L * KV * D + L * D * D + L * D + 3 * L * H * D + D + S * hd;
+  for (std::int64_t i = 0; i < floats; ++i) append(s, 0.01f * static_cast<float>(i % 17));
+  return s;
+}
+
+std::string safetensors() {
+  const std::string header = R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},"__metadata__":{"format":"pt"}})";
+  std::string s;
+  append(s, static_cast<std::uint64_t>(header.size()));
+  s += header;
+  for (int i = 0; i < 4; ++i) append(s, 1.0f + static_cast<float>(i));
+  return s;
+}
+
+std::string hf_config() {
+  return R"({"architectures":["LlamaForCausalLM"],"hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,)"
+         R"("num_attention_heads":4,"num_key_value_heads":2,"vocab_size":300,"max_position_embeddings":256,"rms_norm_eps":1e-5,)"
+         R"("rope_theta":500000.0,"rope_scaling":{"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,)"
+         R"("original_max_position_embeddings":8192},"torch_dtype":"float32","tie_word_embeddings":false})";
+}
+
+/// A llama2.c tokenizer.bin of 259 tokens (the first byte of a fuzz input picks the vocabulary: 0 -> 259).
+std::string tokenizer_llama2c() {
+  std::string s(1, '\0');
+  append(s, std::int32_t{6});
+  auto token = [&](const std::string& piece, float score) {
+    append(s, score);
+    append(s, static_cast<std::int32_t>(piece.size()));
+    s += piece;
+  };
+  token("<unk>", 0);
+  token("<s>", 0);
+  token("</s>", 0);
+  for (int b = 0; b < 256; ++b) {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "<0x%02X>", b);
+    token(hex, 0);
+  }
+  return s;
+}
+
+/// tiktoken ranks: every single byte, then a few merges.
+std::string tokenizer_tiktoken() {
+  static const char* b64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  auto encode = [&](const std::string& in) {
+    std::string out;
+    for (std::size_t i = 0; i < in.size(); i += 3) {
+      const unsigned n = (static_cast<unsigned char>(in[i]) << 16) | (i + 1 < in.size() ? static_cast<unsigned char>(in[i + 1]) << 8 : 0) |
+                         (i + 2 < in.size() ? static_cast<unsigned char>(in[i + 2]) : 0);
+      out += b64[(n >> 18) & 63];
+      out += b64[(n >> 12) & 63];
+      out += i + 1 < in.size() ? b64[(n >> 6) & 63] : '=';
+      out += i + 2 < in.size() ? b64[n & 63] : '=';
+    }
+    return out;
+  };
+  std::string s;
+  int rank = 0;
+  for (int b = 0; b < 256; ++b) s += encode(std::string(1, static_cast<char>(b))) + " " + std::to_string(rank++) + "\n";
+  for (const char* merge : {"He", "ll", "llo", "Hello", " f", "uz", "zz"}) s += encode(merge) + " " + std::to_string(rank++) + "\n";
+  return s;
+}
+
+void trace(const fs::path& file) {
+  fs::create_directories(file.parent_path());
+  const kvdrive::ModelShape shape{1, 2, 1, 4};
+  kvdrive::eval::TraceWriter w(file.string(), shape, kvdrive::DType::f16);
+  std::vector<float> q(8), k(4), v(4);
+  for (int p = 0; p < 6; ++p) {
+    for (std::size_t i = 0; i < q.size(); ++i) q[i] = 0.1f * static_cast<float>(p + static_cast<int>(i));
+    for (std::size_t i = 0; i < k.size(); ++i) k[i] = v[i] = 0.2f * static_cast<float>(p - static_cast<int>(i));
+    w.write(0, p, q.data(), k.data(), v.data());
+  }
+  w.close();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: kvd-fuzz-seeds DIR\n");
+    return 2;
+  }
+  const fs::path dir = argv[1];
+  put(dir / "fuzz_llama2c" / "tiny.bin", llama2c());
+  put(dir / "fuzz_safetensors" / "one.safetensors", safetensors());
+  put(dir / "fuzz_hf_config" / "config.json", hf_config());
+  put(dir / "fuzz_tokenizer_llama2c" / "bytes.bin", tokenizer_llama2c());
+  put(dir / "fuzz_tokenizer_tiktoken" / "ranks.model", tokenizer_tiktoken());
+  trace(dir / "fuzz_trace" / "tiny.kvdtrace");
+  std::printf("kvd-fuzz-seeds: wrote seeds for 6 targets in %s\n", dir.c_str());
+  return 0;
+}
