@@ -40,6 +40,7 @@
 #include "kvdrive/eval/layer_inputs.hpp"
 #include "kvdrive/eval/recorded.hpp"
 #include "kvdrive/eval/synthetic.hpp"
+#include "kvdrive/eval/synthetic_spec.hpp"
 #include "kvdrive/eval/trace_stats.hpp"
 #include "kvdrive/index/product_quant.hpp"
 #include "kvdrive/index/simhash.hpp"
@@ -136,29 +137,8 @@ std::vector<std::string> split_names(const std::string& list, const std::vector<
   return out;
 }
 
-/// "synthetic:PRESET[:seed=N]" -> (preset, seed); nullopt for anything else (a file path).
-struct SyntheticSpec {
-  std::string preset;
-  std::uint64_t seed = 1;
-};
-std::optional<SyntheticSpec> parse_synthetic(const std::string& spec) {
-  const std::string prefix = "synthetic:";
-  if (spec.rfind(prefix, 0) != 0) return std::nullopt;
-  SyntheticSpec s;
-  std::string rest = spec.substr(prefix.size());
-  const std::size_t colon = rest.find(':');
-  s.preset = rest.substr(0, colon);
-  KVD_EXPECT(!s.preset.empty(), "--trace '{}': no preset name after 'synthetic:'", spec);
-  if (colon != std::string::npos) {
-    const std::string opt = rest.substr(colon + 1);
-    KVD_EXPECT(opt.rfind("seed=", 0) == 0, "--trace '{}': expected ':seed=N' after the preset, got ':{}'", spec, opt);
-    const std::string num = opt.substr(5);
-    KVD_EXPECT(!num.empty() && num.size() <= 19 && num.find_first_not_of("0123456789") == std::string::npos,
-               "--trace '{}': seed '{}' is not a non-negative integer", spec, num);
-    s.seed = std::stoull(num);
-  }
-  return s;
-}
+using eval::SyntheticSpec;
+std::optional<SyntheticSpec> parse_synthetic(const std::string& spec) { return eval::parse_synthetic_spec(spec, "--trace"); }
 
 DType parse_dtype(const std::string& s) {
   if (s == "f32") return DType::f32;

@@ -5,11 +5,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "kvdrive/core/config.hpp"
 #include "kvdrive/eval/trace.hpp"
+#include "ssd_store.hpp"
 
 namespace fs = std::filesystem;
 
@@ -120,6 +123,17 @@ int main(int argc, char** argv) {
   put(dir / "fuzz_tokenizer_llama2c" / "bytes.bin", tokenizer_llama2c());
   put(dir / "fuzz_tokenizer_tiktoken" / "ranks.model", tokenizer_tiktoken());
   trace(dir / "fuzz_trace" / "tiny.kvdtrace");
-  std::printf("kvd-fuzz-seeds: wrote seeds for 6 targets in %s\n", dir.c_str());
+  {  // fuzz_ssd_recover: the intact log after its header (mode 0), and a small data patch (mode 1)
+    const std::string store = (dir / "ssd_template.store").string();
+    kvdrive::fuzz::write_store(store);
+    std::ifstream log(store + ".log", std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    put(dir / "fuzz_ssd_recover" / "log", std::string(1, '\0') + bytes.substr(std::min<std::size_t>(4096, bytes.size())));
+    put(dir / "fuzz_ssd_recover" / "patch", std::string("\x01\x00\x20\x00\x00xyz", 8));
+    kvdrive::tier::SsdTier::remove_files(store);
+  }
+  put(dir / "fuzz_args" / "plain", "synthetic:default");
+  put(dir / "fuzz_args" / "seeded", "synthetic:small:seed=42");
+  std::printf("kvd-fuzz-seeds: wrote seeds for 8 targets in %s\n", dir.c_str());
   return 0;
 }

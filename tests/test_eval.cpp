@@ -17,6 +17,7 @@
 #include "kvdrive/core/thread_pool.hpp"
 #include "kvdrive/eval/layer_inputs.hpp"
 #include "kvdrive/eval/synthetic.hpp"
+#include "kvdrive/eval/synthetic_spec.hpp"
 #include "kvdrive/eval/trace_stats.hpp"
 #include "support.hpp"
 
@@ -109,6 +110,26 @@ eval::StreamTrace hand_made(std::uint64_t seed, std::int64_t prefix, std::int64_
 }  // namespace
 
 // ---- the generator ---------------------------------------------------------------------------
+
+TEST_CASE("synthetic:NAME[:seed=N], as kvd-llama --model and kvd-eval --trace spell a synthetic source") {
+  using eval::parse_synthetic_spec;
+  CHECK(!parse_synthetic_spec("traces/run.kvdtrace", "--trace"));
+  CHECK(!parse_synthetic_spec("synthetic", "--trace"));
+  const auto plain = parse_synthetic_spec("synthetic:default", "--trace");
+  REQUIRE(plain);
+  CHECK(plain->preset == "default");
+  CHECK(plain->seed == 1);
+  const auto seeded = parse_synthetic_spec("synthetic:tiny:seed=18446744", "--trace");
+  REQUIRE(seeded);
+  CHECK(seeded->preset == "tiny");
+  CHECK(seeded->seed == 18446744u);
+  CHECK(parse_synthetic_spec("synthetic:x:seed=9999999999999999999", "--trace")->seed == 9999999999999999999ull);  // 19 digits
+  for (const char* bad : {"synthetic:", "synthetic::seed=1", "synthetic:tiny:", "synthetic:tiny:seed=", "synthetic:tiny:seed=-1",
+                          "synthetic:tiny:seed=1x", "synthetic:tiny:sed=1", "synthetic:tiny:seed=12345678901234567890"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH_AS(parse_synthetic_spec(bad, "--trace"), doctest::Contains("--trace"), Error);
+  }
+}
 
 TEST_CASE("synthetic: presets by name; an unknown name lists the known ones") {
   for (std::string_view name : eval::synthetic_preset_names()) {

@@ -14,6 +14,7 @@
 
 #include "kvdrive/core/error.hpp"
 #include "kvdrive/core/thread_pool.hpp"
+#include "kvdrive/eval/synthetic_spec.hpp"
 #include "model.hpp"
 
 namespace kvdrive::llama {
@@ -35,28 +36,10 @@ struct ShapeOverrides {
   std::optional<int> layers, heads, kv_heads, head_dim, hidden, vocab;
 };
 
-struct SyntheticSpec {
-  std::string preset;
-  std::uint64_t seed = 1;
-};
+using eval::SyntheticSpec;
 
-/// Parses "synthetic:NAME" or "synthetic:NAME:seed=N"; nullopt if `model` is not synthetic.
-inline std::optional<SyntheticSpec> parse_synthetic(const std::string& model) {
-  constexpr std::string_view kPrefix = "synthetic:";
-  if (model.rfind(kPrefix, 0) != 0) return std::nullopt;
-  SyntheticSpec spec;
-  std::string rest = model.substr(kPrefix.size());
-  const auto colon = rest.find(':');
-  spec.preset = rest.substr(0, colon);
-  if (colon != std::string::npos) {
-    const std::string opt = rest.substr(colon + 1);
-    KVD_EXPECT(opt.rfind("seed=", 0) == 0 && opt.size() > 5 && opt.find_first_not_of("0123456789", 5) == std::string::npos &&
-                   opt.size() <= 5 + 19,
-               "model '{}': expected synthetic:NAME or synthetic:NAME:seed=N (N a non-negative integer)", model);
-    spec.seed = std::stoull(opt.substr(5));
-  }
-  return spec;
-}
+/// "synthetic:NAME[:seed=N]" (eval::parse_synthetic_spec, as --model).
+inline std::optional<SyntheticSpec> parse_synthetic(const std::string& model) { return eval::parse_synthetic_spec(model, "--model"); }
 
 inline const SyntheticPreset& synthetic_preset(std::string_view name) {
   for (const auto& p : kSyntheticPresets)

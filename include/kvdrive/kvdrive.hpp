@@ -19,6 +19,7 @@
 #include "kvdrive/eval/cache_study.hpp"
 #include "kvdrive/eval/cache_replay.hpp"
 #include "kvdrive/eval/evaluate.hpp"
+#include "kvdrive/eval/synthetic_spec.hpp"
 #include "kvdrive/eval/layer_inputs.hpp"
 #include "kvdrive/eval/metrics.hpp"
 #include "kvdrive/eval/trace.hpp"
