@@ -132,8 +132,11 @@ int main(int argc, char** argv) {
     put(dir / "fuzz_ssd_recover" / "patch", std::string("\x01\x00\x20\x00\x00xyz", 8));
     kvdrive::tier::SsdTier::remove_files(store);
   }
+  put(dir / "fuzz_hf_index" / "index.json",
+      R"({"metadata":{"total_size":16},"weight_map":{"model.embed_tokens.weight":"model-00001-of-00002.safetensors",)"
+      R"("lm_head.weight":"model-00002-of-00002.safetensors"}})");
   put(dir / "fuzz_args" / "plain", "synthetic:default");
   put(dir / "fuzz_args" / "seeded", "synthetic:small:seed=42");
-  std::printf("kvd-fuzz-seeds: wrote seeds for 8 targets in %s\n", dir.c_str());
+  std::printf("kvd-fuzz-seeds: wrote seeds for 9 targets in %s\n", dir.c_str());
   return 0;
 }
