@@ -69,7 +69,8 @@ bench: bootstrap
 	$(CMAKE) --build $(BUILD) -j $(JOBS) --target bench_attention
 	./$(BUILD)/bench/bench_attention
 
-fuzz: bootstrap
+fuzz:
+	@bash scripts/bootstrap --fuzz
 	CC=clang CXX=clang++ $(CMAKE) -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKVD_FUZZ=ON -DKVD_CUDA=OFF \
 	  -DKVD_BUILD_TESTS=OFF -DKVD_BUILD_BENCH=OFF -DKVD_BUILD_EXAMPLES=OFF
 	$(CMAKE) --build $(FUZZ_BUILD) -j $(JOBS)
