@@ -224,5 +224,6 @@ TEST_CASE("prefix digest: equal prefixes agree, different ones differ") {
   CHECK(PrefixDigest::of_tokens(a) == PrefixDigest::of_tokens(std::vector<std::int32_t>{1, 2, 3, 4}));
   CHECK_FALSE(PrefixDigest::of_tokens(a) == PrefixDigest::of_tokens(b));
   CHECK(PrefixDigest::of_tokens(a).hex().size() == 32);
-  CHECK(PrefixDigest::of_tokens(a) == PrefixDigest::of_bytes(a.data(), a.size() * 4));
+  CHECK(PrefixDigest::of_tokens(a) == PrefixDigest::of_bytes(a.data(), a.size() * 4, 4));
+  CHECK(PrefixDigest::of_tokens(a).tokens == 4);
 }

@@ -1,0 +1,641 @@
+// tier::RedisTier: a remote tier on a Redis (or Valkey) server, through hiredis. Engines that
+// serve the same prompt prefix share its KV pages through it instead of recomputing them
+// (KvManager::share_prefixes, load_prefix; docs/remote.md).
+//
+// - Keys: "<key_prefix>:<model digest>:<prefix digest>:<layer>:<head>:<page>" for a sequence
+//   bound to its prefix digest (bind), "<key_prefix>:<model digest>:seq<N>:..." otherwise.
+// - Values: the page behind a 16-byte header whose checksum is bound to the key (RemoteValue);
+//   a value that fails it is a miss ("corrupt"), never data.
+// - One I/O thread owns the connection and runs the work in order: reads (submit/wait, so the
+//   caller overlaps them), best-effort writes (publish), lookups. Commands are pipelined,
+//   max_in_flight at a time.
+// - Retention: a TTL on every stored page, and a byte budget on what this tier keeps stored.
+// - Failure: a down server, a timeout or an error reply counts as an error and a miss; after a
+//   failed connection the tier fails fast for retry_after_ms, then tries again. The server
+//   never holds the only copy of a page (KvManager keeps every page on its own tiers).
+#pragma once
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/time.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "kvdrive/core/digest.hpp"
+#include "kvdrive/core/error.hpp"
+#include "kvdrive/tier/concept.hpp"
+#include "kvdrive/tier/redis_url.hpp"
+#include "kvdrive/tier/remote.hpp"
+
+namespace kvdrive::tier {
+
+class RedisTier {
+ public:
+  struct Params {
+    std::string url = "redis://127.0.0.1:6379/0";  ///< see RedisUrl
+    PrefixDigest model{};            ///< the model/run digest: what else decides the K/V (weights, RoPE, ...)
+    std::string key_prefix = "kvd";  ///< first part of every key
+    std::int64_t ttl_ms = 0;         ///< stored pages expire after this long; 0: never
+    std::uint64_t byte_budget = 0;   ///< value bytes this tier keeps stored at most; 0: unbounded
+    int timeout_ms = 1000;           ///< connecting, and waiting for each reply
+    int retry_after_ms = 1000;       ///< after a failed connection attempt, fail fast this long
+    std::size_t max_in_flight = 64;  ///< commands sent before their replies are read
+    std::size_t max_queued_bytes = std::size_t{256} << 20;  ///< publish() drops pages past this backlog
+  };
+
+  static constexpr bool kAddressable = false;
+
+  RedisTier() : RedisTier(Params{}) {}
+  /// Parses and checks the parameters (throws kvdrive::Error on a bad URL or value); connects
+  /// lazily, on the first command.
+  explicit RedisTier(Params p) : s_(std::make_unique<State>()) {
+    s_->url = RedisUrl::parse(p.url);
+    KVD_EXPECT(p.ttl_ms >= 0, "RedisTier: ttl_ms is {}, expected >= 0 (0: no expiry)", p.ttl_ms);
+    KVD_EXPECT(p.timeout_ms > 0, "RedisTier: timeout_ms is {}, expected > 0", p.timeout_ms);
+    KVD_EXPECT(p.retry_after_ms >= 0, "RedisTier: retry_after_ms is {}, expected >= 0", p.retry_after_ms);
+    KVD_EXPECT(p.max_in_flight >= 1, "RedisTier: max_in_flight is 0, expected >= 1");
+    KVD_EXPECT(!p.key_prefix.empty(), "RedisTier: empty key_prefix");
+    s_->p = std::move(p);
+  }
+  RedisTier(RedisTier&&) noexcept = default;
+  RedisTier& operator=(RedisTier&&) noexcept = default;
+  /// Finishes the queued work (publishes included), then disconnects.
+  ~RedisTier() = default;
+
+  std::string_view name() const { return "redis"; }
+  const RedisUrl& url() const { return s_->url; }
+  const Params& params() const { return s_->p; }
+
+  void open(const TierGeometry& g) {
+    KVD_EXPECT(g.page_bytes > 0 && g.page_bytes <= (std::size_t{1} << 30), "RedisTier: page_bytes {} out of range", g.page_bytes);
+    std::lock_guard lock(s_->mu);
+    KVD_EXPECT(s_->page_bytes == 0 || s_->page_bytes == g.page_bytes,
+               "RedisTier: opened for {}-byte pages, now asked for {} (one tier serves one page size)", s_->page_bytes, g.page_bytes);
+    s_->page_bytes = g.page_bytes;
+    if (!s_->worker.joinable()) s_->worker = std::thread([s = s_.get()] { s->run(); });
+  }
+
+  // ---- sharing (RemoteTier) --------------------------------------------------------------------
+
+  /// From now on the sequence's pages have content keys made from `digest`.
+  void bind(std::uint64_t sequence, const PrefixDigest& digest) {
+    std::lock_guard lock(s_->mu);
+    s_->bound[sequence] = digest;
+  }
+  void unbind(std::uint64_t sequence) {
+    std::lock_guard lock(s_->mu);
+    s_->bound.erase(sequence);
+  }
+
+  /// The Redis key of a page.
+  std::string key(const PageKey& k) const {
+    std::lock_guard lock(s_->mu);
+    return s_->key_of(k);
+  }
+
+  /// Stores pages in the background, best effort: copies them and returns at once. Pages past
+  /// the byte budget or the queue's limit are not stored (counted in remote_stats()).
+  void publish(std::span<const WriteRequest> pages) {
+    if (pages.empty()) return;
+    auto job = std::make_shared<Job>();
+    {
+      std::lock_guard lock(s_->mu);
+      s_->check_open();
+      const std::size_t vb = s_->value_bytes();
+      for (const WriteRequest& w : pages) {
+        if (s_->queued_bytes + vb > s_->p.max_queued_bytes) {
+          s_->stats.dropped += 1;
+          continue;
+        }
+        s_->queued_bytes += vb;
+        job->keys.push_back(s_->key_of(w.key));
+        job->values.resize(job->values.size() + vb);
+        RemoteValue::encode(job->keys.back(), w.src, s_->page_bytes, job->values.data() + job->values.size() - vb);
+      }
+      if (job->keys.empty()) return;
+      job->kind = Job::Kind::publish;
+      s_->push(job);
+    }
+  }
+
+  /// Blocks until every page queued by publish() so far is stored or given up.
+  void flush() {
+    auto job = std::make_shared<Job>();
+    job->kind = Job::Kind::barrier;
+    run_sync(job);
+  }
+
+  /// How many leading pages (0, 1, ...) of the sequence are present for every layer < layers and
+  /// head < heads, up to max_pages. A server that fails counts as holding nothing more.
+  std::uint32_t lookup(std::uint64_t sequence, std::uint32_t layers, std::uint32_t heads, std::uint32_t max_pages) {
+    if (layers == 0 || heads == 0 || max_pages == 0) return 0;
+    auto job = std::make_shared<Job>();
+    job->kind = Job::Kind::lookup;
+    job->lookup = {sequence, layers, heads, max_pages};
+    run_sync(job);
+    return job->found;
+  }
+
+  // ---- StorageTier -----------------------------------------------------------------------------
+
+  /// Stores one page and waits for it; throws kvdrive::Error if it was not stored.
+  void write(const PageKey& key, const std::byte* src) {
+    const WriteRequest one{key, src};
+    write_batch(std::span<const WriteRequest>(&one, 1));
+  }
+
+  void write_batch(std::span<const WriteRequest> pages) {
+    if (pages.empty()) return;
+    auto job = std::make_shared<Job>();
+    job->kind = Job::Kind::write;
+    {
+      std::lock_guard lock(s_->mu);
+      s_->check_open();
+      const std::size_t vb = s_->value_bytes();
+      job->values.resize(pages.size() * vb);
+      for (std::size_t i = 0; i < pages.size(); ++i) {
+        job->keys.push_back(s_->key_of(pages[i].key));
+        RemoteValue::encode(job->keys.back(), pages[i].src, s_->page_bytes, job->values.data() + i * vb);
+      }
+    }
+    run_sync(job);
+    KVD_EXPECT(job->stored == pages.size(), "RedisTier: stored {} of {} pages on {} ({})", job->stored, pages.size(),
+               s_->url.describe(), job->why.empty() ? "byte budget full" : job->why);
+  }
+
+  /// Starts reading pages into the callers' buffers; returns at once.
+  ReadTicket submit(std::span<const ReadRequest> reads) {
+    auto job = std::make_shared<Job>();
+    job->kind = Job::Kind::read;
+    std::lock_guard lock(s_->mu);
+    s_->check_open();
+    for (const ReadRequest& r : reads) {
+      job->keys.push_back(s_->key_of(r.key));
+      job->dst.push_back(r.dst);
+    }
+    job->outcomes.assign(reads.size(), RemoteRead::error);
+    const ReadTicket t = ++s_->next_ticket;
+    s_->tickets.emplace(t, job);
+    s_->push(job);
+    return t;
+  }
+
+  /// Finishes a read batch and reports each read's outcome (in submit order); never throws for
+  /// a server's trouble. A buffer whose read is not a hit holds undefined bytes.
+  void wait_each(ReadTicket ticket, std::span<RemoteRead> outcomes) {
+    std::shared_ptr<Job> job = take(ticket);
+    KVD_EXPECT(outcomes.size() == job->outcomes.size(), "RedisTier::wait_each: {} outcome slots for {} reads", outcomes.size(),
+               job->outcomes.size());
+    std::copy(job->outcomes.begin(), job->outcomes.end(), outcomes.begin());
+  }
+
+  /// Finishes a read batch; throws kvdrive::Error if any read was not a hit.
+  void wait(ReadTicket ticket) {
+    std::shared_ptr<Job> job = take(ticket);
+    for (std::size_t i = 0; i < job->outcomes.size(); ++i)
+      if (job->outcomes[i] != RemoteRead::hit)
+        fail("RedisTier: reading {} from {}: {}", job->keys[i], s_->url.describe(), describe(job->outcomes[i]));
+  }
+
+  /// Deletes a page's key (best effort: a failure is counted, not thrown).
+  void erase(const PageKey& key) {
+    auto job = std::make_shared<Job>();
+    job->kind = Job::Kind::erase;
+    {
+      std::lock_guard lock(s_->mu);
+      s_->check_open();
+      job->keys.push_back(s_->key_of(key));
+    }
+    run_sync(job);
+  }
+
+  /// Whether the server holds the page's key now (false when it cannot be asked).
+  bool contains(const PageKey& key) const {
+    auto job = std::make_shared<Job>();
+    job->kind = Job::Kind::exists;
+    {
+      std::lock_guard lock(s_->mu);
+      s_->check_open();
+      job->keys.push_back(s_->key_of(key));
+    }
+    run_sync(job);
+    return job->found == 1;
+  }
+
+  /// Room left in the byte budget, in pages (SIZE_MAX when unbounded).
+  std::size_t free_pages() const {
+    std::lock_guard lock(s_->mu);
+    if (s_->p.byte_budget == 0 || s_->page_bytes == 0) return std::numeric_limits<std::size_t>::max();
+    const std::uint64_t used = s_->budget_used;
+    return used >= s_->p.byte_budget ? 0 : static_cast<std::size_t>((s_->p.byte_budget - used) / s_->value_bytes());
+  }
+
+  RemoteStats remote_stats() const {
+    std::lock_guard lock(s_->mu);
+    return s_->stats;
+  }
+
+  static const char* describe(RemoteRead r) {
+    switch (r) {
+      case RemoteRead::hit: return "hit";
+      case RemoteRead::missing: return "not on the server";
+      case RemoteRead::corrupt: return "the value failed its checksum or size check";
+      case RemoteRead::error: return "no answer (server down, timeout or error reply)";
+    }
+    return "?";
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  struct Job {
+    enum class Kind { read, write, publish, erase, exists, lookup, barrier } kind = Kind::read;
+    std::vector<std::string> keys;
+    std::vector<std::byte> values;  // write/publish: encoded values, value_bytes each
+    std::vector<std::byte*> dst;    // read
+    std::vector<RemoteRead> outcomes;
+    struct {
+      std::uint64_t sequence = 0;
+      std::uint32_t layers = 0, heads = 0, max_pages = 0;
+    } lookup;
+    std::size_t stored = 0;
+    std::uint32_t found = 0;
+    std::string why;  // the last connection or reply error
+    bool done = false;
+  };
+
+  /// Everything the I/O thread shares with callers; behind a pointer so the tier moves.
+  struct State {
+    Params p;
+    RedisUrl url;
+    std::size_t page_bytes = 0;
+    std::mutex mu;
+    std::condition_variable work_cv, done_cv;
+    std::deque<std::shared_ptr<Job>> queue;
+    std::unordered_map<ReadTicket, std::shared_ptr<Job>> tickets;
+    ReadTicket next_ticket = 0;
+    std::unordered_map<std::uint64_t, PrefixDigest> bound;
+    std::size_t queued_bytes = 0;  // publish() values not yet sent
+    RemoteStats stats;
+    bool stopping = false;
+    std::thread worker;
+    // Byte budget: what this tier stored and has not expired or deleted (all pages share one TTL,
+    // so they expire in write order; a rewrite or erase bumps the generation).
+    struct Stored {
+      std::uint64_t generation = 0;
+      Clock::time_point expires;
+    };
+    std::unordered_map<std::string, Stored> stored;
+    std::deque<std::tuple<Clock::time_point, std::string, std::uint64_t>> expiry;
+    std::uint64_t budget_used = 0, generation = 0;
+    // The I/O thread's own.
+    redisContext* ctx = nullptr;
+    Clock::time_point down_until{};
+
+    ~State() { stop(); }
+
+    std::size_t value_bytes() const { return RemoteValue::kHeaderBytes + page_bytes; }
+    void check_open() const { KVD_EXPECT(page_bytes > 0, "RedisTier: used before open()"); }
+
+    std::string key_of(const PageKey& k) const {
+      const auto it = bound.find(k.sequence);
+      const std::string who = it != bound.end() ? it->second.hex() : fmt::format("seq{}", k.sequence);
+      return fmt::format("{}:{}:{}:{}:{}:{}", p.key_prefix, p.model.hex(), who, k.layer, k.head, k.page);
+    }
+
+    void push(std::shared_ptr<Job> job) {  // under mu
+      queue.push_back(std::move(job));
+      work_cv.notify_one();
+    }
+
+    void stop() {
+      {
+        std::lock_guard lock(mu);
+        stopping = true;
+        work_cv.notify_all();
+      }
+      if (worker.joinable()) worker.join();
+      if (ctx) redisFree(ctx);
+      ctx = nullptr;
+    }
+
+    // ---- the I/O thread --------------------------------------------------------------------------
+
+    void run() {
+      // hiredis writes with write(2): a server that went away must give EPIPE, not kill the process.
+      sigset_t pipe;
+      sigemptyset(&pipe);
+      sigaddset(&pipe, SIGPIPE);
+      pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+      for (;;) {
+        std::shared_ptr<Job> job;
+        {
+          std::unique_lock lock(mu);
+          work_cv.wait(lock, [&] { return stopping || !queue.empty(); });
+          if (queue.empty()) return;  // stopping, and every queued job is done
+          job = queue.front();
+          queue.pop_front();
+        }
+        execute(*job);
+        std::lock_guard lock(mu);
+        if (job->kind == Job::Kind::publish) queued_bytes -= job->keys.size() * value_bytes();
+        job->done = true;
+        done_cv.notify_all();
+      }
+    }
+
+    void drop_connection(std::string why, Job& job) {
+      if (ctx) redisFree(ctx);
+      ctx = nullptr;
+      job.why = std::move(why);
+      // Swallow the SIGPIPE a write to a closed socket left pending on this thread.
+      sigset_t pipe;
+      sigemptyset(&pipe);
+      sigaddset(&pipe, SIGPIPE);
+      const timespec zero{0, 0};
+      while (sigtimedwait(&pipe, nullptr, &zero) > 0) {
+      }
+    }
+
+    bool connect(Job& job) {
+      if (ctx) return true;
+      const auto now = Clock::now();
+      if (now < down_until) {
+        job.why = "server marked down after a failed connection";
+        return false;
+      }
+      const timeval tv{p.timeout_ms / 1000, (p.timeout_ms % 1000) * 1000};
+      ctx = url.is_unix() ? redisConnectUnixWithTimeout(url.socket_path.c_str(), tv) : redisConnectWithTimeout(url.host.c_str(), url.port, tv);
+      const auto failed = [&](std::string why) {
+        drop_connection(fmt::format("connecting to {}: {}", url.describe(), why), job);
+        down_until = Clock::now() + std::chrono::milliseconds(p.retry_after_ms);
+        return false;
+      };
+      if (ctx == nullptr) return failed("out of memory");
+      if (ctx->err) return failed(ctx->errstr);
+      if (redisSetTimeout(ctx, tv) != REDIS_OK) return failed("cannot set the timeout");
+      std::vector<std::string> hello;
+      if (!url.password.empty()) {
+        if (url.user.empty())
+          hello = {"AUTH", url.password};
+        else
+          hello = {"AUTH", url.user, url.password};
+        if (std::string e = simple_command(hello); !e.empty()) return failed("AUTH: " + e);
+      }
+      if (url.db != 0)
+        if (std::string e = simple_command({"SELECT", std::to_string(url.db)}); !e.empty()) return failed("SELECT: " + e);
+      std::lock_guard lock(mu);
+      stats.connects += 1;
+      return true;
+    }
+
+    /// Runs one command on the fresh connection; returns "" or what went wrong.
+    std::string simple_command(const std::vector<std::string>& args) {
+      std::vector<const char*> argv;
+      std::vector<std::size_t> len;
+      for (const std::string& a : args) {
+        argv.push_back(a.data());
+        len.push_back(a.size());
+      }
+      auto* r = static_cast<redisReply*>(redisCommandArgv(ctx, static_cast<int>(argv.size()), argv.data(), len.data()));
+      if (r == nullptr) return ctx->errstr;
+      std::string e = r->type == REDIS_REPLY_ERROR ? std::string(r->str, r->len) : "";
+      freeReplyObject(r);
+      return e;
+    }
+
+    /// Sends n commands max_in_flight at a time and hands each reply to on_reply(i, reply); after
+    /// a failure the remaining ones get on_reply(i, nullptr).
+    template <class Args, class OnReply>
+    void pipeline(Job& job, std::size_t n, Args&& args_of, OnReply&& on_reply) {
+      std::vector<const char*> argv;
+      std::vector<std::size_t> len;
+      std::size_t i = 0;
+      while (i < n) {
+        if (!connect(job)) break;
+        const std::size_t end = std::min(n, i + p.max_in_flight);
+        bool ok = true;
+        for (std::size_t j = i; j < end && ok; ++j) {
+          argv.clear();
+          len.clear();
+          args_of(j, argv, len);
+          ok = redisAppendCommandArgv(ctx, static_cast<int>(argv.size()), argv.data(), len.data()) == REDIS_OK;
+        }
+        std::size_t j = i;
+        for (; ok && j < end; ++j) {
+          void* reply = nullptr;
+          if (redisGetReply(ctx, &reply) != REDIS_OK || reply == nullptr) {
+            ok = false;
+            break;
+          }
+          on_reply(j, static_cast<redisReply*>(reply));
+          freeReplyObject(reply);
+        }
+        if (!ok) {
+          drop_connection(fmt::format("{}: {}", url.describe(), ctx && ctx->err ? ctx->errstr : "command failed"), job);
+          i = j;
+          break;
+        }
+        i = end;
+      }
+      for (; i < n; ++i) on_reply(i, nullptr);
+    }
+
+    static void add(std::vector<const char*>& argv, std::vector<std::size_t>& len, std::string_view s) {
+      argv.push_back(s.data());
+      len.push_back(s.size());
+    }
+
+    void execute(Job& job) {
+      switch (job.kind) {
+        case Job::Kind::read: return read(job);
+        case Job::Kind::write:
+        case Job::Kind::publish: return write(job);
+        case Job::Kind::erase: return erase(job);
+        case Job::Kind::exists: return exists(job);
+        case Job::Kind::lookup: return lookup(job);
+        case Job::Kind::barrier: return;
+      }
+    }
+
+    void read(Job& job) {
+      RemoteStats delta;
+      pipeline(
+          job, job.keys.size(), [&](std::size_t i, auto& argv, auto& len) { add(argv, len, "GET"), add(argv, len, job.keys[i]); },
+          [&](std::size_t i, redisReply* r) {
+            RemoteRead& out = job.outcomes[i];
+            if (r == nullptr || r->type == REDIS_REPLY_ERROR) {
+              out = RemoteRead::error;
+              delta.errors += 1;
+            } else if (r->type == REDIS_REPLY_NIL) {
+              out = RemoteRead::missing;
+              delta.missing += 1;
+            } else if (r->type == REDIS_REPLY_STRING &&
+                       RemoteValue::decode(job.keys[i], reinterpret_cast<const std::byte*>(r->str), r->len, job.dst[i], page_bytes)) {
+              out = RemoteRead::hit;
+              delta.hits += 1;
+              delta.bytes_read += page_bytes;
+            } else {
+              out = RemoteRead::corrupt;
+              delta.corrupt += 1;
+            }
+          });
+      std::lock_guard lock(mu);
+      stats.hits += delta.hits, stats.missing += delta.missing, stats.corrupt += delta.corrupt, stats.errors += delta.errors;
+      stats.bytes_read += delta.bytes_read;
+    }
+
+    /// Budget accounting (under mu): forgets what has expired, then takes room for a value.
+    bool take_budget(const std::string& key, Clock::time_point now) {
+      if (p.byte_budget == 0) return true;
+      while (!expiry.empty() && p.ttl_ms > 0 && std::get<0>(expiry.front()) <= now) {
+        const auto& [when, k, gen] = expiry.front();
+        if (auto it = stored.find(k); it != stored.end() && it->second.generation == gen) {
+          stored.erase(it);
+          budget_used -= value_bytes();
+        }
+        expiry.pop_front();
+      }
+      const bool rewrite = stored.contains(key);
+      if (!rewrite && budget_used + value_bytes() > p.byte_budget) return false;
+      if (!rewrite) budget_used += value_bytes();
+      const auto expires = now + std::chrono::milliseconds(p.ttl_ms);
+      stored[key] = Stored{++generation, expires};
+      if (p.ttl_ms > 0) expiry.emplace_back(expires, key, generation);
+      return true;
+    }
+    void give_back_budget(const std::string& key) {  // under mu
+      if (p.byte_budget == 0) return;
+      if (stored.erase(key)) budget_used -= value_bytes();
+    }
+
+    void write(Job& job) {
+      const std::size_t vb = value_bytes();
+      std::vector<std::size_t> send;  // the values the budget admits
+      {
+        std::lock_guard lock(mu);
+        const auto now = Clock::now();
+        for (std::size_t i = 0; i < job.keys.size(); ++i)
+          if (take_budget(job.keys[i], now))
+            send.push_back(i);
+          else
+            stats.over_budget += 1;
+      }
+      const std::string ttl = std::to_string(p.ttl_ms);
+      std::vector<std::size_t> failed;
+      pipeline(
+          job, send.size(),
+          [&](std::size_t j, auto& argv, auto& len) {
+            const std::size_t i = send[j];
+            add(argv, len, "SET"), add(argv, len, job.keys[i]);
+            add(argv, len, std::string_view(reinterpret_cast<const char*>(job.values.data() + i * vb), vb));
+            if (p.ttl_ms > 0) add(argv, len, "PX"), add(argv, len, ttl);
+          },
+          [&](std::size_t j, redisReply* r) {
+            if (r != nullptr && r->type == REDIS_REPLY_STATUS)
+              job.stored += 1;
+            else
+              failed.push_back(send[j]);
+            if (r != nullptr && r->type == REDIS_REPLY_ERROR) job.why = std::string(r->str, r->len);
+          });
+      std::lock_guard lock(mu);
+      for (std::size_t i : failed) give_back_budget(job.keys[i]);
+      stats.written += job.stored;
+      stats.bytes_written += job.stored * page_bytes;
+      stats.write_errors += failed.size();
+    }
+
+    void erase(Job& job) {
+      pipeline(
+          job, 1, [&](std::size_t, auto& argv, auto& len) { add(argv, len, "DEL"), add(argv, len, job.keys[0]); },
+          [&](std::size_t, redisReply*) {});
+      std::lock_guard lock(mu);
+      give_back_budget(job.keys[0]);
+    }
+
+    void exists(Job& job) {
+      pipeline(
+          job, 1, [&](std::size_t, auto& argv, auto& len) { add(argv, len, "EXISTS"), add(argv, len, job.keys[0]); },
+          [&](std::size_t, redisReply* r) { job.found = r != nullptr && r->type == REDIS_REPLY_INTEGER && r->integer == 1; });
+    }
+
+    /// One EXISTS per page over every (layer, head) key of it, max_in_flight pages at a time;
+    /// the run ends at the first page with a key missing.
+    void lookup(Job& job) {
+      const auto& q = job.lookup;
+      std::string who;
+      {
+        std::lock_guard lock(mu);
+        const auto it = bound.find(q.sequence);
+        who = it != bound.end() ? it->second.hex() : fmt::format("seq{}", q.sequence);
+      }
+      const std::size_t per_page = static_cast<std::size_t>(q.layers) * q.heads;
+      std::vector<std::string> keys(per_page);  // hiredis copies a command when it is appended
+      bool run = true, failed = false;
+      for (std::uint32_t first = 0; run && first < q.max_pages; first += static_cast<std::uint32_t>(p.max_in_flight)) {
+        const std::size_t n = std::min<std::size_t>(p.max_in_flight, q.max_pages - first);
+        pipeline(
+            job, n,
+            [&](std::size_t i, auto& argv, auto& len) {
+              add(argv, len, "EXISTS");
+              for (std::uint32_t l = 0; l < q.layers; ++l)
+                for (std::uint32_t h = 0; h < q.heads; ++h) {
+                  std::string& k = keys[static_cast<std::size_t>(l) * q.heads + h];
+                  k = fmt::format("{}:{}:{}:{}:{}:{}", p.key_prefix, p.model.hex(), who, l, h, first + i);
+                  add(argv, len, k);
+                }
+            },
+            [&](std::size_t, redisReply* r) {
+              failed = failed || r == nullptr || r->type != REDIS_REPLY_INTEGER;
+              run = run && r != nullptr && r->type == REDIS_REPLY_INTEGER && static_cast<std::size_t>(r->integer) == per_page;
+              if (run) job.found += 1;
+            });
+      }
+      std::lock_guard lock(mu);
+      stats.lookups += 1;
+      stats.lookup_errors += failed;
+    }
+  };
+
+  void run_sync(const std::shared_ptr<Job>& job) const {
+    std::unique_lock lock(s_->mu);
+    s_->check_open();
+    s_->push(job);
+    s_->done_cv.wait(lock, [&] { return job->done; });
+  }
+
+  std::shared_ptr<Job> take(ReadTicket ticket) {
+    std::unique_lock lock(s_->mu);
+    const auto it = s_->tickets.find(ticket);
+    KVD_EXPECT(it != s_->tickets.end(), "RedisTier: unknown read ticket {}", ticket);
+    std::shared_ptr<Job> job = it->second;
+    s_->tickets.erase(it);
+    s_->done_cv.wait(lock, [&] { return job->done; });
+    return job;
+  }
+
+  std::unique_ptr<State> s_;
+};
+
+static_assert(StorageTier<RedisTier>);
+static_assert(RemoteTier<RedisTier>);
+
+}  // namespace kvdrive::tier

@@ -1,0 +1,245 @@
+// tier::RedisTier against a private redis-server (tests/redis_server.hpp): URLs, round trips,
+// misses, checksums, TTL, the byte budget, a dead server; and KvManager sharing a prompt prefix
+// between engines through it (share_prefixes, load_prefix), with the server killed mid-run.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "kvdrive/kvdrive.hpp"
+#include "kvdrive/tier/redis.hpp"
+#include "redis_server.hpp"
+#include "support.hpp"
+
+using namespace kvdrive;
+using kvdrive::testing::RedisServer;
+using tier::RedisTier;
+using tier::RemoteRead;
+using tier::PageKey;
+
+namespace {
+
+/// Skips (with a visible message) where redis-server is not installed.
+bool have_redis() {
+  if (kvdrive::testing::redis_server_binary()) return true;
+  MESSAGE("SKIPPED: redis-server is not installed (scripts/bootstrap installs it)");
+  return false;
+}
+
+std::vector<std::byte> page_bytes(std::size_t n, std::uint64_t seed) {
+  std::vector<std::byte> p(n);
+  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& b : p) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    b = static_cast<std::byte>(x);
+  }
+  return p;
+}
+
+RedisTier open_tier(RedisTier::Params p, std::size_t bytes) {
+  RedisTier t(std::move(p));
+  t.open(tier::TierGeometry{bytes});
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("redis URL: the forms a user writes, and clear errors for the rest") {
+  auto u = tier::RedisUrl::parse("redis://127.0.0.1:6380/2");
+  CHECK(u.host == "127.0.0.1");
+  CHECK(u.port == 6380);
+  CHECK(u.db == 2);
+  CHECK(u.user.empty());
+  CHECK(u.password.empty());
+  CHECK_FALSE(u.is_unix());
+
+  u = tier::RedisUrl::parse("redis://alice:p%40ss@cache.internal");
+  CHECK(u.user == "alice");
+  CHECK(u.password == "p@ss");
+  CHECK(u.host == "cache.internal");
+  CHECK(u.port == 6379);
+  CHECK(u.db == 0);
+  CHECK(u.describe() == "redis://alice:***@cache.internal:6379/0");
+
+  u = tier::RedisUrl::parse("redis://:secret@[::1]:7000/");
+  CHECK(u.user.empty());
+  CHECK(u.password == "secret");
+  CHECK(u.host == "::1");
+  CHECK(u.port == 7000);
+
+  u = tier::RedisUrl::parse("unix:///run/redis/redis.sock?db=3");
+  CHECK(u.is_unix());
+  CHECK(u.socket_path == "/run/redis/redis.sock");
+  CHECK(u.db == 3);
+
+  for (const char* bad : {"http://host", "redis://", "redis://host:0", "redis://host:65536", "redis://host:12x", "redis://host/abc",
+                          "rediss://host", "unix://relative.sock", "unix:///s.sock?database=1", "redis://[::1", "redis://u:%zz@h"})
+    CHECK_THROWS_AS(tier::RedisUrl::parse(bad), Error);
+  CHECK_THROWS_WITH_AS(tier::RedisUrl::parse("redis://h:99999"), doctest::Contains("port '99999'"), Error);
+}
+
+TEST_CASE("remote value: the checksum binds the page to its key") {
+  const auto page = page_bytes(256, 1);
+  std::vector<std::byte> value(tier::RemoteValue::kHeaderBytes + page.size()), back(page.size());
+  tier::RemoteValue::encode("k1", page.data(), page.size(), value.data());
+  CHECK(tier::RemoteValue::decode("k1", value.data(), value.size(), back.data(), back.size()));
+  CHECK(back == page);
+  std::vector<std::byte> untouched(page.size(), std::byte{7});
+  CHECK_FALSE(tier::RemoteValue::decode("k2", value.data(), value.size(), untouched.data(), untouched.size()));  // another key
+  CHECK_FALSE(tier::RemoteValue::decode("k1", value.data(), value.size() - 1, untouched.data(), untouched.size() - 1));
+  value[tier::RemoteValue::kHeaderBytes + 100] ^= std::byte{1};
+  CHECK_FALSE(tier::RemoteValue::decode("k1", value.data(), value.size(), untouched.data(), untouched.size()));
+  CHECK(untouched == std::vector<std::byte>(page.size(), std::byte{7}));  // a failed decode writes nothing
+}
+
+TEST_CASE("RedisTier: pages round-trip over TCP and a Unix socket, in batches larger than the pipeline") {
+  if (!have_redis()) return;
+  RedisServer server;
+  constexpr std::size_t kBytes = 4096;
+  for (const std::string& url : {server.url(1), server.unix_url()}) {
+    CAPTURE(url);
+    RedisTier t = open_tier({.url = url, .max_in_flight = 7}, kBytes);
+    std::vector<std::vector<std::byte>> pages;
+    std::vector<tier::WriteRequest> writes;
+    for (std::uint32_t i = 0; i < 40; ++i) pages.push_back(page_bytes(kBytes, i + 100));
+    for (std::uint32_t i = 0; i < 40; ++i) writes.push_back({PageKey{5, i % 3, i % 2, i}, pages[i].data()});
+    t.write_batch(writes);
+    std::vector<std::vector<std::byte>> back(41, std::vector<std::byte>(kBytes));
+    std::vector<tier::ReadRequest> reads;
+    for (std::uint32_t i = 0; i < 40; ++i) reads.push_back({writes[39 - i].key, back[i].data()});
+    reads.push_back({PageKey{5, 0, 0, 999}, back[40].data()});  // never written
+    std::vector<RemoteRead> outcome(reads.size());
+    t.wait_each(t.submit(reads), outcome);
+    for (std::uint32_t i = 0; i < 40; ++i) {
+      CHECK(outcome[i] == RemoteRead::hit);
+      CHECK(back[i] == pages[39 - i]);
+    }
+    CHECK(outcome[40] == RemoteRead::missing);
+    CHECK_THROWS_WITH_AS(t.wait(t.submit(std::span(reads).subspan(40))), doctest::Contains("not on the server"), Error);
+    CHECK(t.contains(writes[3].key));
+    t.erase(writes[3].key);
+    CHECK_FALSE(t.contains(writes[3].key));
+    const auto st = t.remote_stats();
+    CHECK(st.written == 40);
+    CHECK(st.hits == 40);
+    CHECK(st.missing == 2);
+    CHECK(st.errors == 0);
+    CHECK(st.connects == 1);
+  }
+  // Databases are apart: db 1 holds the TCP run's pages, db 2 none of them.
+  RedisTier db1 = open_tier({.url = server.url(1)}, kBytes), db2 = open_tier({.url = server.url(2)}, kBytes);
+  CHECK(db1.contains(PageKey{5, 0, 0, 0}));
+  CHECK_FALSE(db2.contains(PageKey{5, 0, 0, 0}));
+}
+
+TEST_CASE("RedisTier: a damaged, truncated or misplaced value is a checksum miss, never data") {
+  if (!have_redis()) return;
+  RedisServer server;
+  constexpr std::size_t kBytes = 1024;
+  RedisTier t = open_tier({.url = server.url()}, kBytes);
+  const auto a = page_bytes(kBytes, 1), b = page_bytes(kBytes, 2);
+  const PageKey ka{1, 0, 0, 0}, kb{1, 0, 0, 1}, kc{1, 0, 0, 2};
+  t.write(ka, a.data());
+  t.write(kb, b.data());
+  t.write(kc, b.data());
+  // Flip one byte of a's page on the server; truncate b's; copy c's value under a's... no: put b's value under c's key.
+  std::string va = server.command({"GET", t.key(ka)});
+  va[tier::RemoteValue::kHeaderBytes + 17] ^= 0x20;
+  CHECK(server.command({"SET", t.key(ka), va}) == "OK");
+  std::string vb = server.command({"GET", t.key(kb)});
+  CHECK(server.command({"SET", t.key(kb), vb.substr(0, vb.size() - 1)}) == "OK");
+  CHECK(server.command({"SET", t.key(kc), server.command({"GET", t.key(kb)}) + "x"}) == "OK");
+  const PageKey kd{1, 0, 0, 3};
+  t.write(kd, a.data());
+  CHECK(server.command({"SET", t.key(kd), vb}) == "OK");  // b's whole value under d's key: checksum bound to b's key
+  std::vector<std::byte> out(4 * kBytes, std::byte{0x55});
+  const std::vector<tier::ReadRequest> reads{{ka, out.data()}, {kb, out.data() + kBytes}, {kc, out.data() + 2 * kBytes}, {kd, out.data() + 3 * kBytes}};
+  std::vector<RemoteRead> outcome(4);
+  t.wait_each(t.submit(reads), outcome);
+  for (auto o : outcome) CHECK(o == RemoteRead::corrupt);
+  CHECK(t.remote_stats().corrupt == 4);
+  CHECK(t.remote_stats().hits == 0);
+  CHECK(out == std::vector<std::byte>(4 * kBytes, std::byte{0x55}));  // nothing written into the caller's pages
+}
+
+TEST_CASE("RedisTier: pages expire after the TTL") {
+  if (!have_redis()) return;
+  RedisServer server;
+  RedisTier t = open_tier({.url = server.url(), .ttl_ms = 300}, 512);
+  const auto p = page_bytes(512, 3);
+  t.write(PageKey{1, 0, 0, 0}, p.data());
+  CHECK(t.contains(PageKey{1, 0, 0, 0}));
+  const long pttl = std::stol(server.command({"PTTL", t.key(PageKey{1, 0, 0, 0})}));
+  CHECK(pttl > 0);
+  CHECK(pttl <= 300);
+  std::this_thread::sleep_for(std::chrono::milliseconds(450));
+  CHECK_FALSE(t.contains(PageKey{1, 0, 0, 0}));
+  std::vector<std::byte> out(512);
+  RemoteRead o{};
+  const tier::ReadRequest r{PageKey{1, 0, 0, 0}, out.data()};
+  t.wait_each(t.submit(std::span(&r, 1)), std::span(&o, 1));
+  CHECK(o == RemoteRead::missing);
+}
+
+TEST_CASE("RedisTier: the byte budget bounds what it stores; erases and expiry give room back") {
+  if (!have_redis()) return;
+  RedisServer server;
+  constexpr std::size_t kBytes = 1000, kValue = kBytes + tier::RemoteValue::kHeaderBytes;
+  RedisTier t = open_tier({.url = server.url(), .ttl_ms = 400, .byte_budget = 3 * kValue + 10}, kBytes);
+  CHECK(t.free_pages() == 3);
+  const auto p = page_bytes(kBytes, 4);
+  std::vector<tier::WriteRequest> w;
+  for (std::uint32_t i = 0; i < 5; ++i) w.push_back({PageKey{2, 0, 0, i}, p.data()});
+  t.publish(w);
+  t.flush();
+  auto st = t.remote_stats();
+  CHECK(st.written == 3);
+  CHECK(st.over_budget == 2);
+  CHECK(server.command({"DBSIZE"}) == "3");
+  CHECK(t.free_pages() == 0);
+  CHECK_THROWS_WITH_AS(t.write(PageKey{2, 0, 0, 9}, p.data()), doctest::Contains("byte budget"), Error);
+  t.write(PageKey{2, 0, 0, 0}, p.data());  // a rewrite takes no more room
+  t.erase(PageKey{2, 0, 0, 1});
+  CHECK(t.free_pages() == 1);
+  t.write(PageKey{2, 0, 0, 7}, p.data());
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // all expired
+  t.write(PageKey{2, 0, 0, 8}, p.data());
+  CHECK(t.free_pages() == 2);
+}
+
+TEST_CASE("RedisTier: a server that is down or dies gives misses and errors, fast, and never throws from publish") {
+  if (!have_redis()) return;
+  auto server = std::make_unique<RedisServer>();
+  constexpr std::size_t kBytes = 2048;
+  RedisTier t = open_tier({.url = server->url(), .timeout_ms = 300, .retry_after_ms = 200}, kBytes);
+  const auto p = page_bytes(kBytes, 5);
+  t.write(PageKey{3, 0, 0, 0}, p.data());
+  const std::string url = server->url();
+  server->kill();
+  std::vector<std::byte> out(kBytes);
+  const tier::ReadRequest r{PageKey{3, 0, 0, 0}, out.data()};
+  RemoteRead o{};
+  const auto t0 = std::chrono::steady_clock::now();
+  t.wait_each(t.submit(std::span(&r, 1)), std::span(&o, 1));
+  CHECK(o == RemoteRead::error);
+  const std::vector<tier::WriteRequest> w{{PageKey{3, 0, 0, 1}, p.data()}};
+  t.publish(w);  // queued, fails in the background
+  t.flush();
+  CHECK_FALSE(t.contains(PageKey{3, 0, 0, 0}));
+  CHECK(t.lookup(3, 1, 1, 4) == 0);
+  CHECK_THROWS_AS(t.write(PageKey{3, 0, 0, 2}, p.data()), Error);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(secs < 3.0);  // no hang: a refused connection fails at once, then fast for retry_after_ms
+  const auto st = t.remote_stats();
+  CHECK(st.errors == 1);
+  CHECK(st.write_errors >= 2);
+  CHECK(st.lookup_errors == 1);
+  // A tier pointed at a port where nothing listens behaves the same from the start.
+  RedisTier nowhere = open_tier({.url = fmt::format("redis://127.0.0.1:{}/0", kvdrive::testing::free_loopback_port())}, kBytes);
+  t.wait_each(t.submit(std::span(&r, 1)), std::span(&o, 1));
+  CHECK(o == RemoteRead::error);
+  CHECK(nowhere.lookup(1, 2, 2, 8) == 0);
+  (void)url;
+}
