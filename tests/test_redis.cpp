@@ -4,6 +4,9 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <functional>
+#include <numeric>
+#include <random>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -12,6 +15,7 @@
 #include "kvdrive/tier/redis.hpp"
 #include "redis_server.hpp"
 #include "support.hpp"
+#include "workload.hpp"
 
 using namespace kvdrive;
 using kvdrive::testing::RedisServer;
@@ -242,4 +246,222 @@ TEST_CASE("RedisTier: a server that is down or dies gives misses and errors, fas
   CHECK(o == RemoteRead::error);
   CHECK(nowhere.lookup(1, 2, 2, 8) == 0);
   (void)url;
+}
+
+// ---- KvManager sharing prefixes -------------------------------------------------------------------
+
+namespace {
+
+using test::Workload;
+using SsdTiers = Tiers<tier::HostTier, tier::SsdTier>;
+template <class Pipeline, class Remote>
+using SharingManager = KvManager<index::Hierarchical, eviction::Lookahead, SsdTiers, Pipeline, backend::Cpu, Remote>;
+
+SsdTiers ssd_tiers(const test::TempDir& dir, const char* name) {
+  tier::SsdTier::Params p;
+  p.path = dir.file(name);
+  tier::SsdTier::remove_files(p.path);
+  return SsdTiers(tier::HostTier{}, tier::SsdTier(p));
+}
+
+/// The digest of sequence s's shared prefix: its first prefix[s] tokens (here: seeded stand-ins).
+PrefixDigest prefix_digest(const Workload& w, int s, int tokens) {
+  const std::uint64_t id[] = {w.seed, static_cast<std::uint64_t>(s)};
+  return PrefixDigest::of_bytes(id, sizeof id, tokens);
+}
+
+/// A remote tier that kills the server right after answering a lookup: the reads that follow fail.
+struct KillAfterLookup : RedisTier {
+  RedisServer* server = nullptr;
+  using RedisTier::RedisTier;
+  std::uint32_t lookup(std::uint64_t seq, std::uint32_t l, std::uint32_t h, std::uint32_t n) {
+    const std::uint32_t found = RedisTier::lookup(seq, l, h, n);
+    if (server) server->kill();
+    return found;
+  }
+};
+static_assert(tier::RemoteTier<KillAfterLookup>);
+
+/// Prefills sequence s of the workload into kv in chunks of `chunk` tokens, as an engine does:
+/// load_prefix first when it can share, then computes (here: takes from the workload) only the
+/// tokens after what it loaded. Returns the tokens loaded; checks that the loaded K/V are the
+/// workload's, in the KV dtype.
+template <class M>
+std::int64_t prefill_sharing(M& kv, SeqId id, const Workload& w, int s, int chunk) {
+  const auto& sh = w.cfg.shape;
+  const int n = w.prompt[static_cast<std::size_t>(s)], kvh = sh.kv_heads, d = sh.head_dim;
+  std::int64_t loaded = 0;
+  if constexpr (requires { kv.load_prefix(id, n - 1, chunk); }) {
+    const auto r = kv.load_prefix(id, n - 1, chunk, [&](int l, View<const float, 3> k, View<const float, 3> v) {
+      const auto k_all = w.rows(s, l, 0, n, kvh, 1), v_all = w.rows(s, l, 0, n, kvh, 2);
+      bool same = true;
+      for (std::int64_t t = 0; t < k.extent(0); ++t)
+        for (int h = 0; h < kvh; ++h)
+          for (int j = 0; j < d; ++j) {
+            const std::size_t at = (static_cast<std::size_t>(t) * kvh + h) * d + j;
+            const auto round = [&](float x) { return w.cfg.dtype == DType::f16 ? float(half(x)) : x; };
+            same = same && k.data[at] == round(k_all[at]) && v.data[at] == round(v_all[at]);
+          }
+      CHECK(same);
+    });
+    loaded = r.tokens;
+    for (int l = 0; l < sh.layers; ++l) CHECK(kv.length(id, l) == loaded);
+  }
+  for (int l = 0; l < sh.layers; ++l) {
+    const auto k = w.rows(s, l, 0, n, kvh, 1), v = w.rows(s, l, 0, n, kvh, 2);
+    for (std::int64_t t0 = loaded; t0 < n; t0 += chunk) {
+      const std::int64_t m = std::min<std::int64_t>(chunk, n - t0);
+      const std::size_t at = static_cast<std::size_t>(t0) * kvh * d;
+      kv.prefill(id, l, make_view(k.data() + at, m, kvh, d), make_view(v.data() + at, m, kvh, d));
+    }
+  }
+  return loaded;
+}
+
+template <class M>
+std::vector<SeqId> add_all(M& kv, const Workload& w, const std::vector<int>& prefix) {
+  std::vector<SeqId> ids;
+  for (int s = 0; s < static_cast<int>(w.prompt.size()); ++s) ids.push_back(kv.add_sequence(prefix_digest(w, s, prefix[s])));
+  return ids;
+}
+
+}  // namespace
+
+TEST_CASE("two KvManagers share a prompt prefix through one server: the second reads it instead of computing it, same output") {
+  if (!have_redis()) return;
+  RedisServer server;
+  test::TempDir dir;
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 3 * test::scale(); ++trial) {
+    CAPTURE(trial);
+    const Workload w = test::random_workload(rng);
+    const auto& sh = w.cfg.shape;
+    const int pt = w.cfg.page_tokens;
+    const int chunk = std::vector<int>{3 * pt, 20, 64, 1000}[rng() % 4];  // the engine's prefill chunk
+    CAPTURE(chunk);
+    std::vector<int> prefix;  // the shared part: the whole prompt, or a part of it
+    for (int n : w.prompt) prefix.push_back(rng() % 2 ? n : n / 2 + 3);
+    const auto params = [&] { return RedisTier::Params{.url = server.url(), .model = PrefixDigest::of_bytes("model", 5), .max_in_flight = 16}; };
+    RedisTier ra(params()), rb(params());
+    SharingManager<pipeline::Serial, RedisTier> a(w.cfg, {}, eviction::Lookahead{2}, ssd_tiers(dir, "a"));
+    SharingManager<pipeline::Elastic, RedisTier> b(w.cfg, {}, eviction::Lookahead{2}, ssd_tiers(dir, "b"));
+    KvManager<index::Hierarchical, eviction::Lookahead, SsdTiers> alone(w.cfg, {}, eviction::Lookahead{2}, ssd_tiers(dir, "c"));
+    a.share_prefixes(ra);
+    b.share_prefixes(rb);
+    const auto ia = add_all(a, w, prefix), ib = add_all(b, w, prefix), ic = add_all(alone, w, prefix);
+    for (int s = 0; s < static_cast<int>(w.prompt.size()); ++s) {
+      CHECK(prefill_sharing(a, ia[s], w, s, chunk) == 0);  // first: nothing there yet, it computes and publishes
+      prefill_sharing(alone, ic[s], w, s, chunk);
+    }
+    ra.flush();
+    std::uint64_t expect_read = 0, expect_written = 0;
+    const std::uint64_t streams = static_cast<std::uint64_t>(sh.layers) * sh.kv_heads;
+    for (int s = 0; s < static_cast<int>(w.prompt.size()); ++s) {
+      const std::int64_t unit = std::lcm(chunk, pt);  // whole pages in whole chunks, and one token left to compute
+      const std::int64_t want = std::min(prefix[s], w.prompt[s] - 1) / unit * unit;
+      CHECK(prefill_sharing(b, ib[s], w, s, chunk) == want);
+      expect_read += static_cast<std::uint64_t>(want / pt) * streams;
+      // It publishes only the prefix pages it computed (the last one, when the prefix is the whole prompt).
+      expect_written += static_cast<std::uint64_t>(std::min(prefix[s], w.prompt[s]) / pt - want / pt) * streams;
+    }
+    rb.flush();
+    CHECK(rb.remote_stats().hits == expect_read);
+    CHECK(rb.remote_stats().misses() == 0);
+    CHECK(rb.remote_stats().written == expect_written);
+    for (int t = 0; t < w.steps; ++t)
+      for (int l = 0; l < sh.layers; ++l) {
+        const auto oa = test::step(a, w, ia, l, t), ob = test::step(b, w, ib, l, t), oc = test::step(alone, w, ic, l, t);
+        CHECK(test::same_bits(oa, oc));
+        CHECK(test::same_bits(ob, oc));
+      }
+  }
+}
+
+TEST_CASE("sharing survives the server: a corrupt page, a server killed mid-load, and one killed mid-decode") {
+  if (!have_redis()) return;
+  test::TempDir dir;
+  std::mt19937_64 rng(12);
+  Workload w = test::random_workload(rng);
+  w.prompt = {200, 137};
+  const auto& sh = w.cfg.shape;
+  const int pt = w.cfg.page_tokens;
+  const std::vector<int> prefix = w.prompt;
+  const int chunk = 16;
+  KvManager<index::Hierarchical, eviction::Lookahead, SsdTiers> alone(w.cfg, {}, eviction::Lookahead{2}, ssd_tiers(dir, "ref"));
+  const auto ic = add_all(alone, w, prefix);
+  for (int s = 0; s < 2; ++s) prefill_sharing(alone, ic[s], w, s, chunk);
+  std::vector<std::vector<std::vector<float>>> want(static_cast<std::size_t>(w.steps));
+  for (int t = 0; t < w.steps; ++t)
+    for (int l = 0; l < sh.layers; ++l) want[t].push_back(test::step(alone, w, ic, l, t));
+  const auto decode_matches = [&](auto& kv, const std::vector<SeqId>& ids, const std::function<void(int)>& at_step = {}) {
+    bool same = true;
+    for (int t = 0; t < w.steps; ++t) {
+      if (at_step) at_step(t);
+      for (int l = 0; l < sh.layers; ++l) same = same && test::same_bits(test::step(kv, w, ids, l, t), want[t][l]);
+    }
+    return same;
+  };
+  const auto publish = [&](RedisServer& server) {
+    RedisTier r({.url = server.url()});
+    SharingManager<pipeline::Serial, RedisTier> a(w.cfg, {}, eviction::Lookahead{2}, ssd_tiers(dir, "pub"));
+    a.share_prefixes(r);
+    const auto ia = add_all(a, w, prefix);
+    for (int s = 0; s < 2; ++s) prefill_sharing(a, ia[s], w, s, chunk);
+    r.flush();
+    return r.key(tier::PageKey{ia[0], 1, 2, 5});  // a page inside sequence 0's prefix
+  };
+
+  SUBCASE("a corrupt page ends the run there; the rest is computed") {
+    RedisServer server;
+    const std::string bad = publish(server);
+    std::string v = server.command({"GET", bad});
+    v[v.size() / 2] ^= 0x01;
+    server.command({"SET", bad, v});
+    RedisTier r({.url = server.url()});
+    SharingManager<pipeline::Elastic, RedisTier> b(w.cfg, {}, eviction::Lookahead{2}, ssd_tiers(dir, "b"));
+    b.share_prefixes(r);
+    const auto ib = add_all(b, w, prefix);
+    CHECK(prefill_sharing(b, ib[0], w, 0, chunk) == 5 * pt / 16 * 16);  // page 5 of (layer 1, head 2) failed: pages 0-4, whole chunks
+    CHECK(prefill_sharing(b, ib[1], w, 1, chunk) == (137 - 1) / 16 * 16);
+    CHECK(r.remote_stats().corrupt == 1);
+    CHECK(decode_matches(b, ib));
+  }
+  SUBCASE("the server dies between the lookup and the reads: nothing is loaded, all is computed") {
+    RedisServer server;
+    publish(server);
+    KillAfterLookup r({.url = server.url(), .timeout_ms = 300});
+    r.server = &server;
+    SharingManager<pipeline::Serial, KillAfterLookup> b(w.cfg, {}, eviction::Lookahead{2}, ssd_tiers(dir, "b"));
+    b.share_prefixes(r);
+    const auto ib = add_all(b, w, prefix);
+    CHECK(prefill_sharing(b, ib[0], w, 0, chunk) == 0);
+    CHECK(prefill_sharing(b, ib[1], w, 1, chunk) == 0);  // the server is gone: the lookup finds nothing
+    CHECK(r.remote_stats().errors > 0);
+    CHECK(r.remote_stats().hits == 0);
+    CHECK(decode_matches(b, ib));
+  }
+  SUBCASE("the server dies while an engine decodes and adds sequences: decoding goes on, output unchanged") {
+    auto server = std::make_unique<RedisServer>();
+    publish(*server);
+    RedisTier r({.url = server->url(), .timeout_ms = 300});
+    SharingManager<pipeline::Elastic, RedisTier> b(w.cfg, {}, eviction::Lookahead{2}, ssd_tiers(dir, "b"));
+    b.share_prefixes(r);
+    auto ib = add_all(b, w, prefix);
+    CHECK(prefill_sharing(b, ib[0], w, 0, chunk) > 0);
+    CHECK(prefill_sharing(b, ib[1], w, 1, chunk) > 0);
+    CHECK(decode_matches(b, ib, [&](int t) {
+      if (t == 2) server->kill();
+      if (t == 3) {  // a new sequence while the server is down: it computes its prefill; publishing fails quietly
+        const SeqId extra = b.add_sequence(prefix_digest(w, 7, 64));
+        const auto k = w.rows(7, 0, 0, 64, sh.kv_heads, 1);
+        CHECK(b.load_prefix(extra, 63, chunk).tokens == 0);
+        for (int l = 0; l < sh.layers; ++l) {
+          b.prefill(extra, l, make_view(k, 64, sh.kv_heads, sh.head_dim), make_view(k, 64, sh.kv_heads, sh.head_dim));
+        }
+        b.release(extra);
+      }
+    }));
+    r.flush();
+    CHECK(r.remote_stats().write_errors + r.remote_stats().errors + r.remote_stats().lookup_errors > 0);
+  }
 }

@@ -6,6 +6,10 @@
 //   kv.attend(layer, batch, q, k, v, out);         // per layer per step: append + attend
 //   kv.release(id);
 //
+// With a remote tier (Remote = tier::RedisTier, share_prefixes()), engines share the pages of a
+// common prompt prefix: prefill publishes the prefix's pages, and load_prefix() lets another
+// engine read them instead of computing them (docs/remote.md).
+//
 // attend() fills one StepPlan per stream (sequence x KV head) and runs the five stages of
 // Decision 1 through the Pipeline policy. Before commit() the stages only read shared state and
 // write plan-local buffers, fresh slots, and the new token's row of the tail page (past the
@@ -51,6 +55,7 @@
 #include "kvdrive/pipeline/serial.hpp"
 #include "kvdrive/tier/host.hpp"
 #include "kvdrive/tier/placement.hpp"
+#include "kvdrive/tier/remote.hpp"
 #include "kvdrive/tier/tiers.hpp"
 
 namespace kvdrive {
@@ -59,7 +64,7 @@ using SeqId = std::uint64_t;
 
 template <index::IndexPolicy Index, eviction::EvictionPolicy Eviction,
           class TierList = Tiers<tier::HostTier>, pipeline::PipelinePolicy Pipeline = pipeline::Serial,
-          class Backend = backend::Cpu>
+          class Backend = backend::Cpu, class Remote = tier::NoRemote>
 class KvManager {
   using Fast = typename TierList::template Type<0>;
   /// The fast tier is device memory (cuda::DeviceTier): the host moves its bytes only through
@@ -73,6 +78,9 @@ class KvManager {
   static_assert(kDeviceFast == backend::DeviceBackend<Backend>,
                 "KvManager: a fast tier in device memory (cuda::DeviceTier) needs a backend that attends it "
                 "(backend::Cuda), and such a backend needs a device fast tier");
+  static constexpr bool kRemote = !std::is_same_v<Remote, tier::NoRemote>;
+  static_assert(!kRemote || tier::RemoteTier<Remote>,
+                "KvManager: the Remote parameter must be a tier::RemoteTier (tier::RedisTier) or tier::NoRemote");
 
  public:
 
@@ -114,7 +122,125 @@ class KvManager {
     Sequence& s = sequences_[id];
     s.digest = digest;
     s.streams.resize(static_cast<std::size_t>(cfg_.shape.layers) * cfg_.shape.kv_heads);
+    bind_remote(id, s);
     return id;
+  }
+
+  // ---- sharing prefixes through a remote tier ------------------------------------------------
+
+  /// Shares prompt prefixes through `remote` (kept by the caller; it must outlive the manager):
+  /// from now on, a sequence added with a PrefixDigest covering `tokens` tokens publishes the
+  /// pages wholly inside those tokens as prefill seals them, and load_prefix() reads them. The
+  /// keys mix the digest with this manager's layout (shape, page size, dtype), so managers that
+  /// lay pages out differently never share. The remote tier is never the only copy of a page:
+  /// every page is also on this manager's own tiers.
+  void share_prefixes(Remote& remote)
+    requires kRemote
+  {
+    remote.open(tier::TierGeometry{cfg_.page_bytes()});
+    remote_ = &remote;
+    for (auto& [id, s] : sequences_) bind_remote(id, s);
+  }
+
+  /// What load_prefix() did.
+  struct PrefixLoad {
+    std::uint32_t pages_found = 0;   ///< leading pages the remote tier listed for every stream
+    std::uint32_t pages_loaded = 0;  ///< of those, pages read and verified for every stream
+    std::int64_t tokens = 0;         ///< tokens now in every layer (pages_loaded x page_tokens)
+  };
+
+  /// Before a sequence's prefill: reads the longest run of its prefix's leading pages that the
+  /// remote tier holds for every layer and head (at most max_tokens tokens, and within its
+  /// PrefixDigest), and prefills every layer with them, so the engine computes only the tokens
+  /// after result.tokens. `chunk` is the engine's prefill chunk (tokens per prefill call): the
+  /// run is prefilled in such chunks and cut to a whole number of them, so the engine's own
+  /// chunks then fall where they would have, and an index that depends on the chunks
+  /// (Hierarchical re-clusters as prefill grows it) comes out exactly as if the engine had
+  /// computed everything: same index, same output bits. on_layer(layer, k, v) gets each
+  /// layer's loaded K and V as float [tokens][kv_heads][head_dim] (the engine's prefill
+  /// attention needs them). A page the server lacks, fails to send, or sends corrupt ends the
+  /// run there: it and the rest are computed as usual, and the tier's remote_stats() count why.
+  /// Loads nothing without a remote tier or a digest. Holds the run's pages in host memory
+  /// while it reads them.
+  template <class OnLayer>
+  PrefixLoad load_prefix(SeqId id, std::int64_t max_tokens, std::int64_t chunk, OnLayer&& on_layer)
+    requires kRemote
+  {
+    KVD_EXPECT(chunk >= 1, "load_prefix: chunk {} must be >= 1 (the engine's tokens per prefill call)", chunk);
+    Sequence& seq = usable_sequence(id);
+    for (int l = 0; l < cfg_.shape.layers; ++l)
+      KVD_EXPECT(length(id, l) == 0, "load_prefix: sequence {} layer {} already holds {} tokens; load the prefix first", id, l,
+                 length(id, l));
+    PrefixLoad r;
+    if (remote_ == nullptr || seq.shared_pages == 0 || max_tokens < cfg_.page_tokens) return r;
+    const int layers = cfg_.shape.layers, kvh = cfg_.shape.kv_heads, pt = cfg_.page_tokens, d = cfg_.shape.head_dim;
+    // Runs are cut to whole chunks (which are whole pages too) before anything is read.
+    const std::int64_t unit = std::lcm<std::int64_t>(chunk, pt);
+    const auto cut = [&](std::int64_t pages) { return static_cast<std::uint32_t>(pages * pt / unit * unit / pt); };
+    const std::uint32_t max_pages = cut(std::min<std::int64_t>(seq.shared_pages, max_tokens / pt));
+    if (max_pages == 0) return r;
+    r.pages_found = remote_->lookup(id, static_cast<std::uint32_t>(layers), static_cast<std::uint32_t>(kvh), max_pages);
+    const std::uint32_t want = cut(r.pages_found);
+    if (want == 0) return r;
+    // Every layer's reads go out at once; the run is what every stream read and verified.
+    const std::size_t pb = cfg_.page_bytes(), per_layer = static_cast<std::size_t>(kvh) * want;
+    std::vector<std::byte> bytes(static_cast<std::size_t>(layers) * per_layer * pb);
+    std::vector<tier::ReadTicket> tickets;
+    std::vector<tier::ReadRequest> reads(per_layer);
+    for (int l = 0; l < layers; ++l) {
+      for (int h = 0; h < kvh; ++h)
+        for (std::uint32_t p = 0; p < want; ++p) {
+          const std::size_t i = static_cast<std::size_t>(h) * want + p;
+          reads[i] = {tier::PageKey{id, static_cast<std::uint32_t>(l), static_cast<std::uint32_t>(h), p},
+                      bytes.data() + (static_cast<std::size_t>(l) * per_layer + i) * pb};
+        }
+      tickets.push_back(remote_->submit(reads));
+    }
+    std::uint32_t run = want;
+    std::vector<tier::RemoteRead> outcome(per_layer);
+    for (int l = 0; l < layers; ++l) {
+      remote_->wait_each(tickets[static_cast<std::size_t>(l)], outcome);
+      for (int h = 0; h < kvh; ++h)
+        for (std::uint32_t p = 0; p < run; ++p)
+          if (outcome[static_cast<std::size_t>(h) * want + p] != tier::RemoteRead::hit) run = p;
+    }
+    run = cut(run);
+    r.pages_loaded = run;
+    r.tokens = static_cast<std::int64_t>(run) * pt;
+    if (run == 0) return r;
+    // Prefill from the pages: float is exact for every KV dtype, so the stored bytes come out the
+    // same as the publisher's, and the index sees the same keys.
+    seq.loaded_pages = run;  // prefill need not publish them again
+    std::vector<float> k(static_cast<std::size_t>(r.tokens) * kvh * d), v(k.size()), row(static_cast<std::size_t>(pt) * d);
+    for (int l = 0; l < layers; ++l) {
+      for (int h = 0; h < kvh; ++h)
+        for (std::uint32_t p = 0; p < run; ++p) {
+          const std::byte* page = bytes.data() + (static_cast<std::size_t>(l) * per_layer + static_cast<std::size_t>(h) * want + p) * pb;
+          for (int half = 0; half < 2; ++half) {
+            dispatch_dtype(cfg_.dtype, [&](auto tag) {
+              using T = typename decltype(tag)::type;
+              attention::to_float_block(reinterpret_cast<const T*>(page + half * cfg_.block_bytes()), row.data(), row.size());
+            });
+            std::vector<float>& dst = half == 0 ? k : v;
+            for (int t = 0; t < pt; ++t)
+              std::copy_n(row.data() + static_cast<std::size_t>(t) * d, d,
+                          dst.data() + ((static_cast<std::size_t>(p) * pt + t) * kvh + h) * d);
+          }
+        }
+      const auto kv = make_view(std::as_const(k).data(), r.tokens, kvh, d), vv = make_view(std::as_const(v).data(), r.tokens, kvh, d);
+      for (std::int64_t t0 = 0; t0 < r.tokens; t0 += chunk) {
+        const std::int64_t n = std::min(chunk, r.tokens - t0);
+        const std::size_t at = static_cast<std::size_t>(t0) * kvh * d;
+        prefill(id, l, make_view(kv.data + at, n, kvh, d), make_view(vv.data + at, n, kvh, d));
+      }
+      on_layer(l, kv, vv);
+    }
+    return r;
+  }
+  PrefixLoad load_prefix(SeqId id, std::int64_t max_tokens, std::int64_t chunk)
+    requires kRemote
+  {
+    return load_prefix(id, max_tokens, chunk, [](int, View<const float, 3>, View<const float, 3>) {});
   }
 
   /// Frees every page of the sequence in every tier. The id may not be used again.
@@ -130,6 +256,8 @@ class KvManager {
         erase_backed(e.home, tier::PageKey{id, layer, head, static_cast<std::uint32_t>(p)});
       }
     }
+    if constexpr (kRemote)
+      if (remote_ != nullptr) remote_->unbind(id);  // its shared pages stay for other engines
     sequences_.erase(id);
     // Make the erases durable where a tier defers them (SsdTier), so their room is usable.
     for (std::size_t i = 1; i < TierList::kCount; ++i)
@@ -230,6 +358,7 @@ class KvManager {
       }
       // Every head's sealed pages go to the backing tiers together (one sync per tier).
       store_sealed(seals, written, false);
+      publish_prefix_pages(seq, seals);
       std::size_t at = 0;
       for (HeadWork& w : work)
         for (std::size_t i = 0; i < w.sealed.size(); ++i) w.sealed_home.push_back(seals[at++].home);
@@ -701,6 +830,8 @@ class KvManager {
 
   struct Sequence {
     std::optional<PrefixDigest> digest;
+    std::uint32_t shared_pages = 0;  ///< leading pages content-addressed on the remote tier
+    std::uint32_t loaded_pages = 0;  ///< of those, pages load_prefix() read from it
     bool broken = false;  ///< a policy threw after a step's point of no return; only release() works
     std::vector<Stream> streams;  ///< [layer][kv_head]
   };
@@ -1383,6 +1514,35 @@ class KvManager {
 
   static constexpr std::size_t kLastTier = TierList::kCount - 1;
 
+  /// The remote tier's digest for a prefix: the engine's digest mixed with this manager's page
+  /// layout, so pages only meet managers that store them alike.
+  PrefixDigest remote_digest(const PrefixDigest& prefix) const {
+    const std::int64_t layout[] = {static_cast<std::int64_t>(prefix.low), static_cast<std::int64_t>(prefix.high), prefix.tokens,
+                                   cfg_.shape.layers, cfg_.shape.q_heads, cfg_.shape.kv_heads, cfg_.shape.head_dim,
+                                   cfg_.page_tokens, static_cast<std::int64_t>(cfg_.dtype)};
+    return PrefixDigest::of_bytes(layout, sizeof layout, prefix.tokens);
+  }
+
+  void bind_remote(SeqId id, Sequence& s) {
+    if constexpr (kRemote) {
+      if (remote_ == nullptr || !s.digest || s.digest->tokens < cfg_.page_tokens) return;
+      s.shared_pages = static_cast<std::uint32_t>(std::min<std::int64_t>(s.digest->tokens / cfg_.page_tokens, UINT32_MAX));
+      remote_->bind(id, remote_digest(*s.digest));
+    }
+  }
+
+  /// Hands the sealed pages inside the sequence's shared prefix to the remote tier (best effort,
+  /// in the background: it copies them and never throws for the server's trouble).
+  void publish_prefix_pages(const Sequence& seq, std::span<const SealedPage> seals) {
+    if constexpr (kRemote) {
+      if (remote_ == nullptr || seq.shared_pages == 0) return;
+      std::vector<tier::WriteRequest> pages;
+      for (const SealedPage& p : seals)
+        if (p.key.page < seq.shared_pages && p.key.page >= seq.loaded_pages) pages.push_back({p.key, p.bytes});
+      remote_->publish(pages);
+    }
+  }
+
   /// The fast tier's memory is where fetched pages land: each new block of it is registered
   /// with every backing tier that reads into registered memory (SsdTier: io_uring fixed
   /// buffers, Decision 9). A tier that cannot register just reads as before.
@@ -1737,6 +1897,7 @@ class KvManager {
   TierList tiers_;
   Pipeline pipeline_;
   Backend backend_;
+  [[no_unique_address]] std::conditional_t<kRemote, Remote*, tier::NoRemote> remote_{};
   std::unordered_map<SeqId, Sequence> sequences_;
   SeqId next_id_ = 1;
   std::vector<StepPlan> plans_;
