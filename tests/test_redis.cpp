@@ -17,6 +17,10 @@
 #include "support.hpp"
 #include "workload.hpp"
 
+#include "decoder.hpp"
+#include "sampler.hpp"
+#include "synthetic.hpp"
+
 using namespace kvdrive;
 using kvdrive::testing::RedisServer;
 using tier::RedisTier;
@@ -463,5 +467,53 @@ TEST_CASE("sharing survives the server: a corrupt page, a server killed mid-load
     }));
     r.flush();
     CHECK(r.remote_stats().write_errors + r.remote_stats().errors + r.remote_stats().lookup_errors > 0);
+  }
+}
+
+// ---- the reference decoder ------------------------------------------------------------------------
+
+TEST_CASE("the decoder reads a shared prompt prefix from the server instead of computing it, with the same logits") {
+  if (!have_redis()) return;
+  using namespace kvdrive::llama;
+  RedisServer server;
+  ThreadPool pool(2);
+  const Model m = make_synthetic({"tiny", 4}, ShapeOverrides{.layers = 2, .heads = {}, .kv_heads = {}, .head_dim = {}, .hidden = {}, .vocab = {}}, pool);
+  std::mt19937 rng(2);
+  std::vector<int> prompt(330);
+  for (auto& t : prompt) t = static_cast<int>(rng() % 512);
+  for (DType dtype : {DType::f16, DType::f32}) {
+    CAPTURE(dtype_name(dtype));
+    Config cfg;
+    cfg.shape = {m.config.layers, m.config.heads, m.config.kv_heads, m.config.head_dim()};
+    cfg.dtype = dtype;
+    cfg.budget = Budget::fraction(0.25);
+    cfg.local_tokens = 32;
+    using Shared = KvManager<index::Hierarchical, eviction::Lookahead, Tiers<tier::HostTier>, pipeline::Serial, backend::Cpu, RedisTier>;
+    using Alone = KvManager<index::Hierarchical, eviction::Lookahead>;
+    const PrefixDigest digest = PrefixDigest::of_tokens(std::span<const int>(prompt).first(260));  // a shared 260-token prefix
+    const auto params = [&] { return RedisTier::Params{.url = server.unix_url(), .model = model_digest(m)}; };
+    RedisTier ra(params()), rb(params());
+    Shared a(cfg), b(cfg);
+    Alone c(cfg);
+    a.share_prefixes(ra);
+    b.share_prefixes(rb);
+    constexpr int kChunk = 48;
+    Decoder<Shared> da(m, a, pool, kChunk, digest), db(m, b, pool, kChunk, digest);
+    Decoder<Alone> dc(m, c, pool, kChunk, digest);
+    std::vector<float> la = da.prefill(prompt), lc = dc.prefill(prompt);
+    ra.flush();
+    std::vector<float> lb = db.prefill(prompt);
+    CHECK(da.times().prefix_loaded_tokens == 0);
+    CHECK(db.times().prefix_loaded_tokens == 240);  // 260 tokens, cut to whole 48-token chunks
+    CHECK(rb.remote_stats().hits == 240u / 8 * cfg.shape.layers * cfg.shape.kv_heads);
+    CHECK(test::same_bits(la, lc));
+    CHECK(test::same_bits(lb, lc));
+    for (int s = 0; s < 6; ++s) {
+      const int next = Sampler::argmax(lc);
+      CHECK(Sampler::argmax(lb) == next);
+      la = da.step(next), lb = db.step(next), lc = dc.step(next);
+      CHECK(test::same_bits(la, lc));
+      CHECK(test::same_bits(lb, lc));
+    }
   }
 }

@@ -6,7 +6,10 @@
 // prefill_attention.hpp), then the chunk's K/V go to KvManager::prefill. Decoding calls
 // KvManager::attend once per layer. With warm_up_after_prefill(n), the queries of the prompt's
 // last n positions are kept per layer and each layer is warmed up (KvManager::warm_up: the best
-// pages into the cache, the next into middle tiers) once the prompt is in.
+// pages into the cache, the next into middle tiers) once the prompt is in. With a manager that
+// shares prefixes through a remote tier (KvManager::share_prefixes), prefill first loads the
+// longest run of the prompt's shared prefix that another engine published
+// (KvManager::load_prefix) and computes only the tokens after it.
 #pragma once
 
 #include <chrono>
@@ -23,6 +26,7 @@
 #include "kvdrive/core/thread_pool.hpp"
 #include "kvdrive/core/view.hpp"
 #include "kvdrive/eval/trace.hpp"
+#include "kvdrive/index/row_store.hpp"
 #include "kvdrive/manager.hpp"
 #include "linear.hpp"
 #include "model.hpp"
@@ -46,6 +50,8 @@ struct DecoderTimes {
   double prefill_ms = 0, decode_ms = 0;
   double prefill_attention_ms = 0;  ///< causal attention inside prefill
   double warm_up_ms = 0;            ///< KvManager::warm_up after prefill (part of prefill_ms)
+  double prefix_load_ms = 0;        ///< KvManager::load_prefix: the shared prefix read from the remote tier (part of prefill_ms)
+  std::int64_t prefix_loaded_tokens = 0;  ///< prompt tokens read from the remote tier instead of computed
   double linear_ms = 0;             ///< projections, FFN and logits
   std::int64_t prefill_tokens = 0, decode_tokens = 0;
 };
@@ -123,7 +129,8 @@ class Decoder {
     const auto n = static_cast<std::int64_t>(tokens.size());
     obs_first_ = n - std::min<std::int64_t>(observed_, n);
     obs_q_.assign(observed_ > 0 ? static_cast<std::size_t>(c_.layers) : 0, {});
-    for (std::int64_t p0 = 0; p0 < n; p0 += chunk_) {
+    const std::int64_t loaded = load_shared_prefix(n);
+    for (std::int64_t p0 = loaded; p0 < n; p0 += chunk_) {
       const std::int64_t len = std::min<std::int64_t>(chunk_, n - p0);
       prefill_chunk(tokens.subspan(static_cast<std::size_t>(p0), static_cast<std::size_t>(len)), p0);
       if (progress) progress(p0 + len, n);
@@ -249,6 +256,33 @@ class Decoder {
     linear([&] { lin_.matvec(m_.classifier, xb_.data(), logits_.data(), c_.vocab, c_.dim); });
   }
 
+  /// Loads what it can of the prompt from the remote tier; returns the tokens loaded. It leaves
+  /// the last token (its logits) and the warm-up observation positions (their queries) to compute,
+  /// and loads nothing while recording a trace (its Q would be missing).
+  std::int64_t load_shared_prefix(std::int64_t n) {
+    if constexpr (requires { kv_.load_prefix(seq_, n, chunk_); }) {
+      if (trace_ != nullptr) return 0;
+      const auto t0 = Clock::now();
+      const int kvh = c_.kv_heads, d = c_.head_dim();
+      const auto r = kv_.load_prefix(seq_, std::min(n - 1, obs_first_), chunk_, [&](int l, View<const float, 3> k, View<const float, 3> v) {
+        for (int h = 0; h < kvh; ++h) {
+          auto& pk = prompt_k_[static_cast<std::size_t>(l) * kvh + h];
+          auto& pv = prompt_v_[static_cast<std::size_t>(l) * kvh + h];
+          for (std::int64_t t = 0; t < k.extent(0); ++t) {
+            pk.insert(pk.end(), &k(t, h, 0), &k(t, h, 0) + d);
+            pv.insert(pv.end(), &v(t, h, 0), &v(t, h, 0) + d);
+          }
+        }
+      });
+      times_.prefix_load_ms += ms_since(t0);
+      times_.prefix_loaded_tokens += r.tokens;
+      return r.tokens;
+    } else {
+      (void)n;
+      return 0;
+    }
+  }
+
   void prefill_chunk(std::span<const int> tokens, std::int64_t p0) {
     const int dim = c_.dim, d = c_.head_dim(), kvd = c_.kv_dim(), kvh = c_.kv_heads;
     const auto n = static_cast<std::int64_t>(tokens.size());
@@ -277,14 +311,19 @@ class Decoder {
           oq.insert(oq.end(), q_.data() + i * dim, q_.data() + (i + 1) * dim);
         }
       }
-      // The prompt so far, per KV head, contiguous [tokens][head_dim] for the attention kernel.
+      // The prompt so far, per KV head, contiguous [tokens][head_dim] for the attention kernel,
+      // as the cache stores it (rounded to the KV dtype), so that a prefix read back from a
+      // remote tier (load_shared_prefix) is attended exactly as a computed one.
       for (int h = 0; h < kvh; ++h) {
         auto& pk = prompt_k_[static_cast<std::size_t>(l) * kvh + h];
         auto& pv = prompt_v_[static_cast<std::size_t>(l) * kvh + h];
+        const std::size_t at = pk.size();
         for (std::int64_t i = 0; i < n; ++i) {
           pk.insert(pk.end(), k_.data() + i * kvd + h * d, k_.data() + i * kvd + (h + 1) * d);
           pv.insert(pv.end(), v_.data() + i * kvd + h * d, v_.data() + i * kvd + (h + 1) * d);
         }
+        index::round_to_dtype(kv_.config().dtype, pk.data() + at, pk.size() - at);
+        index::round_to_dtype(kv_.config().dtype, pv.data() + at, pv.size() - at);
       }
       const auto ta = Clock::now();
       CausalAttentionArgs ca;

@@ -12,6 +12,9 @@
 #include "hf_loader.hpp"
 #include "kvdrive/kvdrive.hpp"
 #include "kvdrive/tier/ssd.hpp"
+#ifdef KVD_LLAMA_REDIS
+#include "kvdrive/tier/redis.hpp"
+#endif
 #include "llama2c.hpp"
 #include "run.hpp"
 #include "run_cuda.hpp"
@@ -19,6 +22,18 @@
 
 using namespace kvdrive;
 using namespace kvdrive::llama;
+
+#ifdef KVD_LLAMA_REDIS
+using CpuRemote = tier::RedisTier;  // --remote shares the prompt's prefix
+#else
+using CpuRemote = tier::NoRemote;
+#endif
+
+/// A run on the CPU: backend::Cpu, CpuLinear, and the remote tier type when built in.
+template <class Index, class TierList = Tiers<tier::HostTier>, class Pipeline = pipeline::Serial>
+int run_cpu(const RunOptions& o, const Model& model, ThreadPool& pool) {
+  return run<Index, TierList, Pipeline, backend::Cpu, CpuLinear, CpuRemote>(o, model, pool, backend::Cpu({o.threads}));
+}
 
 int main(int argc, char** argv) {
   RunOptions o;
@@ -70,7 +85,18 @@ int main(int argc, char** argv) {
   app.add_option("--sink-tokens", o.sink_tokens, "always-attended first tokens")->check(CLI::Range(0, 1 << 20));
   app.add_option("--local-tokens", o.local_tokens, "always-attended last tokens")->check(CLI::Range(0, 1 << 20));
   app.add_option("--prefill-chunk", o.prefill_chunk, "prompt tokens per prefill chunk")->check(CLI::Range(1, 1 << 16));
+  app.add_option("--remote", o.remote, "share the prompt's prefix with other engines through a Redis server: "
+                 "redis://[[user]:password@]host[:port][/db] or unix:///path; prefill reads the pages another engine published "
+                 "instead of computing them, and publishes its own (docs/remote.md)");
+  app.add_option("--remote-ttl", o.remote_ttl_ms, "--remote: milliseconds the published pages live (0: until the server evicts them)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
+  app.add_option("--shared-prefix", o.shared_prefix, "--remote: the first N prompt tokens form the shared prefix (default: the whole prompt)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
   CLI11_PARSE(app, argc, argv);
+  if (o.remote.empty() && (app.count("--remote-ttl") + app.count("--shared-prefix")) > 0) {
+    fmt::print(stderr, "kvd-llama: --remote-ttl and --shared-prefix apply with --remote\n");
+    return 2;
+  }
 
   try {
     ThreadPool pool(o.threads);
@@ -85,29 +111,28 @@ int main(int argc, char** argv) {
     KVD_EXPECT(o.mode == "tiered" || (app.count("--fast-bytes") + app.count("--host-bytes") + app.count("--ssd-path") + app.count("--warm-up") + app.count("--pipeline") + app.count("--tune")) == 0,
                "--fast-bytes, --host-bytes, --ssd-path, --warm-up, --pipeline and --tune apply to --mode tiered");
     if (o.device == "cuda") return run_on_cuda(o, model, pool);
-    const auto cpu = [&] { return backend::Cpu({o.threads}); };
     if (o.mode == "tiered") {
       KVD_EXPECT(o.index != "dense", "--mode tiered is sparse: choose a sparse --index");
       using Ssd = Tiers<tier::HostTier, tier::SsdTier>;
       using HostSsd = Tiers<tier::HostTier, tier::HostTier, tier::SsdTier>;
       const bool host = o.host_bytes > 0;
       KVD_EXPECT(o.index == "hierarchical" || o.pipeline == "serial", "--pipeline elastic runs with --index hierarchical (KVDrive)");
-      if (o.index == "quest") return host ? run<index::Quest, HostSsd>(o, model, pool, cpu()) : run<index::Quest, Ssd>(o, model, pool, cpu());
+      if (o.index == "quest") return host ? run_cpu<index::Quest, HostSsd>(o, model, pool) : run_cpu<index::Quest, Ssd>(o, model, pool);
       KVD_EXPECT(o.index == "hierarchical", "--mode tiered runs the hierarchical (KVDrive) and quest indices");
       if (o.pipeline == "elastic")
-        return host ? run<index::Hierarchical, HostSsd, pipeline::Elastic>(o, model, pool, cpu())
-                    : run<index::Hierarchical, Ssd, pipeline::Elastic>(o, model, pool, cpu());
-      return host ? run<index::Hierarchical, HostSsd>(o, model, pool, cpu()) : run<index::Hierarchical, Ssd>(o, model, pool, cpu());
+        return host ? run_cpu<index::Hierarchical, HostSsd, pipeline::Elastic>(o, model, pool)
+                    : run_cpu<index::Hierarchical, Ssd, pipeline::Elastic>(o, model, pool);
+      return host ? run_cpu<index::Hierarchical, HostSsd>(o, model, pool) : run_cpu<index::Hierarchical, Ssd>(o, model, pool);
     }
-    if (o.mode == "dense" || o.index == "dense") return run<index::Dense>(o, model, pool, cpu());
-    if (o.index == "oracle-mass") return run<index::OracleMass>(o, model, pool, cpu());
-    if (o.index == "quest") return run<index::Quest>(o, model, pool, cpu());
-    if (o.index == "mean-key") return run<index::MeanKey>(o, model, pool, cpu());
-    if (o.index == "hierarchical") return run<index::Hierarchical>(o, model, pool, cpu());
-    if (o.index == "centroid") return run<index::Centroid>(o, model, pool, cpu());
-    if (o.index == "simhash") return run<index::SimHash>(o, model, pool, cpu());
-    if (o.index == "product-quant") return run<index::ProductQuant>(o, model, pool, cpu());
-    return run<index::Oracle>(o, model, pool, cpu());
+    if (o.mode == "dense" || o.index == "dense") return run_cpu<index::Dense>(o, model, pool);
+    if (o.index == "oracle-mass") return run_cpu<index::OracleMass>(o, model, pool);
+    if (o.index == "quest") return run_cpu<index::Quest>(o, model, pool);
+    if (o.index == "mean-key") return run_cpu<index::MeanKey>(o, model, pool);
+    if (o.index == "hierarchical") return run_cpu<index::Hierarchical>(o, model, pool);
+    if (o.index == "centroid") return run_cpu<index::Centroid>(o, model, pool);
+    if (o.index == "simhash") return run_cpu<index::SimHash>(o, model, pool);
+    if (o.index == "product-quant") return run_cpu<index::ProductQuant>(o, model, pool);
+    return run_cpu<index::Oracle>(o, model, pool);
   } catch (const Error& e) {
     fmt::print(stderr, "kvd-llama: error: {}\n", e.what());
     return 1;

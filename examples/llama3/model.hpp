@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "kvdrive/core/digest.hpp"
 #include "kvdrive/core/error.hpp"
+#include "kvdrive/core/xxhash.hpp"
 #include "mapped_file.hpp"
 
 namespace kvdrive::llama {
@@ -83,5 +85,31 @@ struct Model {
     return static_cast<std::size_t>(c.vocab) * c.dim * (c.tied_embeddings ? 1 : 2) + per_layer * c.layers + c.dim;
   }
 };
+
+/// The model/run digest of a remote tier's keys: the model's shape, RoPE and weights (all of
+/// them, hashed once; about a second per 10 GB of weights).
+inline PrefixDigest model_digest(const Model& m) {
+  const LlamaConfig& c = m.config;
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_128bits_reset(st);
+  const auto add = [&](const float* p, std::size_t n) {
+    if (p != nullptr) XXH3_128bits_update(st, p, n * sizeof(float));
+  };
+  const double shape[] = {double(c.layers), double(c.dim), double(c.heads), double(c.kv_heads), double(c.hidden_dim),
+                          double(c.vocab), double(c.rope_theta), double(c.rms_eps), double(static_cast<int>(c.rope_layout)),
+                          c.rope_scaling.factor, c.rope_scaling.low_freq_factor, c.rope_scaling.high_freq_factor,
+                          c.rope_scaling.original_max_position};
+  XXH3_128bits_update(st, shape, sizeof shape);
+  const auto dim = static_cast<std::size_t>(c.dim), kvd = static_cast<std::size_t>(c.kv_dim()), hid = static_cast<std::size_t>(c.hidden_dim);
+  add(m.token_embedding, static_cast<std::size_t>(c.vocab) * dim);
+  for (const LayerWeights& w : m.layers) {
+    add(w.rms_att, dim), add(w.wq, dim * dim), add(w.wk, kvd * dim), add(w.wv, kvd * dim), add(w.wo, dim * dim);
+    add(w.rms_ffn, dim), add(w.w1, hid * dim), add(w.w2, dim * hid), add(w.w3, hid * dim);
+  }
+  add(m.rms_final, dim);  // the classifier is not hashed: it does not shape the K/V
+  const XXH128_hash_t h = XXH3_128bits_digest(st);
+  XXH3_freeState(st);
+  return {h.low64, h.high64, 0};
+}
 
 }  // namespace kvdrive::llama

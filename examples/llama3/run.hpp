@@ -60,6 +60,10 @@ struct RunOptions {
   std::string tune = "on";          ///< tiered: tune cluster size, cache windows and micro-batch
   std::string ssd_path = "kvd-llama.store";
   std::string device = "cpu";       ///< cpu, or cuda (run_cuda.cu)
+  // sharing the prompt's prefix through a remote tier (tier::RedisTier)
+  std::string remote;               ///< redis://... or unix://...; empty: no sharing
+  std::int64_t remote_ttl_ms = 0;   ///< expiry of the pages it stores (0: none)
+  std::int64_t shared_prefix = -1;  ///< prompt tokens that form the shared prefix (-1: the whole prompt)
 };
 
 /// A one-line progress bar on stderr, drawn only when stderr is a terminal.
@@ -159,10 +163,11 @@ inline std::vector<int> make_prompt(const RunOptions& o, const LlamaConfig& c, c
 constexpr int kGrowWindowTo = 8, kGrowSteps = 16;
 
 /// One kvd-llama run: the prompt, prefill, `steps` decoded tokens and the summary, with the
-/// attention of a KvManager<Index, Lookahead, TierList, Pipeline, Backend> and the projections
-/// of Linear (CpuLinear, or CublasLinear with backend::Cuda).
+/// attention of a KvManager<Index, Lookahead, TierList, Pipeline, Backend, Remote> and the
+/// projections of Linear (CpuLinear, or CublasLinear with backend::Cuda). With a Remote tier
+/// type (tier::RedisTier) and --remote, the prompt's prefix is shared through it.
 template <class Index, class TierList = Tiers<tier::HostTier>, class Pipeline = pipeline::Serial, class Backend = backend::Cpu,
-          class Linear = CpuLinear>
+          class Linear = CpuLinear, class Remote = tier::NoRemote>
 int run(const RunOptions& o, const Model& model, ThreadPool& pool, Backend backend) {
   const LlamaConfig& c = model.config;
   Config cfg;
@@ -178,9 +183,27 @@ int run(const RunOptions& o, const Model& model, ThreadPool& pool, Backend backe
   constexpr bool tiered = TierList::kCount > 1;
   TierPlan plan;
   if constexpr (tiered) plan = plan_tiers(o, cfg, static_cast<std::int64_t>(prompt.size()) + o.steps);
-  using Manager = KvManager<Index, eviction::Lookahead, TierList, Pipeline, Backend>;
+  using Manager = KvManager<Index, eviction::Lookahead, TierList, Pipeline, Backend, Remote>;
   Manager kv(cfg, {}, eviction::Lookahead{plan.window}, make_tiers<TierList>(o, plan), {}, std::move(backend));
-  Decoder<Manager, Linear> decoder(model, kv, pool, o.prefill_chunk);
+  constexpr bool can_share = !std::is_same_v<Remote, tier::NoRemote>;
+  KVD_EXPECT(can_share || o.remote.empty(), "--remote: prefix sharing is not built into this run ({}; it needs hiredis, and --device cpu)",
+             o.device);
+  KVD_EXPECT(o.shared_prefix >= -1, "--shared-prefix {}: expected a token count, or -1 for the whole prompt", o.shared_prefix);
+  std::optional<PrefixDigest> digest;
+  [[maybe_unused]] std::conditional_t<can_share, std::optional<Remote>, int> remote{};
+  if constexpr (can_share) {
+    if (!o.remote.empty()) {
+      typename Remote::Params rp;
+      rp.url = o.remote;
+      rp.ttl_ms = o.remote_ttl_ms;
+      rp.model = model_digest(model);
+      remote.emplace(std::move(rp));
+      kv.share_prefixes(*remote);
+      const std::size_t shared = o.shared_prefix < 0 ? prompt.size() : std::min<std::size_t>(prompt.size(), o.shared_prefix);
+      digest = PrefixDigest::of_tokens(std::span<const int>(prompt.data(), shared));
+    }
+  }
+  Decoder<Manager, Linear> decoder(model, kv, pool, o.prefill_chunk, digest);
   if constexpr (tiered) {
     decoder.warm_up_after_prefill(o.warm_up);
     if (o.tune == "on") {  // the three tuned values: cluster size, cache windows, micro-batch
@@ -275,6 +298,21 @@ int run(const RunOptions& o, const Model& model, ThreadPool& pool, Backend backe
                     {"placed_pages", s.placed},
                     {"hit_rate", s.hit_rate()},
                     {"index_bytes", kv.index_bytes()}};
+  if constexpr (can_share) {
+    if (remote) {
+      const tier::RemoteStats rs = remote->remote_stats();
+      j["remote"] = {{"url", remote->url().describe()},
+                     {"shared_prefix_tokens", digest->tokens},
+                     {"loaded_tokens", t.prefix_loaded_tokens},
+                     {"load_ms", t.prefix_load_ms},
+                     {"page_hits", rs.hits},
+                     {"page_missing", rs.missing},
+                     {"page_corrupt", rs.corrupt},
+                     {"errors", rs.errors + rs.lookup_errors},
+                     {"pages_published", rs.written},
+                     {"publish_failed", rs.write_errors + rs.over_budget + rs.dropped}};
+    }
+  }
   j["generated"] = generated;
   if (!o.stats_json.empty()) {
     std::ofstream f(o.stats_json);
@@ -334,6 +372,14 @@ int run(const RunOptions& o, const Model& model, ThreadPool& pool, Backend backe
                  s.time.select_bubble(), s.time.classify_bubble(), s.time.fetch_bubble(), s.time.classify_wait_ms / steps,
                  s.time.fetch_wait_ms / steps);
     fmt::print("  linear layers (prefill + decode): {:.2f} s\n", t.linear_ms / 1000);
+    if (j.contains("remote")) {
+      const auto& r = j["remote"];
+      fmt::print("  remote {}: {} of the {}-token shared prefix read instead of computed ({:.1f} s); pages: {} read, {} missing, "
+                 "{} corrupt, {} errors; {} published ({} not)\n",
+                 r["url"].get<std::string>(), t.prefix_loaded_tokens, digest->tokens, t.prefix_load_ms / 1000, r["page_hits"].get<std::uint64_t>(),
+                 r["page_missing"].get<std::uint64_t>(), r["page_corrupt"].get<std::uint64_t>(), r["errors"].get<std::uint64_t>(),
+                 r["pages_published"].get<std::uint64_t>(), r["publish_failed"].get<std::uint64_t>());
+    }
     if (s.streams > 0)
       fmt::print("  pages selected per stream and step: {:.1f} of {:.1f} candidates; tokens attended {:.0f}\n",
                  static_cast<double>(s.selected) / static_cast<double>(s.streams),
