@@ -12,11 +12,16 @@
 // through MmapTier, the FlexGen-style strawman that loads whole layers (cold each step), and
 // MmapTier's sequential bandwidth against O_DIRECT 1 MiB reads of the same bytes.
 //
+// Then the remote tier (RedisTier) over loopback, against redis-benchmark's GET at the same
+// value size, pipeline depth and one connection, in the same run (see remote_report); it starts
+// a private redis-server (or uses --redis URL) and is skipped where Redis is not installed.
+//
 // Last, semantic packing against seal order on the misses of a Lookahead W=3 cache (see
 // packing_report).
 //
 //   bench_tier [--dir PATH] [--pages N] [--batch N] [--qd N] [--rounds N]
 //              [--pack-layers N] [--pack-context TOKENS] [--pack-steps N] [--json FILE]
+//              [--remote-pages N] [--redis URL] [--skip-ssd]
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -39,6 +44,10 @@
 #include "kvdrive/kvdrive.hpp"
 #include "kvdrive/eval/synthetic.hpp"
 #include "kvdrive/tier/mmap.hpp"
+#ifdef KVD_BENCH_REDIS
+#include "kvdrive/tier/redis.hpp"
+#include "redis_server.hpp"
+#endif
 
 using namespace kvdrive;
 using namespace kvdrive::tier;
@@ -55,6 +64,9 @@ struct Options {
   std::int64_t pack_context = 16384;  // packing report: prompt tokens
   std::int64_t pack_steps = 64;       // packing report: decode steps
   std::string json;                   // also write the figures as JSON here
+  std::size_t remote_pages = 8192;    // remote tier: pages stored on the Redis server
+  std::string redis;                  // remote tier: a server to use (default: start a private one)
+  bool skip_ssd = false;              // only the remote tier and packing reports
 };
 
 /// n pages of 4 KiB, 4096-aligned, as the host pool hands them out (so SsdTier reads into them
@@ -75,6 +87,107 @@ class AlignedPages {
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
+
+#ifdef KVD_BENCH_REDIS
+/// RedisTier's page reads over loopback against redis-benchmark's GET of values of the same size
+/// (page + RemoteValue header) with the same pipeline depth (max_in_flight) and one connection:
+/// what the server and the loopback give a plain client, so the ratio is RedisTier's own cost
+/// (key building, checksums, copies, its I/O thread). Both run in turns on the same server.
+void remote_report(const Options& o, nlohmann::json& result) {
+  using kvdrive::testing::RedisServer;
+  constexpr std::size_t kPage = 4096;
+  std::unique_ptr<RedisServer> server;
+  std::string url = o.redis;
+  if (url.empty()) {
+    if (!kvdrive::testing::redis_server_binary()) {
+      std::printf("remote tier: skipped (redis-server is not installed; scripts/bootstrap installs it)\n");
+      return;
+    }
+    server = std::make_unique<RedisServer>();
+    url = server->url();
+  }
+  const RedisUrl where = RedisUrl::parse(url);
+  RedisTier::Params params;
+  params.url = url;
+  params.key_prefix = "kvd-bench";
+  RedisTier tier(params);
+  tier.open({kPage});
+  // The store: remote_pages random pages, written in batches of `batch`.
+  std::vector<std::byte> data(kPage * 256);
+  std::mt19937_64 rng(3);
+  for (auto& b : data) b = static_cast<std::byte>(rng());
+  std::vector<PageKey> keys;
+  std::vector<WriteRequest> w;
+  auto t0 = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < o.remote_pages; ++i) {
+    keys.push_back({1, static_cast<std::uint32_t>(i % 8), 0, static_cast<std::uint32_t>(i / 8)});
+    w.push_back({keys.back(), data.data() + (i % 256) * kPage});
+    if (w.size() == o.batch || i + 1 == o.remote_pages) {
+      tier.write_batch(w);
+      w.clear();
+    }
+  }
+  const double t_write = seconds_since(t0);
+  // Reads: random batches of `batch` pages, as a step's misses; two passes around redis-benchmark.
+  const AlignedPages dst(o.batch);
+  std::vector<RemoteRead> outcome;
+  std::size_t pages_read = 0;
+  double t_read = 0;
+  const auto read_pass = [&](std::uint64_t seed) {
+    std::mt19937_64 r(seed);
+    std::vector<ReadRequest> req;
+    for (std::size_t at = 0; at < o.remote_pages; at += o.batch) {
+      req.clear();
+      for (std::size_t j = 0; j < std::min(o.batch, o.remote_pages - at); ++j) req.push_back({keys[r() % keys.size()], dst[j]});
+      outcome.resize(req.size());
+      const auto t1 = std::chrono::steady_clock::now();
+      tier.wait_each(tier.submit(req), outcome);
+      t_read += seconds_since(t1);
+      for (RemoteRead x : outcome) KVD_EXPECT(x == RemoteRead::hit, "bench_tier: remote read missed: {}", RedisTier::describe(x));
+      pages_read += req.size();
+    }
+  };
+  read_pass(11);
+  // redis-benchmark: SET fills key:N with values of the same size, then GET reads them.
+  double bench_get = 0, bench_set = 0;
+  const std::size_t value = kPage + RemoteValue::kHeaderBytes;
+  const auto rb = kvdrive::testing::find_redis_program("redis-benchmark");
+  if (rb && !where.is_unix()) {
+    const std::string cmd = fmt::format("{} -h {} -p {} -n {} -r {} -d {} -P {} -c 1 -t set,get --csv{} 2>/dev/null", *rb, where.host,
+                                        where.port, o.remote_pages * 2, o.remote_pages, value, params.max_in_flight, where.db ? fmt::format(" --dbnum {}", where.db) : "");
+    if (FILE* p = ::popen(cmd.c_str(), "r")) {
+      char line[512];
+      while (std::fgets(line, sizeof line, p)) {
+        double rps = 0;
+        if (std::sscanf(line, "\"GET\",\"%lf\"", &rps) == 1) bench_get = rps;
+        if (std::sscanf(line, "\"SET\",\"%lf\"", &rps) == 1) bench_set = rps;
+      }
+      ::pclose(p);
+    }
+  }
+  read_pass(12);
+  const double reads_per_s = static_cast<double>(pages_read) / t_read, writes_per_s = static_cast<double>(o.remote_pages) / t_write;
+  const RemoteStats st = tier.remote_stats();
+  std::printf("remote tier: RedisTier on %s, %zu pages of 4 KiB (values of %zu bytes), batches of %zu, %zu commands in flight, 1 connection\n",
+              where.describe().c_str(), o.remote_pages, value, o.batch, params.max_in_flight);
+  std::printf("%-22s %12s %10s %16s\n", "reader", "pages/s", "MB/s", "vs redis-benchmark");
+  if (bench_get > 0)
+    std::printf("%-22s %12.0f %10.1f %16s\n", "redis-benchmark GET", bench_get, bench_get * kPage / 1e6, "1");
+  std::printf("%-22s %12.0f %10.1f %16s\n", "RedisTier read", reads_per_s, reads_per_s * kPage / 1e6,
+              bench_get > 0 ? fmt::format("{:.3f}", reads_per_s / bench_get).c_str() : "(no redis-benchmark)");
+  if (bench_set > 0)
+    std::printf("%-22s %12.0f %10.1f %16s\n", "redis-benchmark SET", bench_set, bench_set * kPage / 1e6, "1");
+  std::printf("%-22s %12.0f %10.1f %16s\n", "RedisTier write", writes_per_s, writes_per_s * kPage / 1e6,
+              bench_set > 0 ? fmt::format("{:.3f}", writes_per_s / bench_set).c_str() : "");
+  std::printf("remote reads: %llu hits, %llu misses\n", static_cast<unsigned long long>(st.hits), static_cast<unsigned long long>(st.misses()));
+  result["remote"] = {{"url", where.describe()},       {"pages", o.remote_pages},      {"value_bytes", value},
+                      {"batch", o.batch},               {"in_flight", params.max_in_flight},
+                      {"read_pages_per_s", reads_per_s}, {"write_pages_per_s", writes_per_s},
+                      {"redis_benchmark_get_per_s", bench_get}, {"redis_benchmark_set_per_s", bench_set}};
+}
+#else
+void remote_report(const Options&, nlohmann::json&) { std::printf("remote tier: skipped (built without hiredis)\n"); }
+#endif
 
 /// Semantic packing against the naive layout (pages in seal order), on the miss stream a
 /// Lookahead W=3 cache leaves: two KvManagers over their own SsdTier stores, the same synthetic
@@ -189,13 +302,22 @@ int main(int argc, char** argv) {
     else if (a == "--pack-context") o.pack_context = std::strtoll(argv[i + 1], nullptr, 10);
     else if (a == "--pack-steps") o.pack_steps = std::strtoll(argv[i + 1], nullptr, 10);
     else if (a == "--json") o.json = argv[i + 1];
+    else if (a == "--remote-pages") o.remote_pages = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (a == "--redis") o.redis = argv[i + 1];
+    else if (a == "--skip-ssd") o.skip_ssd = std::string(argv[i + 1]) == "1";
     else {
       std::fprintf(stderr, "bench_tier: unknown option %s\n", a.c_str());
       return 2;
     }
   }
   try {
-    KVD_EXPECT(o.pages >= 64 && o.batch >= 1 && o.qd >= 1 && o.rounds >= 1, "bench_tier: bad options");
+    KVD_EXPECT(o.pages >= 64 && o.batch >= 1 && o.qd >= 1 && o.rounds >= 1 && o.remote_pages >= 1, "bench_tier: bad options");
+    nlohmann::json result;
+    if (o.skip_ssd) {
+      remote_report(o, result);
+      if (!o.json.empty()) std::ofstream(o.json) << result.dump(2) << "\n";
+      return 0;
+    }
     KVD_EXPECT(o.pack_layers >= 1 && o.pack_layers <= 8 && o.pack_context >= 1024 && o.pack_steps >= 1,
                "bench_tier: --pack-layers 1..8, --pack-context >= 1024, --pack-steps >= 1");
     constexpr std::size_t kPage = 4096;
@@ -299,7 +421,7 @@ int main(int argc, char** argv) {
     const double mb1 = static_cast<double>(want) * kPage / 1e6;
     std::printf("%-10s %12.0f %10.1f %14s\n", "ssd-qd1", static_cast<double>(want) / t_ssd1, mb1 / t_ssd1, "(round 1 only)");
     std::printf("ssd merged %zu page reads into %llu I/Os (adjacent slots)\n", pages_read, static_cast<unsigned long long>(ssd_ops));
-    nlohmann::json result = {{"pages", o.pages},
+    result = {{"pages", o.pages},
                         {"batch", o.batch},
                         {"queue_depth", o.qd},
                         {"io", std::string(ssd.io_name())},
@@ -384,6 +506,7 @@ int main(int argc, char** argv) {
     }
     std::filesystem::remove(mpath);
     SsdTier::remove_files(path);
+    remote_report(o, result);
     if (!o.json.empty()) {
       std::ofstream f(o.json);
       f << result.dump(2) << "\n";

@@ -27,9 +27,9 @@
 
 namespace kvdrive::testing {
 
-/// The redis-server program: $KVD_REDIS_SERVER, else the first on PATH, /usr/bin, /usr/local/bin.
-inline std::optional<std::string> redis_server_binary() {
-  if (const char* env = std::getenv("KVD_REDIS_SERVER"); env && *env) return std::string(env);
+/// A program of the Redis package (redis-server, redis-benchmark): the first on PATH, else in
+/// /usr/bin, /usr/local/bin or /usr/sbin.
+inline std::optional<std::string> find_redis_program(const std::string& name) {
   std::vector<std::string> dirs;
   if (const char* path = std::getenv("PATH"))
     for (std::string_view rest = path; !rest.empty();) {
@@ -39,8 +39,14 @@ inline std::optional<std::string> redis_server_binary() {
     }
   dirs.insert(dirs.end(), {"/usr/bin", "/usr/local/bin", "/usr/sbin"});
   for (const std::string& d : dirs)
-    if (const std::string p = d + "/redis-server"; ::access(p.c_str(), X_OK) == 0) return p;
+    if (const std::string p = d + "/" + name; ::access(p.c_str(), X_OK) == 0) return p;
   return std::nullopt;
+}
+
+/// The redis-server program: $KVD_REDIS_SERVER, else find_redis_program.
+inline std::optional<std::string> redis_server_binary() {
+  if (const char* env = std::getenv("KVD_REDIS_SERVER"); env && *env) return std::string(env);
+  return find_redis_program("redis-server");
 }
 
 /// A port nobody listens on now (the kernel's choice for an ephemeral bind).
