@@ -136,10 +136,17 @@ TEST_CASE("RedisTier: pages round-trip over TCP and a Unix socket, in batches la
     CHECK(st.errors == 0);
     CHECK(st.connects == 1);
   }
-  // Databases are apart: db 1 holds the TCP run's pages, db 2 none of them.
-  RedisTier db1 = open_tier({.url = server.url(1)}, kBytes), db2 = open_tier({.url = server.url(2)}, kBytes);
-  CHECK(db1.contains(PageKey{5, 0, 0, 0}));
-  CHECK_FALSE(db2.contains(PageKey{5, 0, 0, 0}));
+  // Shared pages are found by any tier object on the same server and db, not on another db.
+  RedisTier db1 = open_tier({.url = server.url(1)}, kBytes), db1_again = open_tier({.url = server.url(1)}, kBytes),
+            db2 = open_tier({.url = server.url(2)}, kBytes);
+  const PrefixDigest prefix{9, 9, 64};
+  const auto p = page_bytes(kBytes, 1);
+  std::vector<tier::WriteRequest> two{{PageKey{1, 0, 0, 0}, p.data()}, {PageKey{1, 0, 0, 1}, p.data()}};
+  db1.publish(prefix, two);
+  db1.flush();
+  CHECK(db1_again.lookup(prefix, 1, 1, 8) == 2);
+  CHECK(db2.lookup(prefix, 1, 1, 8) == 0);
+  CHECK(db1_again.lookup(PrefixDigest{9, 8, 64}, 1, 1, 8) == 0);  // another prefix
 }
 
 TEST_CASE("RedisTier: a damaged, truncated or misplaced value is a checksum miss, never data") {
@@ -195,24 +202,28 @@ TEST_CASE("RedisTier: the byte budget bounds what it stores; erases and expiry g
   if (!have_redis()) return;
   RedisServer server;
   constexpr std::size_t kBytes = 1000, kValue = kBytes + tier::RemoteValue::kHeaderBytes;
-  RedisTier t = open_tier({.url = server.url(), .ttl_ms = 400, .byte_budget = 3 * kValue + 10}, kBytes);
+  RedisTier t = open_tier({.url = server.url(), .ttl_ms = 400, .byte_budget = 3 * kValue + 10, .timeout_ms = 100}, kBytes);
   CHECK(t.free_pages() == 3);
   const auto p = page_bytes(kBytes, 4);
   std::vector<tier::WriteRequest> w;
   for (std::uint32_t i = 0; i < 5; ++i) w.push_back({PageKey{2, 0, 0, i}, p.data()});
-  t.publish(w);
-  t.flush();
+  CHECK_THROWS_WITH_AS(t.write_batch(w), doctest::Contains("stored 3 of 5 pages"), Error);
   auto st = t.remote_stats();
   CHECK(st.written == 3);
   CHECK(st.over_budget == 2);
   CHECK(server.command({"DBSIZE"}) == "3");
   CHECK(t.free_pages() == 0);
   CHECK_THROWS_WITH_AS(t.write(PageKey{2, 0, 0, 9}, p.data()), doctest::Contains("byte budget"), Error);
-  t.write(PageKey{2, 0, 0, 0}, p.data());  // a rewrite takes no more room
-  t.erase(PageKey{2, 0, 0, 1});
+  t.publish(PrefixDigest{5, 5, 80}, std::span(w).first(2));  // shared pages count against the same budget
+  t.flush();
+  CHECK(t.remote_stats().over_budget == 5);
+  t.write(w[0].key, p.data());  // a rewrite takes no more room
+  t.erase(w[1].key);
   CHECK(t.free_pages() == 1);
   t.write(PageKey{2, 0, 0, 7}, p.data());
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // all expired
+  std::this_thread::sleep_for(std::chrono::milliseconds(650));  // TTL + timeout: all expired
+  CHECK_FALSE(t.contains(w[0].key));
+  CHECK_FALSE(t.contains(PageKey{2, 0, 0, 7}));
   t.write(PageKey{2, 0, 0, 8}, p.data());
   CHECK(t.free_pages() == 2);
 }
@@ -233,10 +244,10 @@ TEST_CASE("RedisTier: a server that is down or dies gives misses and errors, fas
   t.wait_each(t.submit(std::span(&r, 1)), std::span(&o, 1));
   CHECK(o == RemoteRead::error);
   const std::vector<tier::WriteRequest> w{{PageKey{3, 0, 0, 1}, p.data()}};
-  t.publish(w);  // queued, fails in the background
+  t.publish(PrefixDigest{1, 2, 0}, w);  // queued, fails in the background
   t.flush();
   CHECK_FALSE(t.contains(PageKey{3, 0, 0, 0}));
-  CHECK(t.lookup(3, 1, 1, 4) == 0);
+  CHECK(t.lookup(PrefixDigest{3, 0, 0}, 1, 1, 4) == 0);
   CHECK_THROWS_AS(t.write(PageKey{3, 0, 0, 2}, p.data()), Error);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   CHECK(secs < 3.0);  // no hang: a refused connection fails at once, then fast for retry_after_ms
@@ -246,9 +257,11 @@ TEST_CASE("RedisTier: a server that is down or dies gives misses and errors, fas
   CHECK(st.lookup_errors == 1);
   // A tier pointed at a port where nothing listens behaves the same from the start.
   RedisTier nowhere = open_tier({.url = fmt::format("redis://127.0.0.1:{}/0", kvdrive::testing::free_loopback_port())}, kBytes);
-  t.wait_each(t.submit(std::span(&r, 1)), std::span(&o, 1));
+  nowhere.wait_each(nowhere.submit(std::span(&r, 1)), std::span(&o, 1));
   CHECK(o == RemoteRead::error);
-  CHECK(nowhere.lookup(1, 2, 2, 8) == 0);
+  CHECK(nowhere.lookup(PrefixDigest{1, 0, 0}, 2, 2, 8) == 0);
+  CHECK(nowhere.remote_stats().errors == 1);
+  CHECK(nowhere.remote_stats().connects == 0);
   (void)url;
 }
 
@@ -278,8 +291,8 @@ PrefixDigest prefix_digest(const Workload& w, int s, int tokens) {
 struct KillAfterLookup : RedisTier {
   RedisServer* server = nullptr;
   using RedisTier::RedisTier;
-  std::uint32_t lookup(std::uint64_t seq, std::uint32_t l, std::uint32_t h, std::uint32_t n) {
-    const std::uint32_t found = RedisTier::lookup(seq, l, h, n);
+  std::uint32_t lookup(const PrefixDigest& prefix, std::uint32_t l, std::uint32_t h, std::uint32_t n) {
+    const std::uint32_t found = RedisTier::lookup(prefix, l, h, n);
     if (server) server->kill();
     return found;
   }
@@ -346,7 +359,9 @@ TEST_CASE("two KvManagers share a prompt prefix through one server: the second r
     std::vector<int> prefix;  // the shared part: the whole prompt, or a part of it
     for (int n : w.prompt) prefix.push_back(rng() % 2 ? n : n / 2 + 3);
     const auto params = [&] { return RedisTier::Params{.url = server.url(), .model = PrefixDigest::of_bytes("model", 5), .max_in_flight = 16}; };
-    RedisTier ra(params()), rb(params());
+    RedisTier ra(params()), rb_own(params());
+    // Odd trials: both managers (whose sequence ids are the same numbers) share one tier object.
+    RedisTier& rb = trial % 2 ? ra : rb_own;
     SharingManager<pipeline::Serial, RedisTier> a(w.cfg, {}, eviction::Lookahead{2}, ssd_tiers(dir, "a"));
     SharingManager<pipeline::Elastic, RedisTier> b(w.cfg, {}, eviction::Lookahead{2}, ssd_tiers(dir, "b"));
     KvManager<index::Hierarchical, eviction::Lookahead, SsdTiers> alone(w.cfg, {}, eviction::Lookahead{2}, ssd_tiers(dir, "c"));
@@ -358,6 +373,7 @@ TEST_CASE("two KvManagers share a prompt prefix through one server: the second r
       prefill_sharing(alone, ic[s], w, s, chunk);
     }
     ra.flush();
+    const tier::RemoteStats before = rb.remote_stats();
     std::uint64_t expect_read = 0, expect_written = 0;
     const std::uint64_t streams = static_cast<std::uint64_t>(sh.layers) * sh.kv_heads;
     for (int s = 0; s < static_cast<int>(w.prompt.size()); ++s) {
@@ -369,9 +385,9 @@ TEST_CASE("two KvManagers share a prompt prefix through one server: the second r
       expect_written += static_cast<std::uint64_t>(std::min(prefix[s], w.prompt[s]) / pt - want / pt) * streams;
     }
     rb.flush();
-    CHECK(rb.remote_stats().hits == expect_read);
+    CHECK(rb.remote_stats().hits - before.hits == expect_read);
     CHECK(rb.remote_stats().misses() == 0);
-    CHECK(rb.remote_stats().written == expect_written);
+    CHECK(rb.remote_stats().written - before.written == expect_written);
     for (int t = 0; t < w.steps; ++t)
       for (int l = 0; l < sh.layers; ++l) {
         const auto oa = test::step(a, w, ia, l, t), ob = test::step(b, w, ib, l, t), oc = test::step(alone, w, ic, l, t);
@@ -405,14 +421,15 @@ TEST_CASE("sharing survives the server: a corrupt page, a server killed mid-load
     }
     return same;
   };
+  const PrefixDigest model = PrefixDigest::of_bytes("m", 1);
   const auto publish = [&](RedisServer& server) {
-    RedisTier r({.url = server.url()});
+    RedisTier r({.url = server.url(), .model = model});
     SharingManager<pipeline::Serial, RedisTier> a(w.cfg, {}, eviction::Lookahead{2}, ssd_tiers(dir, "pub"));
     a.share_prefixes(r);
     const auto ia = add_all(a, w, prefix);
     for (int s = 0; s < 2; ++s) prefill_sharing(a, ia[s], w, s, chunk);
     r.flush();
-    return r.key(tier::PageKey{ia[0], 1, 2, 5});  // a page inside sequence 0's prefix
+    return r.key(*a.shared_digest(ia[0]), tier::PageKey{0, 1, 2, 5});  // a page inside sequence 0's prefix
   };
 
   SUBCASE("a corrupt page ends the run there; the rest is computed") {
@@ -421,7 +438,7 @@ TEST_CASE("sharing survives the server: a corrupt page, a server killed mid-load
     std::string v = server.command({"GET", bad});
     v[v.size() / 2] ^= 0x01;
     server.command({"SET", bad, v});
-    RedisTier r({.url = server.url()});
+    RedisTier r({.url = server.url(), .model = model});
     SharingManager<pipeline::Elastic, RedisTier> b(w.cfg, {}, eviction::Lookahead{2}, ssd_tiers(dir, "b"));
     b.share_prefixes(r);
     const auto ib = add_all(b, w, prefix);
@@ -433,7 +450,7 @@ TEST_CASE("sharing survives the server: a corrupt page, a server killed mid-load
   SUBCASE("the server dies between the lookup and the reads: nothing is loaded, all is computed") {
     RedisServer server;
     publish(server);
-    KillAfterLookup r({.url = server.url(), .timeout_ms = 300});
+    KillAfterLookup r({.url = server.url(), .model = model, .timeout_ms = 300});
     r.server = &server;
     SharingManager<pipeline::Serial, KillAfterLookup> b(w.cfg, {}, eviction::Lookahead{2}, ssd_tiers(dir, "b"));
     b.share_prefixes(r);
@@ -447,7 +464,7 @@ TEST_CASE("sharing survives the server: a corrupt page, a server killed mid-load
   SUBCASE("the server dies while an engine decodes and adds sequences: decoding goes on, output unchanged") {
     auto server = std::make_unique<RedisServer>();
     publish(*server);
-    RedisTier r({.url = server->url(), .timeout_ms = 300});
+    RedisTier r({.url = server->url(), .model = model, .timeout_ms = 300});
     SharingManager<pipeline::Elastic, RedisTier> b(w.cfg, {}, eviction::Lookahead{2}, ssd_tiers(dir, "b"));
     b.share_prefixes(r);
     auto ib = add_all(b, w, prefix);
@@ -468,6 +485,37 @@ TEST_CASE("sharing survives the server: a corrupt page, a server killed mid-load
     r.flush();
     CHECK(r.remote_stats().write_errors + r.remote_stats().errors + r.remote_stats().lookup_errors > 0);
   }
+}
+
+TEST_CASE("load_prefix: misuse is a clear error; a sequence without a digest, or no server, loads nothing") {
+  Workload w;
+  w.cfg.shape = {2, 4, 2, 16};
+  w.cfg.page_tokens = 8;
+  w.cfg.local_tokens = 16;
+  w.prompt = {100};
+  RedisTier nowhere({.url = fmt::format("redis://127.0.0.1:{}/0", kvdrive::testing::free_loopback_port()), .model = PrefixDigest{7, 7, 0},
+                     .timeout_ms = 200});
+  {
+    RedisTier no_model({.url = "redis://127.0.0.1:1/0"});
+    KvManager<index::Quest, eviction::Lookahead, Tiers<tier::HostTier>, pipeline::Serial, backend::Cpu, RedisTier> other(w.cfg);
+    CHECK_THROWS_WITH_AS(other.share_prefixes(no_model), doctest::Contains("no model digest"), Error);
+  }
+  KvManager<index::Quest, eviction::Lookahead, Tiers<tier::HostTier>, pipeline::Serial, backend::Cpu, RedisTier> kv(w.cfg);
+  const SeqId plain = kv.add_sequence();
+  CHECK(kv.load_prefix(plain, 99, 16).tokens == 0);  // no remote tier yet
+  kv.share_prefixes(nowhere);
+  CHECK(kv.load_prefix(plain, 99, 16).tokens == 0);  // no digest: nothing asked
+  CHECK(nowhere.remote_stats().lookups == 0);
+  const SeqId id = kv.add_sequence(prefix_digest(w, 0, 100));
+  CHECK_THROWS_WITH_AS(kv.load_prefix(id, 99, 0), doctest::Contains("chunk 0 must be >= 1"), Error);
+  const auto r = kv.load_prefix(id, 99, 16);  // the server is not there: a miss, not an error
+  CHECK(r.tokens == 0);
+  CHECK(nowhere.remote_stats().lookup_errors == 1);
+  const auto k = w.rows(0, 0, 0, 24, 2, 1);
+  kv.prefill(id, 0, make_view(k, 24, 2, 16), make_view(k, 24, 2, 16));  // publishing fails quietly
+  CHECK_THROWS_WITH_AS(kv.load_prefix(id, 99, 16), doctest::Contains("already holds 24 tokens"), Error);
+  nowhere.flush();
+  CHECK(nowhere.remote_stats().write_errors == 3 * 2);  // 3 pages of 2 heads
 }
 
 // ---- the reference decoder ------------------------------------------------------------------------

@@ -122,7 +122,10 @@ class KvManager {
     Sequence& s = sequences_[id];
     s.digest = digest;
     s.streams.resize(static_cast<std::size_t>(cfg_.shape.layers) * cfg_.shape.kv_heads);
-    bind_remote(id, s);
+    if (kRemote && digest && digest->tokens >= cfg_.page_tokens) {
+      s.shared_pages = static_cast<std::uint32_t>(std::min<std::int64_t>(digest->tokens / cfg_.page_tokens, UINT32_MAX));
+      s.shared_digest = remote_digest(*digest);
+    }
     return id;
   }
 
@@ -137,9 +140,11 @@ class KvManager {
   void share_prefixes(Remote& remote)
     requires kRemote
   {
+    if constexpr (requires { remote.params().model; })
+      KVD_EXPECT(remote.params().model.low != 0 || remote.params().model.high != 0,
+                 "share_prefixes: the remote tier has no model digest (Params::model): pages of different models would meet");
     remote.open(tier::TierGeometry{cfg_.page_bytes()});
     remote_ = &remote;
-    for (auto& [id, s] : sequences_) bind_remote(id, s);
   }
 
   /// What load_prefix() did.
@@ -179,14 +184,31 @@ class KvManager {
     const auto cut = [&](std::int64_t pages) { return static_cast<std::uint32_t>(pages * pt / unit * unit / pt); };
     const std::uint32_t max_pages = cut(std::min<std::int64_t>(seq.shared_pages, max_tokens / pt));
     if (max_pages == 0) return r;
-    r.pages_found = remote_->lookup(id, static_cast<std::uint32_t>(layers), static_cast<std::uint32_t>(kvh), max_pages);
+    r.pages_found = remote_->lookup(seq.shared_digest, static_cast<std::uint32_t>(layers), static_cast<std::uint32_t>(kvh), max_pages);
     const std::uint32_t want = cut(r.pages_found);
     if (want == 0) return r;
     // Every layer's reads go out at once; the run is what every stream read and verified.
     const std::size_t pb = cfg_.page_bytes(), per_layer = static_cast<std::size_t>(kvh) * want;
     std::vector<std::byte> bytes(static_cast<std::size_t>(layers) * per_layer * pb);
     std::vector<tier::ReadTicket> tickets;
+    tickets.reserve(static_cast<std::size_t>(layers));
     std::vector<tier::ReadRequest> reads(per_layer);
+    std::vector<tier::RemoteRead> outcome(per_layer);
+    // Reads in flight write into `bytes`: if anything throws before they are waited for, wait
+    // for them on the way out.
+    std::size_t waited = 0;
+    struct WaitOnUnwind {
+      Remote& remote;
+      std::vector<tier::ReadTicket>& tickets;
+      std::size_t& waited;
+      std::vector<tier::RemoteRead>& outcome;
+      ~WaitOnUnwind() {
+        for (; waited < tickets.size(); ++waited) try {
+            remote.wait_each(tickets[waited], outcome);
+          } catch (...) {
+          }
+      }
+    } guard{*remote_, tickets, waited, outcome};
     for (int l = 0; l < layers; ++l) {
       for (int h = 0; h < kvh; ++h)
         for (std::uint32_t p = 0; p < want; ++p) {
@@ -194,12 +216,12 @@ class KvManager {
           reads[i] = {tier::PageKey{id, static_cast<std::uint32_t>(l), static_cast<std::uint32_t>(h), p},
                       bytes.data() + (static_cast<std::size_t>(l) * per_layer + i) * pb};
         }
-      tickets.push_back(remote_->submit(reads));
+      tickets.push_back(remote_->submit(seq.shared_digest, reads));
     }
     std::uint32_t run = want;
-    std::vector<tier::RemoteRead> outcome(per_layer);
     for (int l = 0; l < layers; ++l) {
       remote_->wait_each(tickets[static_cast<std::size_t>(l)], outcome);
+      waited = static_cast<std::size_t>(l) + 1;
       for (int h = 0; h < kvh; ++h)
         for (std::uint32_t p = 0; p < run; ++p)
           if (outcome[static_cast<std::size_t>(h) * want + p] != tier::RemoteRead::hit) run = p;
@@ -256,9 +278,7 @@ class KvManager {
         erase_backed(e.home, tier::PageKey{id, layer, head, static_cast<std::uint32_t>(p)});
       }
     }
-    if constexpr (kRemote)
-      if (remote_ != nullptr) remote_->unbind(id);  // its shared pages stay for other engines
-    sequences_.erase(id);
+    sequences_.erase(id);  // its shared pages stay on the remote tier, for other engines
     // Make the erases durable where a tier defers them (SsdTier), so their room is usable.
     for (std::size_t i = 1; i < TierList::kCount; ++i)
       tiers_.visit(i, [](auto& t) {
@@ -272,6 +292,12 @@ class KvManager {
   }
 
   std::optional<PrefixDigest> prefix_digest(SeqId id) const { return sequence(id).digest; }
+  /// The digest that addresses the sequence's shared pages on a remote tier (its prefix digest
+  /// mixed with this manager's page layout), if it shares any.
+  std::optional<PrefixDigest> shared_digest(SeqId id) const {
+    const Sequence& s = sequence(id);
+    return s.shared_pages > 0 ? std::optional<PrefixDigest>(s.shared_digest) : std::nullopt;
+  }
 
   /// Tokens stored for one layer of a sequence (prefill plus decoded).
   std::int64_t length(SeqId id, int layer) const {
@@ -832,6 +858,7 @@ class KvManager {
     std::optional<PrefixDigest> digest;
     std::uint32_t shared_pages = 0;  ///< leading pages content-addressed on the remote tier
     std::uint32_t loaded_pages = 0;  ///< of those, pages load_prefix() read from it
+    PrefixDigest shared_digest;      ///< their remote digest (remote_digest(digest))
     bool broken = false;  ///< a policy threw after a step's point of no return; only release() works
     std::vector<Stream> streams;  ///< [layer][kv_head]
   };
@@ -1523,23 +1550,18 @@ class KvManager {
     return PrefixDigest::of_bytes(layout, sizeof layout, prefix.tokens);
   }
 
-  void bind_remote(SeqId id, Sequence& s) {
-    if constexpr (kRemote) {
-      if (remote_ == nullptr || !s.digest || s.digest->tokens < cfg_.page_tokens) return;
-      s.shared_pages = static_cast<std::uint32_t>(std::min<std::int64_t>(s.digest->tokens / cfg_.page_tokens, UINT32_MAX));
-      remote_->bind(id, remote_digest(*s.digest));
-    }
-  }
-
   /// Hands the sealed pages inside the sequence's shared prefix to the remote tier (best effort,
   /// in the background: it copies them and never throws for the server's trouble).
   void publish_prefix_pages(const Sequence& seq, std::span<const SealedPage> seals) {
     if constexpr (kRemote) {
       if (remote_ == nullptr || seq.shared_pages == 0) return;
-      std::vector<tier::WriteRequest> pages;
-      for (const SealedPage& p : seals)
-        if (p.key.page < seq.shared_pages && p.key.page >= seq.loaded_pages) pages.push_back({p.key, p.bytes});
-      remote_->publish(pages);
+      try {
+        std::vector<tier::WriteRequest> pages;
+        for (const SealedPage& p : seals)
+          if (p.key.page < seq.shared_pages && p.key.page >= seq.loaded_pages) pages.push_back({p.key, p.bytes});
+        remote_->publish(seq.shared_digest, pages);
+      } catch (...) {  // out of memory: not sharing these pages is allowed; prefill goes on
+      }
     }
   }
 

@@ -2,17 +2,20 @@
 // serve the same prompt prefix share its KV pages through it instead of recomputing them
 // (KvManager::share_prefixes, load_prefix; docs/remote.md).
 //
-// - Keys: "<key_prefix>:<model digest>:<prefix digest>:<layer>:<head>:<page>" for a sequence
-//   bound to its prefix digest (bind), "<key_prefix>:<model digest>:seq<N>:..." otherwise.
+// - Keys: "<key_prefix>:<model digest>:<prefix digest>:<layer>:<head>:<page>" for shared pages
+//   (publish, lookup, submit with a digest). As a plain StorageTier (PageKey only) the middle
+//   part is "<tier instance>.seq<N>", private to this object.
 // - Values: the page behind a 16-byte header whose checksum is bound to the key (RemoteValue);
 //   a value that fails it is a miss ("corrupt"), never data.
-// - One I/O thread owns the connection and runs the work in order: reads (submit/wait, so the
-//   caller overlaps them), best-effort writes (publish), lookups. Commands are pipelined,
-//   max_in_flight at a time.
+// - One I/O thread owns the connection. Reads (submit/wait, so the caller overlaps them),
+//   lookups and other calls that wait run first, in order; best-effort writes (publish) run
+//   when none is waiting. Commands are pipelined, max_in_flight at a time.
 // - Retention: a TTL on every stored page, and a byte budget on what this tier keeps stored.
-// - Failure: a down server, a timeout or an error reply counts as an error and a miss; after a
-//   failed connection the tier fails fast for retry_after_ms, then tries again. The server
-//   never holds the only copy of a page (KvManager keeps every page on its own tiers).
+// - Failure: a down server, a timeout or an error reply counts as an error and a miss. A job
+//   whose connection fails before any reply retries once on a new connection (a restarted
+//   server); after any other failure the tier fails fast for retry_after_ms, then tries again.
+//   The server never holds the only copy of a page (KvManager keeps every page on its own
+//   tiers). The checksums catch damage, not malice: the server must be trusted.
 #pragma once
 
 #include <hiredis/hiredis.h>
@@ -20,6 +23,7 @@
 #include <signal.h>
 #include <sys/time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -32,7 +36,9 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <random>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -57,7 +63,7 @@ class RedisTier {
     std::uint64_t byte_budget = 0;   ///< value bytes this tier keeps stored at most; 0: unbounded
     int timeout_ms = 1000;           ///< connecting, and waiting for each reply
     int retry_after_ms = 1000;       ///< after a failed connection attempt, fail fast this long
-    std::size_t max_in_flight = 64;  ///< commands sent before their replies are read
+    std::size_t max_in_flight = 64;  ///< commands sent before their replies are read (1..65536)
     std::size_t max_queued_bytes = std::size_t{256} << 20;  ///< publish() drops pages past this backlog
   };
 
@@ -71,9 +77,11 @@ class RedisTier {
     KVD_EXPECT(p.ttl_ms >= 0, "RedisTier: ttl_ms is {}, expected >= 0 (0: no expiry)", p.ttl_ms);
     KVD_EXPECT(p.timeout_ms > 0, "RedisTier: timeout_ms is {}, expected > 0", p.timeout_ms);
     KVD_EXPECT(p.retry_after_ms >= 0, "RedisTier: retry_after_ms is {}, expected >= 0", p.retry_after_ms);
-    KVD_EXPECT(p.max_in_flight >= 1, "RedisTier: max_in_flight is 0, expected >= 1");
+    KVD_EXPECT(p.max_in_flight >= 1 && p.max_in_flight <= 65536, "RedisTier: max_in_flight is {}, expected 1..65536",
+               p.max_in_flight);
     KVD_EXPECT(!p.key_prefix.empty(), "RedisTier: empty key_prefix");
     s_->p = std::move(p);
+    s_->instance = fmt::format("{:016x}", std::random_device{}() * 0x100000001ull ^ std::random_device{}());
   }
   RedisTier(RedisTier&&) noexcept = default;
   RedisTier& operator=(RedisTier&&) noexcept = default;
@@ -84,57 +92,59 @@ class RedisTier {
   const RedisUrl& url() const { return s_->url; }
   const Params& params() const { return s_->p; }
 
+  /// Fixes the page size (one per tier; several managers with that page size may share it) and
+  /// starts the I/O thread.
   void open(const TierGeometry& g) {
     KVD_EXPECT(g.page_bytes > 0 && g.page_bytes <= (std::size_t{1} << 30), "RedisTier: page_bytes {} out of range", g.page_bytes);
     std::lock_guard lock(s_->mu);
     KVD_EXPECT(s_->page_bytes == 0 || s_->page_bytes == g.page_bytes,
                "RedisTier: opened for {}-byte pages, now asked for {} (one tier serves one page size)", s_->page_bytes, g.page_bytes);
-    s_->page_bytes = g.page_bytes;
-    if (!s_->worker.joinable()) s_->worker = std::thread([s = s_.get()] { s->run(); });
+    if (s_->worker.joinable()) return;
+    s_->worker = std::thread([s = s_.get()] { s->run(); });
+    s_->page_bytes = g.page_bytes;  // read by the I/O thread only after a job is queued under mu
   }
 
-  // ---- sharing (RemoteTier) --------------------------------------------------------------------
+  // ---- sharing (RemoteTier): pages addressed by content --------------------------------------
 
-  /// From now on the sequence's pages have content keys made from `digest`.
-  void bind(std::uint64_t sequence, const PrefixDigest& digest) {
-    std::lock_guard lock(s_->mu);
-    s_->bound[sequence] = digest;
-  }
-  void unbind(std::uint64_t sequence) {
-    std::lock_guard lock(s_->mu);
-    s_->bound.erase(sequence);
-  }
+  /// The Redis key of a shared page: the prefix digest, and the key's layer, head and page (its
+  /// sequence is not part of it).
+  std::string key(const PrefixDigest& prefix, const PageKey& k) const { return s_->key_of(&prefix, k); }
+  /// The Redis key of a page stored through the plain StorageTier calls.
+  std::string key(const PageKey& k) const { return s_->key_of(nullptr, k); }
 
-  /// The Redis key of a page.
-  std::string key(const PageKey& k) const {
-    std::lock_guard lock(s_->mu);
-    return s_->key_of(k);
-  }
-
-  /// Stores pages in the background, best effort: copies them and returns at once. Pages past
-  /// the byte budget or the queue's limit are not stored (counted in remote_stats()).
-  void publish(std::span<const WriteRequest> pages) {
-    if (pages.empty()) return;
-    auto job = std::make_shared<Job>();
-    {
-      std::lock_guard lock(s_->mu);
-      s_->check_open();
+  /// Stores shared pages in the background, best effort: copies them and returns at once; never
+  /// throws. Pages past the byte budget or the queue's limit are not stored (remote_stats()).
+  void publish(const PrefixDigest& prefix, std::span<const WriteRequest> pages) noexcept {
+    if (pages.empty() || s_->page_bytes == 0) return;
+    try {
+      auto job = std::make_shared<Job>();
+      job->kind = Job::Kind::publish;
       const std::size_t vb = s_->value_bytes();
-      for (const WriteRequest& w : pages) {
-        if (s_->queued_bytes + vb > s_->p.max_queued_bytes) {
-          s_->stats.dropped += 1;
-          continue;
-        }
-        s_->queued_bytes += vb;
-        job->keys.push_back(s_->key_of(w.key));
-        job->values.resize(job->values.size() + vb);
-        RemoteValue::encode(job->keys.back(), w.src, s_->page_bytes, job->values.data() + job->values.size() - vb);
+      job->keys.reserve(pages.size());
+      job->values.resize(pages.size() * vb);
+      for (std::size_t i = 0; i < pages.size(); ++i) {
+        job->keys.push_back(s_->key_of(&prefix, pages[i].key));
+        RemoteValue::encode(job->keys.back(), pages[i].src, s_->page_bytes, job->values.data() + i * vb);
+      }
+      std::lock_guard lock(s_->mu);
+      // Over the backlog limit: keep the first pages that fit, drop the rest.
+      const std::size_t room = s_->p.max_queued_bytes > s_->queued_bytes ? (s_->p.max_queued_bytes - s_->queued_bytes) / vb : 0;
+      if (room < job->keys.size()) {
+        s_->stats.dropped += job->keys.size() - room;
+        job->keys.resize(room);
+        job->values.resize(room * vb);
       }
       if (job->keys.empty()) return;
-      job->kind = Job::Kind::publish;
-      s_->push(job);
+      s_->queued_bytes += job->keys.size() * vb;
+      s_->push(std::move(job));
+    } catch (...) {  // out of memory: these pages are not shared, which is allowed
+      std::lock_guard lock(s_->mu);
+      s_->stats.dropped += pages.size();
     }
   }
+
+  /// Starts reading shared pages into the callers' buffers; returns at once.
+  ReadTicket submit(const PrefixDigest& prefix, std::span<const ReadRequest> reads) { return submit_reads(&prefix, reads); }
 
   /// Blocks until every page queued by publish() so far is stored or given up.
   void flush() {
@@ -143,13 +153,13 @@ class RedisTier {
     run_sync(job);
   }
 
-  /// How many leading pages (0, 1, ...) of the sequence are present for every layer < layers and
+  /// How many leading pages (0, 1, ...) of the prefix are present for every layer < layers and
   /// head < heads, up to max_pages. A server that fails counts as holding nothing more.
-  std::uint32_t lookup(std::uint64_t sequence, std::uint32_t layers, std::uint32_t heads, std::uint32_t max_pages) {
+  std::uint32_t lookup(const PrefixDigest& prefix, std::uint32_t layers, std::uint32_t heads, std::uint32_t max_pages) {
     if (layers == 0 || heads == 0 || max_pages == 0) return 0;
     auto job = std::make_shared<Job>();
     job->kind = Job::Kind::lookup;
-    job->lookup = {sequence, layers, heads, max_pages};
+    job->lookup = {prefix, layers, heads, max_pages};
     run_sync(job);
     return job->found;
   }
@@ -172,7 +182,7 @@ class RedisTier {
       const std::size_t vb = s_->value_bytes();
       job->values.resize(pages.size() * vb);
       for (std::size_t i = 0; i < pages.size(); ++i) {
-        job->keys.push_back(s_->key_of(pages[i].key));
+        job->keys.push_back(s_->key_of(nullptr, pages[i].key));
         RemoteValue::encode(job->keys.back(), pages[i].src, s_->page_bytes, job->values.data() + i * vb);
       }
     }
@@ -181,22 +191,8 @@ class RedisTier {
                s_->url.describe(), job->why.empty() ? "byte budget full" : job->why);
   }
 
-  /// Starts reading pages into the callers' buffers; returns at once.
-  ReadTicket submit(std::span<const ReadRequest> reads) {
-    auto job = std::make_shared<Job>();
-    job->kind = Job::Kind::read;
-    std::lock_guard lock(s_->mu);
-    s_->check_open();
-    for (const ReadRequest& r : reads) {
-      job->keys.push_back(s_->key_of(r.key));
-      job->dst.push_back(r.dst);
-    }
-    job->outcomes.assign(reads.size(), RemoteRead::error);
-    const ReadTicket t = ++s_->next_ticket;
-    s_->tickets.emplace(t, job);
-    s_->push(job);
-    return t;
-  }
+  /// Starts reading pages (stored through write()) into the callers' buffers; returns at once.
+  ReadTicket submit(std::span<const ReadRequest> reads) { return submit_reads(nullptr, reads); }
 
   /// Finishes a read batch and reports each read's outcome (in submit order); never throws for
   /// a server's trouble. A buffer whose read is not a hit holds undefined bytes.
@@ -222,7 +218,7 @@ class RedisTier {
     {
       std::lock_guard lock(s_->mu);
       s_->check_open();
-      job->keys.push_back(s_->key_of(key));
+      job->keys.push_back(s_->key_of(nullptr, key));
     }
     run_sync(job);
   }
@@ -234,7 +230,7 @@ class RedisTier {
     {
       std::lock_guard lock(s_->mu);
       s_->check_open();
-      job->keys.push_back(s_->key_of(key));
+      job->keys.push_back(s_->key_of(nullptr, key));
     }
     run_sync(job);
     return job->found == 1;
@@ -273,12 +269,13 @@ class RedisTier {
     std::vector<std::byte*> dst;    // read
     std::vector<RemoteRead> outcomes;
     struct {
-      std::uint64_t sequence = 0;
+      PrefixDigest prefix;
       std::uint32_t layers = 0, heads = 0, max_pages = 0;
     } lookup;
     std::size_t stored = 0;
     std::uint32_t found = 0;
     std::string why;  // the last connection or reply error
+    bool replied = false;  // the server has answered part of it
     bool done = false;
   };
 
@@ -289,10 +286,11 @@ class RedisTier {
     std::size_t page_bytes = 0;
     std::mutex mu;
     std::condition_variable work_cv, done_cv;
-    std::deque<std::shared_ptr<Job>> queue;
+    std::deque<std::shared_ptr<Job>> queue;       // jobs a caller waits for
+    std::deque<std::shared_ptr<Job>> background;  // publish() and flush()
     std::unordered_map<ReadTicket, std::shared_ptr<Job>> tickets;
     ReadTicket next_ticket = 0;
-    std::unordered_map<std::uint64_t, PrefixDigest> bound;
+    std::string instance;  // this object's part of the plain StorageTier keys
     std::size_t queued_bytes = 0;  // publish() values not yet sent
     RemoteStats stats;
     bool stopping = false;
@@ -315,14 +313,14 @@ class RedisTier {
     std::size_t value_bytes() const { return RemoteValue::kHeaderBytes + page_bytes; }
     void check_open() const { KVD_EXPECT(page_bytes > 0, "RedisTier: used before open()"); }
 
-    std::string key_of(const PageKey& k) const {
-      const auto it = bound.find(k.sequence);
-      const std::string who = it != bound.end() ? it->second.hex() : fmt::format("seq{}", k.sequence);
+    std::string key_of(const PrefixDigest* prefix, const PageKey& k) const {
+      const std::string who = prefix ? prefix->hex() : fmt::format("{}.seq{}", instance, k.sequence);
       return fmt::format("{}:{}:{}:{}:{}:{}", p.key_prefix, p.model.hex(), who, k.layer, k.head, k.page);
     }
 
     void push(std::shared_ptr<Job> job) {  // under mu
-      queue.push_back(std::move(job));
+      const bool later = job->kind == Job::Kind::publish || job->kind == Job::Kind::barrier;
+      (later ? background : queue).push_back(std::move(job));
       work_cv.notify_one();
     }
 
@@ -349,12 +347,18 @@ class RedisTier {
         std::shared_ptr<Job> job;
         {
           std::unique_lock lock(mu);
-          work_cv.wait(lock, [&] { return stopping || !queue.empty(); });
-          if (queue.empty()) return;  // stopping, and every queued job is done
-          job = queue.front();
-          queue.pop_front();
+          work_cv.wait(lock, [&] { return stopping || !queue.empty() || !background.empty(); });
+          if (queue.empty() && background.empty()) return;  // stopping, and every queued job is done
+          auto& from = queue.empty() ? background : queue;
+          job = std::move(from.front());
+          from.pop_front();
         }
-        execute(*job);
+        try {
+          execute(*job);
+        } catch (const std::exception& e) {  // out of memory: the job fails like a lost connection
+          drop_connection(e.what(), *job);
+          std::fill(job->outcomes.begin(), job->outcomes.end(), RemoteRead::error);
+        }
         std::lock_guard lock(mu);
         if (job->kind == Job::Kind::publish) queued_bytes -= job->keys.size() * value_bytes();
         job->done = true;
@@ -423,13 +427,17 @@ class RedisTier {
     }
 
     /// Sends n commands max_in_flight at a time and hands each reply to on_reply(i, reply); after
-    /// a failure the remaining ones get on_reply(i, nullptr).
+    /// a failure the remaining ones get on_reply(i, nullptr). A connection that fails before
+    /// giving this job any reply (the server restarted since it was made) is replaced once; any
+    /// other failure marks the server down for retry_after_ms.
     template <class Args, class OnReply>
     void pipeline(Job& job, std::size_t n, Args&& args_of, OnReply&& on_reply) {
       std::vector<const char*> argv;
       std::vector<std::size_t> len;
       std::size_t i = 0;
+      bool retried = false;
       while (i < n) {
+        const bool reused = ctx != nullptr;
         if (!connect(job)) break;
         const std::size_t end = std::min(n, i + p.max_in_flight);
         bool ok = true;
@@ -451,9 +459,15 @@ class RedisTier {
         }
         if (!ok) {
           drop_connection(fmt::format("{}: {}", url.describe(), ctx && ctx->err ? ctx->errstr : "command failed"), job);
+          if (reused && !retried && j == i && !job.replied) {
+            retried = true;  // a stale connection: try again on a new one
+            continue;
+          }
+          down_until = Clock::now() + std::chrono::milliseconds(p.retry_after_ms);
           i = j;
           break;
         }
+        job.replied = job.replied || end > i;
         i = end;
       }
       for (; i < n; ++i) on_reply(i, nullptr);
@@ -517,7 +531,8 @@ class RedisTier {
       const bool rewrite = stored.contains(key);
       if (!rewrite && budget_used + value_bytes() > p.byte_budget) return false;
       if (!rewrite) budget_used += value_bytes();
-      const auto expires = now + std::chrono::milliseconds(p.ttl_ms);
+      // The server starts its TTL when the SET arrives, up to a timeout later.
+      const auto expires = now + std::chrono::milliseconds(p.ttl_ms + p.timeout_ms);
       stored[key] = Stored{++generation, expires};
       if (p.ttl_ms > 0) expiry.emplace_back(expires, key, generation);
       return true;
@@ -530,14 +545,17 @@ class RedisTier {
     void write(Job& job) {
       const std::size_t vb = value_bytes();
       std::vector<std::size_t> send;  // the values the budget admits
+      std::vector<bool> fresh(job.keys.size());
       {
         std::lock_guard lock(mu);
         const auto now = Clock::now();
-        for (std::size_t i = 0; i < job.keys.size(); ++i)
+        for (std::size_t i = 0; i < job.keys.size(); ++i) {
+          fresh[i] = p.byte_budget > 0 && !stored.contains(job.keys[i]);
           if (take_budget(job.keys[i], now))
             send.push_back(i);
           else
             stats.over_budget += 1;
+        }
       }
       const std::string ttl = std::to_string(p.ttl_ms);
       std::vector<std::size_t> failed;
@@ -557,18 +575,20 @@ class RedisTier {
             if (r != nullptr && r->type == REDIS_REPLY_ERROR) job.why = std::string(r->str, r->len);
           });
       std::lock_guard lock(mu);
-      for (std::size_t i : failed) give_back_budget(job.keys[i]);
+      for (std::size_t i : failed)
+        if (fresh[i]) give_back_budget(job.keys[i]);  // a failed rewrite leaves the old value there
       stats.written += job.stored;
       stats.bytes_written += job.stored * page_bytes;
       stats.write_errors += failed.size();
     }
 
     void erase(Job& job) {
+      bool deleted = false;
       pipeline(
           job, 1, [&](std::size_t, auto& argv, auto& len) { add(argv, len, "DEL"), add(argv, len, job.keys[0]); },
-          [&](std::size_t, redisReply*) {});
+          [&](std::size_t, redisReply* r) { deleted = r != nullptr && r->type == REDIS_REPLY_INTEGER; });
       std::lock_guard lock(mu);
-      give_back_budget(job.keys[0]);
+      if (deleted) give_back_budget(job.keys[0]);
     }
 
     void exists(Job& job) {
@@ -581,12 +601,7 @@ class RedisTier {
     /// the run ends at the first page with a key missing.
     void lookup(Job& job) {
       const auto& q = job.lookup;
-      std::string who;
-      {
-        std::lock_guard lock(mu);
-        const auto it = bound.find(q.sequence);
-        who = it != bound.end() ? it->second.hex() : fmt::format("seq{}", q.sequence);
-      }
+      const std::string who = q.prefix.hex();
       const std::size_t per_page = static_cast<std::size_t>(q.layers) * q.heads;
       std::vector<std::string> keys(per_page);  // hiredis copies a command when it is appended
       bool run = true, failed = false;
@@ -614,6 +629,24 @@ class RedisTier {
       stats.lookup_errors += failed;
     }
   };
+
+  ReadTicket submit_reads(const PrefixDigest* prefix, std::span<const ReadRequest> reads) {
+    auto job = std::make_shared<Job>();
+    job->kind = Job::Kind::read;
+    s_->check_open();
+    job->keys.reserve(reads.size());
+    job->dst.reserve(reads.size());
+    for (const ReadRequest& r : reads) {
+      job->keys.push_back(s_->key_of(prefix, r.key));
+      job->dst.push_back(r.dst);
+    }
+    job->outcomes.assign(reads.size(), RemoteRead::error);
+    std::lock_guard lock(s_->mu);
+    const ReadTicket t = ++s_->next_ticket;
+    s_->tickets.emplace(t, job);
+    s_->push(job);
+    return t;
+  }
 
   void run_sync(const std::shared_ptr<Job>& job) const {
     std::unique_lock lock(s_->mu);

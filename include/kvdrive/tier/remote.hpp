@@ -1,12 +1,13 @@
 // Remote tiers: stores shared by engines on other machines (tier::RedisTier), addressed by
 // content so that sequences with a common prompt prefix share its pages (Decision 10).
 //
-// A remote tier is a StorageTier plus what sharing needs: bind() maps a sequence to its prefix
-// digest, so its pages inside the prefix get content keys (model digest, prefix digest, layer,
-// head, page); publish() stores pages best-effort in the background; lookup() counts the leading
-// pages present for every stream; wait_each() reports each read's outcome instead of throwing.
-// A remote tier is never the only copy of a page (KvManager keeps every page on its own tiers)
-// and never stops decoding: a down server, a timeout, a missing or a corrupt value is a miss.
+// A remote tier addresses shared pages by content: publish() stores pages best-effort in the
+// background, lookup() counts the leading pages present for every stream, and submit() +
+// wait_each() read pages and report each read's outcome instead of throwing; each takes the
+// prefix digest, and a page's key is (model, prefix digest, layer, head, page): the PageKey's
+// sequence is not part of it. A remote tier is never the only copy of a page (KvManager keeps
+// every page on its own tiers) and never stops decoding: a down server, a timeout, a missing or
+// a corrupt value is a miss. It is not a tier of Tiers<...> (see KvManager::share_prefixes).
 //
 // Values carry a header and a checksum bound to the key (RemoteValue), so a value that is
 // damaged, truncated, from another layout, or stored under another key is never used.
@@ -83,13 +84,12 @@ struct RemoteValue {
 
 template <class T>
 concept RemoteTier =
-    StorageTier<T> &&
-    requires(T& t, const T& ct, std::uint64_t sequence, const PrefixDigest& digest, std::span<const WriteRequest> pages,
-             ReadTicket ticket, std::span<RemoteRead> outcomes, std::uint32_t n) {
-      t.bind(sequence, digest);  // the sequence's pages inside the prefix are content-addressed by digest
-      t.unbind(sequence);
-      t.publish(pages);          // store best-effort, in the background; never throws
-      { t.lookup(sequence, n, n, n) } -> std::same_as<std::uint32_t>;  // leading pages present for every (layer, head)
+    requires(T& t, const T& ct, const TierGeometry& g, const PrefixDigest& prefix, std::span<const WriteRequest> pages,
+             std::span<const ReadRequest> reads, ReadTicket ticket, std::span<RemoteRead> outcomes, std::uint32_t n) {
+      t.open(g);                  // the page size; a tier may be opened again with the same one
+      t.publish(prefix, pages);   // store best-effort, in the background; never throws
+      { t.lookup(prefix, n, n, n) } -> std::same_as<std::uint32_t>;  // leading pages present for every (layer, head)
+      { t.submit(prefix, reads) } -> std::same_as<ReadTicket>;
       t.wait_each(ticket, outcomes);  // each read's outcome; never throws for server trouble
       { ct.remote_stats() } -> std::same_as<RemoteStats>;
     };

@@ -14,6 +14,7 @@
 #include "kvdrive/core/error.hpp"
 #include "kvdrive/core/stats.hpp"
 #include "kvdrive/tier/concept.hpp"
+#include "kvdrive/tier/remote.hpp"
 
 namespace kvdrive {
 
@@ -24,6 +25,9 @@ class Tiers {
   template <std::size_t I>
   using Type = std::tuple_element_t<I, std::tuple<Fast, Backing...>>;
   static_assert(kCount <= kMaxTiers, "Tiers: too many tiers (see kMaxTiers)");
+  static_assert(!(tier::RemoteTier<Fast> || ... || tier::RemoteTier<Backing>),
+                "Tiers: a remote tier (tier::RedisTier) is not a decode tier: it must never hold the only copy of a page, nor "
+                "stop decoding when its server fails; give it to KvManager::share_prefixes (docs/remote.md)");
 
   Tiers() = default;
   explicit Tiers(Fast fast, Backing... backing)
