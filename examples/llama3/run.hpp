@@ -184,13 +184,13 @@ int run(const RunOptions& o, const Model& model, ThreadPool& pool, Backend backe
   TierPlan plan;
   if constexpr (tiered) plan = plan_tiers(o, cfg, static_cast<std::int64_t>(prompt.size()) + o.steps);
   using Manager = KvManager<Index, eviction::Lookahead, TierList, Pipeline, Backend, Remote>;
-  Manager kv(cfg, {}, eviction::Lookahead{plan.window}, make_tiers<TierList>(o, plan), {}, std::move(backend));
   constexpr bool can_share = !std::is_same_v<Remote, tier::NoRemote>;
   KVD_EXPECT(can_share || o.remote.empty(), "--remote: prefix sharing is not built into this run ({}; it needs hiredis, and --device cpu)",
              o.device);
   KVD_EXPECT(o.shared_prefix >= -1, "--shared-prefix {}: expected a token count, or -1 for the whole prompt", o.shared_prefix);
   std::optional<PrefixDigest> digest;
-  [[maybe_unused]] std::conditional_t<can_share, std::optional<Remote>, int> remote{};
+  [[maybe_unused]] std::conditional_t<can_share, std::optional<Remote>, int> remote{};  // outlives kv
+  Manager kv(cfg, {}, eviction::Lookahead{plan.window}, make_tiers<TierList>(o, plan), {}, std::move(backend));
   if constexpr (can_share) {
     if (!o.remote.empty()) {
       typename Remote::Params rp;
