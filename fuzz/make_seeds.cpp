@@ -137,6 +137,8 @@ int main(int argc, char** argv) {
       R"("lm_head.weight":"model-00002-of-00002.safetensors"}})");
   put(dir / "fuzz_args" / "plain", "synthetic:default");
   put(dir / "fuzz_args" / "seeded", "synthetic:small:seed=42");
+  put(dir / "fuzz_redis_url" / "tcp", "redis://alice:p%40ss@[::1]:6380/2");
+  put(dir / "fuzz_redis_url" / "unix", "unix:///run/redis/redis.sock?db=3");
   std::printf("kvd-fuzz-seeds: wrote seeds for 9 targets in %s\n", dir.c_str());
   return 0;
 }

@@ -9,7 +9,7 @@
 set -uo pipefail
 build=${1:?usage: scripts/fuzz.sh BUILD [SECONDS]}
 secs=${2:-60}
-targets=(fuzz_llama2c fuzz_safetensors fuzz_hf_config fuzz_tokenizer_llama2c fuzz_tokenizer_tiktoken fuzz_hf_index fuzz_trace fuzz_ssd_recover fuzz_args)
+targets=(fuzz_llama2c fuzz_safetensors fuzz_hf_config fuzz_tokenizer_llama2c fuzz_tokenizer_tiktoken fuzz_hf_index fuzz_trace fuzz_ssd_recover fuzz_args fuzz_redis_url)
 "$build/fuzz/kvd-fuzz-seeds" "$build/seeds" || exit 1
 failed=0
 for t in "${targets[@]}"; do

@@ -385,6 +385,18 @@ def main():
     add("A decode step's misses: " + "; ".join(
         f"{w['misses_per_layer']} pages per layer, SsdTier {w['ssd_ms_per_step']:.1f} ms, mmap strawman {w['mmap_ms_per_step']:.1f} ms "
         f"({w['mmap_ms_per_step'] / w['ssd_ms_per_step']:.1f}x slower)" for w in wl) + ". Published: the strawman nearly stalls.")
+    rem = tier.get("remote")
+    if rem:
+        add("")
+        line = (f"Remote tier (RedisTier on a private redis-server over loopback, {rem['value_bytes']}-byte values, "
+                f"{rem['in_flight']} commands in flight, one connection): reads {rem['read_pages_per_s']:.0f} pages/s "
+                f"({rem['read_pages_per_s'] * 4096 / 1e6:.0f} MB/s of pages), writes {rem['write_pages_per_s']:.0f} pages/s")
+        if rem.get("redis_benchmark_get_per_s"):
+            line += (f"; redis-benchmark in the same run: GET {rem['redis_benchmark_get_per_s']:.0f}/s, SET "
+                     f"{rem['redis_benchmark_set_per_s']:.0f}/s, so RedisTier reads at "
+                     f"{rem['read_pages_per_s'] / rem['redis_benchmark_get_per_s']:.2f} of GET and writes at "
+                     f"{rem['write_pages_per_s'] / rem['redis_benchmark_set_per_s']:.2f} of SET")
+        add(line + " ([remote.md](remote.md)).")
     cmds([tier_cmd])
 
     add("## Pipelines")

@@ -29,7 +29,7 @@ struct RedisUrl {
 
   /// The URL again, with the password masked (for logs and error messages).
   std::string describe() const {
-    const std::string auth = password.empty() ? (user.empty() ? "" : user + "@") : user + ":***@";
+    const std::string auth = password.empty() ? (user.empty() ? "" : user + ":@") : user + ":***@";
     if (is_unix()) return fmt::format("unix://{}{}", socket_path, db ? fmt::format("?db={}", db) : "");
     const bool v6 = host.find(':') != std::string::npos;
     return fmt::format("redis://{}{}{}{}:{}/{}", auth, v6 ? "[" : "", host, v6 ? "]" : "", port, db);
