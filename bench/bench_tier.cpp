@@ -64,7 +64,7 @@ struct Options {
   std::int64_t pack_context = 16384;  // packing report: prompt tokens
   std::int64_t pack_steps = 64;       // packing report: decode steps
   std::string json;                   // also write the figures as JSON here
-  std::size_t remote_pages = 8192;    // remote tier: pages stored on the Redis server
+  std::size_t remote_pages = 32768;   // remote tier: pages stored on the Redis server (128 MiB)
   std::string redis;                  // remote tier: a server to use (default: start a private one)
   bool skip_ssd = false;              // only the remote tier and packing reports
 };

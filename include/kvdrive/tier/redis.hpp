@@ -426,51 +426,49 @@ class RedisTier {
       return e;
     }
 
-    /// Sends n commands max_in_flight at a time and hands each reply to on_reply(i, reply); after
-    /// a failure the remaining ones get on_reply(i, nullptr). A connection that fails before
-    /// giving this job any reply (the server restarted since it was made) is replaced once; any
-    /// other failure marks the server down for retry_after_ms.
+    /// Sends n commands, keeping at most max_in_flight of them unanswered (a sliding window, so
+    /// the server never waits for the next batch), and hands each reply to on_reply(i, reply);
+    /// after a failure the remaining ones get on_reply(i, nullptr). A connection that fails
+    /// before giving this job any reply (the server restarted since it was made) is replaced
+    /// once; any other failure marks the server down for retry_after_ms.
     template <class Args, class OnReply>
     void pipeline(Job& job, std::size_t n, Args&& args_of, OnReply&& on_reply) {
       std::vector<const char*> argv;
       std::vector<std::size_t> len;
-      std::size_t i = 0;
+      std::size_t done = 0;  // replies handed to on_reply
       bool retried = false;
-      while (i < n) {
+      while (done < n) {
         const bool reused = ctx != nullptr;
         if (!connect(job)) break;
-        const std::size_t end = std::min(n, i + p.max_in_flight);
+        std::size_t sent = done;
         bool ok = true;
-        for (std::size_t j = i; j < end && ok; ++j) {
-          argv.clear();
-          len.clear();
-          args_of(j, argv, len);
-          ok = redisAppendCommandArgv(ctx, static_cast<int>(argv.size()), argv.data(), len.data()) == REDIS_OK;
-        }
-        std::size_t j = i;
-        for (; ok && j < end; ++j) {
+        while (ok && done < n) {
+          // hiredis buffers appended commands and sends them when a reply must be read.
+          for (; ok && sent < n && sent - done < p.max_in_flight; ++sent) {
+            argv.clear();
+            len.clear();
+            args_of(sent, argv, len);
+            ok = redisAppendCommandArgv(ctx, static_cast<int>(argv.size()), argv.data(), len.data()) == REDIS_OK;
+          }
           void* reply = nullptr;
-          if (redisGetReply(ctx, &reply) != REDIS_OK || reply == nullptr) {
+          if (!ok || redisGetReply(ctx, &reply) != REDIS_OK || reply == nullptr) {
             ok = false;
             break;
           }
-          on_reply(j, static_cast<redisReply*>(reply));
+          on_reply(done++, static_cast<redisReply*>(reply));
           freeReplyObject(reply);
+          job.replied = true;
         }
-        if (!ok) {
-          drop_connection(fmt::format("{}: {}", url.describe(), ctx && ctx->err ? ctx->errstr : "command failed"), job);
-          if (reused && !retried && j == i && !job.replied) {
-            retried = true;  // a stale connection: try again on a new one
-            continue;
-          }
-          down_until = Clock::now() + std::chrono::milliseconds(p.retry_after_ms);
-          i = j;
-          break;
+        if (ok) break;
+        drop_connection(fmt::format("{}: {}", url.describe(), ctx && ctx->err ? ctx->errstr : "command failed"), job);
+        if (reused && !retried && !job.replied) {
+          retried = true;  // a stale connection: try again on a new one
+          continue;
         }
-        job.replied = job.replied || end > i;
-        i = end;
+        down_until = Clock::now() + std::chrono::milliseconds(p.retry_after_ms);
+        break;
       }
-      for (; i < n; ++i) on_reply(i, nullptr);
+      for (; done < n; ++done) on_reply(done, nullptr);
     }
 
     static void add(std::vector<const char*>& argv, std::vector<std::size_t>& len, std::string_view s) {
