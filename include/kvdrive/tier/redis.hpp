@@ -211,30 +211,12 @@ class RedisTier {
         fail("RedisTier: reading {} from {}: {}", job->keys[i], s_->url.describe(), describe(job->outcomes[i]));
   }
 
-  /// Deletes a page's key (best effort: a failure is counted, not thrown).
-  void erase(const PageKey& key) {
-    auto job = std::make_shared<Job>();
-    job->kind = Job::Kind::erase;
-    {
-      std::lock_guard lock(s_->mu);
-      s_->check_open();
-      job->keys.push_back(s_->key_of(nullptr, key));
-    }
-    run_sync(job);
-  }
+  /// Deletes a page's key (best effort: if the server cannot be asked, the key stays until its
+  /// TTL or the server's eviction removes it).
+  void erase(const PageKey& key) { run_one(Job::Kind::erase, key); }
 
   /// Whether the server holds the page's key now (false when it cannot be asked).
-  bool contains(const PageKey& key) const {
-    auto job = std::make_shared<Job>();
-    job->kind = Job::Kind::exists;
-    {
-      std::lock_guard lock(s_->mu);
-      s_->check_open();
-      job->keys.push_back(s_->key_of(nullptr, key));
-    }
-    run_sync(job);
-    return job->found == 1;
-  }
+  bool contains(const PageKey& key) const { return run_one(Job::Kind::exists, key)->found == 1; }
 
   /// Room left in the byte budget, in pages (SIZE_MAX when unbounded).
   std::size_t free_pages() const {
@@ -644,6 +626,16 @@ class RedisTier {
     s_->tickets.emplace(t, job);
     s_->push(job);
     return t;
+  }
+
+  /// Runs a one-key job (erase, exists) and waits for it.
+  std::shared_ptr<Job> run_one(typename Job::Kind kind, const PageKey& key) const {
+    auto job = std::make_shared<Job>();
+    job->kind = kind;
+    s_->check_open();
+    job->keys.push_back(s_->key_of(nullptr, key));
+    run_sync(job);
+    return job;
   }
 
   void run_sync(const std::shared_ptr<Job>& job) const {
