@@ -86,6 +86,14 @@ TEST_CASE("redis URL: the forms a user writes, and clear errors for the rest") {
                           "rediss://host", "unix://relative.sock", "unix:///s.sock?database=1", "redis://[::1", "redis://u:%zz@h"})
     CHECK_THROWS_AS(tier::RedisUrl::parse(bad), Error);
   CHECK_THROWS_WITH_AS(tier::RedisUrl::parse("redis://h:99999"), doctest::Contains("port '99999'"), Error);
+  try {
+    tier::RedisUrl::parse("redis://bob:hunter2@h:99999");
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("hunter2") == std::string::npos);  // the password is not shown
+    CHECK(std::string(e.what()).find("redis://***@h:99999") != std::string::npos);
+  }
+  CHECK_THROWS_AS(tier::RedisUrl::parse("redis://u:%-1@h"), Error);
 }
 
 TEST_CASE("remote value: the checksum binds the page to its key") {
@@ -507,7 +515,7 @@ TEST_CASE("load_prefix: misuse is a clear error; a sequence without a digest, or
   CHECK(kv.load_prefix(plain, 99, 16).tokens == 0);  // no digest: nothing asked
   CHECK(nowhere.remote_stats().lookups == 0);
   const SeqId id = kv.add_sequence(prefix_digest(w, 0, 100));
-  CHECK_THROWS_WITH_AS(kv.load_prefix(id, 99, 0), doctest::Contains("chunk 0 must be >= 1"), Error);
+  CHECK_THROWS_WITH_AS(kv.load_prefix(id, 99, 0), doctest::Contains("chunk 0 must be in 1..2^30"), Error);
   const auto r = kv.load_prefix(id, 99, 16);  // the server is not there: a miss, not an error
   CHECK(r.tokens == 0);
   CHECK(nowhere.remote_stats().lookup_errors == 1);

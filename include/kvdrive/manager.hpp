@@ -171,7 +171,8 @@ class KvManager {
   PrefixLoad load_prefix(SeqId id, std::int64_t max_tokens, std::int64_t chunk, OnLayer&& on_layer)
     requires kRemote
   {
-    KVD_EXPECT(chunk >= 1, "load_prefix: chunk {} must be >= 1 (the engine's tokens per prefill call)", chunk);
+    KVD_EXPECT(chunk >= 1 && chunk <= (std::int64_t{1} << 30), "load_prefix: chunk {} must be in 1..2^30 (the engine's tokens per prefill call)",
+               chunk);
     Sequence& seq = usable_sequence(id);
     for (int l = 0; l < cfg_.shape.layers; ++l)
       KVD_EXPECT(length(id, l) == 0, "load_prefix: sequence {} layer {} already holds {} tokens; load the prefix first", id, l,
@@ -184,7 +185,7 @@ class KvManager {
     const auto cut = [&](std::int64_t pages) { return static_cast<std::uint32_t>(pages * pt / unit * unit / pt); };
     const std::uint32_t max_pages = cut(std::min<std::int64_t>(seq.shared_pages, max_tokens / pt));
     if (max_pages == 0) return r;
-    r.pages_found = remote_->lookup(seq.shared_digest, static_cast<std::uint32_t>(layers), static_cast<std::uint32_t>(kvh), max_pages);
+    r.pages_found = std::min(max_pages, remote_->lookup(seq.shared_digest, static_cast<std::uint32_t>(layers), static_cast<std::uint32_t>(kvh), max_pages));
     const std::uint32_t want = cut(r.pages_found);
     if (want == 0) return r;
     // Every layer's reads go out at once; the run is what every stream read and verified.

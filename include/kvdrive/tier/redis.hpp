@@ -24,6 +24,7 @@
 #include <sys/time.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -74,7 +75,7 @@ class RedisTier {
   /// lazily, on the first command.
   explicit RedisTier(Params p) : s_(std::make_unique<State>()) {
     s_->url = RedisUrl::parse(p.url);
-    KVD_EXPECT(p.ttl_ms >= 0, "RedisTier: ttl_ms is {}, expected >= 0 (0: no expiry)", p.ttl_ms);
+    KVD_EXPECT(p.ttl_ms >= 0 && p.ttl_ms <= (std::int64_t{1} << 40), "RedisTier: ttl_ms is {}, expected 0..2^40 (0: no expiry)", p.ttl_ms);
     KVD_EXPECT(p.timeout_ms > 0, "RedisTier: timeout_ms is {}, expected > 0", p.timeout_ms);
     KVD_EXPECT(p.retry_after_ms >= 0, "RedisTier: retry_after_ms is {}, expected >= 0", p.retry_after_ms);
     KVD_EXPECT(p.max_in_flight >= 1 && p.max_in_flight <= 65536, "RedisTier: max_in_flight is {}, expected 1..65536",
@@ -95,7 +96,8 @@ class RedisTier {
   /// Fixes the page size (one per tier; several managers with that page size may share it) and
   /// starts the I/O thread.
   void open(const TierGeometry& g) {
-    KVD_EXPECT(g.page_bytes > 0 && g.page_bytes <= (std::size_t{1} << 30), "RedisTier: page_bytes {} out of range", g.page_bytes);
+    KVD_EXPECT(g.page_bytes > 0 && g.page_bytes <= (std::size_t{256} << 20),
+               "RedisTier: page_bytes {} out of range 1..256 MiB (Redis takes values up to 512 MB)", g.page_bytes);
     std::lock_guard lock(s_->mu);
     KVD_EXPECT(s_->page_bytes == 0 || s_->page_bytes == g.page_bytes,
                "RedisTier: opened for {}-byte pages, now asked for {} (one tier serves one page size)", s_->page_bytes, g.page_bytes);
@@ -129,17 +131,24 @@ class RedisTier {
       std::lock_guard lock(s_->mu);
       // Over the backlog limit: keep the first pages that fit, drop the rest.
       const std::size_t room = s_->p.max_queued_bytes > s_->queued_bytes ? (s_->p.max_queued_bytes - s_->queued_bytes) / vb : 0;
-      if (room < job->keys.size()) {
-        s_->stats.dropped += job->keys.size() - room;
-        job->keys.resize(room);
-        job->values.resize(room * vb);
+      const std::size_t n = std::min(room, job->keys.size());
+      s_->stats.dropped += pages.size() - n;
+      if (n == 0) return;
+      job->keys.resize(n);
+      job->values.resize(n * vb);
+      try {
+        s_->push(job);
+      } catch (...) {
+        s_->stats.dropped += n;
+        return;
       }
-      if (job->keys.empty()) return;
-      s_->queued_bytes += job->keys.size() * vb;
-      s_->push(std::move(job));
-    } catch (...) {  // out of memory: these pages are not shared, which is allowed
-      std::lock_guard lock(s_->mu);
-      s_->stats.dropped += pages.size();
+      s_->queued_bytes += n * vb;
+    } catch (...) {  // out of memory before the lock: these pages are not shared, which is allowed
+      try {
+        std::lock_guard lock(s_->mu);
+        s_->stats.dropped += pages.size();
+      } catch (...) {
+      }
     }
   }
 
@@ -176,15 +185,12 @@ class RedisTier {
     if (pages.empty()) return;
     auto job = std::make_shared<Job>();
     job->kind = Job::Kind::write;
-    {
-      std::lock_guard lock(s_->mu);
-      s_->check_open();
-      const std::size_t vb = s_->value_bytes();
-      job->values.resize(pages.size() * vb);
-      for (std::size_t i = 0; i < pages.size(); ++i) {
-        job->keys.push_back(s_->key_of(nullptr, pages[i].key));
-        RemoteValue::encode(job->keys.back(), pages[i].src, s_->page_bytes, job->values.data() + i * vb);
-      }
+    s_->check_open();
+    const std::size_t vb = s_->value_bytes();
+    job->values.resize(pages.size() * vb);
+    for (std::size_t i = 0; i < pages.size(); ++i) {
+      job->keys.push_back(s_->key_of(nullptr, pages[i].key));
+      RemoteValue::encode(job->keys.back(), pages[i].src, s_->page_bytes, job->values.data() + i * vb);
     }
     run_sync(job);
     KVD_EXPECT(job->stored == pages.size(), "RedisTier: stored {} of {} pages on {} ({})", job->stored, pages.size(),
@@ -222,6 +228,7 @@ class RedisTier {
   std::size_t free_pages() const {
     std::lock_guard lock(s_->mu);
     if (s_->p.byte_budget == 0 || s_->page_bytes == 0) return std::numeric_limits<std::size_t>::max();
+    s_->forget_expired(Clock::now());
     const std::uint64_t used = s_->budget_used;
     return used >= s_->p.byte_budget ? 0 : static_cast<std::size_t>((s_->p.byte_budget - used) / s_->value_bytes());
   }
@@ -337,8 +344,11 @@ class RedisTier {
         }
         try {
           execute(*job);
-        } catch (const std::exception& e) {  // out of memory: the job fails like a lost connection
-          drop_connection(e.what(), *job);
+        } catch (...) {  // out of memory: the job fails like a lost connection
+          try {
+            drop_connection("out of memory", *job);
+          } catch (...) {
+          }
           std::fill(job->outcomes.begin(), job->outcomes.end(), RemoteRead::error);
         }
         std::lock_guard lock(mu);
@@ -426,12 +436,17 @@ class RedisTier {
         bool ok = true;
         while (ok && done < n) {
           // hiredis buffers appended commands and sends them when a reply must be read.
+          const std::size_t before = sent;
           for (; ok && sent < n && sent - done < p.max_in_flight; ++sent) {
             argv.clear();
             len.clear();
             args_of(sent, argv, len);
             ok = redisAppendCommandArgv(ctx, static_cast<int>(argv.size()), argv.data(), len.data()) == REDIS_OK;
           }
+          // Refills go out now, not when the replies already read run out (small replies, SET's
+          // +OK, come many per read).
+          int flushed = 0;
+          if (ok && sent > before && done > 0) ok = redisBufferWrite(ctx, &flushed) == REDIS_OK;
           void* reply = nullptr;
           if (!ok || redisGetReply(ctx, &reply) != REDIS_OK || reply == nullptr) {
             ok = false;
@@ -439,11 +454,15 @@ class RedisTier {
           }
           on_reply(done++, static_cast<redisReply*>(reply));
           freeReplyObject(reply);
+          if (!job.replied) job.why.clear();  // a failure before a retry is no longer the story
           job.replied = true;
         }
         if (ok) break;
+        const int io_errno = errno;
+        // Closed by the server (a restart while the tier was idle), not a timeout.
+        const bool closed = ctx && (ctx->err == REDIS_ERR_EOF || (ctx->err == REDIS_ERR_IO && (io_errno == ECONNRESET || io_errno == EPIPE)));
         drop_connection(fmt::format("{}: {}", url.describe(), ctx && ctx->err ? ctx->errstr : "command failed"), job);
-        if (reused && !retried && !job.replied) {
+        if (closed && reused && !retried && !job.replied) {
           retried = true;  // a stale connection: try again on a new one
           continue;
         }
@@ -497,10 +516,9 @@ class RedisTier {
       stats.bytes_read += delta.bytes_read;
     }
 
-    /// Budget accounting (under mu): forgets what has expired, then takes room for a value.
-    bool take_budget(const std::string& key, Clock::time_point now) {
-      if (p.byte_budget == 0) return true;
-      while (!expiry.empty() && p.ttl_ms > 0 && std::get<0>(expiry.front()) <= now) {
+    /// Budget accounting (under mu). Forgets what has expired.
+    void forget_expired(Clock::time_point now) {
+      while (!expiry.empty() && std::get<0>(expiry.front()) <= now) {
         const auto& [when, k, gen] = expiry.front();
         if (auto it = stored.find(k); it != stored.end() && it->second.generation == gen) {
           stored.erase(it);
@@ -508,14 +526,26 @@ class RedisTier {
         }
         expiry.pop_front();
       }
-      const bool rewrite = stored.contains(key);
-      if (!rewrite && budget_used + value_bytes() > p.byte_budget) return false;
-      if (!rewrite) budget_used += value_bytes();
-      // The server starts its TTL when the SET arrives, up to a timeout later.
-      const auto expires = now + std::chrono::milliseconds(p.ttl_ms + p.timeout_ms);
-      stored[key] = Stored{++generation, expires};
-      if (p.ttl_ms > 0) expiry.emplace_back(expires, key, generation);
-      return true;
+    }
+    enum class Take { refused, fresh, rewrite };
+    /// Takes room for a value (a key it already holds takes none).
+    Take take_budget(const std::string& key, Clock::time_point now) {
+      if (p.byte_budget == 0) return Take::rewrite;
+      forget_expired(now);
+      if (stored.contains(key)) return Take::rewrite;
+      if (budget_used + value_bytes() > p.byte_budget) return Take::refused;
+      budget_used += value_bytes();
+      stored[key] = Stored{++generation, {}};
+      return Take::fresh;
+    }
+    /// A value the server took: it expires ttl_ms from now (the reply came after the SET arrived).
+    void stored_at(const std::string& key, Clock::time_point now) {
+      if (p.byte_budget == 0 || p.ttl_ms == 0) return;
+      auto it = stored.find(key);
+      if (it == stored.end()) it = stored.emplace(key, Stored{}).first;  // rewritten after its expiry was forgotten
+      it->second.generation = ++generation;
+      it->second.expires = now + std::chrono::milliseconds(p.ttl_ms);
+      expiry.emplace_back(it->second.expires, key, generation);
     }
     void give_back_budget(const std::string& key) {  // under mu
       if (p.byte_budget == 0) return;
@@ -525,40 +555,47 @@ class RedisTier {
     void write(Job& job) {
       const std::size_t vb = value_bytes();
       std::vector<std::size_t> send;  // the values the budget admits
-      std::vector<bool> fresh(job.keys.size());
+      std::vector<Take> taken(job.keys.size());
       {
         std::lock_guard lock(mu);
         const auto now = Clock::now();
         for (std::size_t i = 0; i < job.keys.size(); ++i) {
-          fresh[i] = p.byte_budget > 0 && !stored.contains(job.keys[i]);
-          if (take_budget(job.keys[i], now))
+          taken[i] = take_budget(job.keys[i], now);
+          if (taken[i] != Take::refused)
             send.push_back(i);
           else
             stats.over_budget += 1;
         }
       }
       const std::string ttl = std::to_string(p.ttl_ms);
-      std::vector<std::size_t> failed;
-      pipeline(
-          job, send.size(),
-          [&](std::size_t j, auto& argv, auto& len) {
-            const std::size_t i = send[j];
-            add(argv, len, "SET"), add(argv, len, job.keys[i]);
-            add(argv, len, std::string_view(reinterpret_cast<const char*>(job.values.data() + i * vb), vb));
-            if (p.ttl_ms > 0) add(argv, len, "PX"), add(argv, len, ttl);
-          },
-          [&](std::size_t j, redisReply* r) {
-            if (r != nullptr && r->type == REDIS_REPLY_STATUS)
-              job.stored += 1;
-            else
-              failed.push_back(send[j]);
-            if (r != nullptr && r->type == REDIS_REPLY_ERROR) job.why = std::string(r->str, r->len);
-          });
+      std::vector<std::size_t> failed, ok;
+      try {
+        pipeline(
+            job, send.size(),
+            [&](std::size_t j, auto& argv, auto& len) {
+              const std::size_t i = send[j];
+              add(argv, len, "SET"), add(argv, len, job.keys[i]);
+              add(argv, len, std::string_view(reinterpret_cast<const char*>(job.values.data() + i * vb), vb));
+              if (p.ttl_ms > 0) add(argv, len, "PX"), add(argv, len, ttl);
+            },
+            [&](std::size_t j, redisReply* r) {
+              if (r != nullptr && r->type == REDIS_REPLY_STATUS)
+                ok.push_back(send[j]);
+              else
+                failed.push_back(send[j]);
+              if (r != nullptr && r->type == REDIS_REPLY_ERROR) job.why = std::string(r->str, r->len);
+            });
+      } catch (...) {  // out of memory: what was not answered counts as not stored
+        for (std::size_t j = ok.size() + failed.size(); j < send.size(); ++j) failed.push_back(send[j]);
+      }
       std::lock_guard lock(mu);
+      const auto now = Clock::now();
+      for (std::size_t i : ok) stored_at(job.keys[i], now);
       for (std::size_t i : failed)
-        if (fresh[i]) give_back_budget(job.keys[i]);  // a failed rewrite leaves the old value there
-      stats.written += job.stored;
-      stats.bytes_written += job.stored * page_bytes;
+        if (taken[i] == Take::fresh) give_back_budget(job.keys[i]);  // a failed rewrite leaves the old value there
+      job.stored = ok.size();
+      stats.written += ok.size();
+      stats.bytes_written += ok.size() * page_bytes;
       stats.write_errors += failed.size();
     }
 

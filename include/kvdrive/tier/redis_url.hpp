@@ -35,11 +35,18 @@ struct RedisUrl {
     return fmt::format("redis://{}{}{}{}:{}/{}", auth, v6 ? "[" : "", host, v6 ? "]" : "", port, db);
   }
 
-  static RedisUrl parse(std::string_view url) {
+  static RedisUrl parse(std::string_view full) {
     RedisUrl r;
+    // Error messages show the URL with any user:password part masked.
+    std::string shown(full);
+    if (const auto at = shown.rfind('@'), scheme = shown.find("://");
+        shown.starts_with("redis") && at != std::string::npos && scheme != std::string::npos && at > scheme)
+      shown.replace(scheme + 3, at - scheme - 3, "***");
+    const std::string_view url = shown;
+    const std::string_view real = full;
     constexpr std::string_view tcp = "redis://", unix_scheme = "unix://";
-    if (url.starts_with(unix_scheme)) {
-      std::string_view rest = url.substr(unix_scheme.size());
+    if (real.starts_with(unix_scheme)) {
+      std::string_view rest = real.substr(unix_scheme.size());
       if (const auto q = rest.find('?'); q != std::string_view::npos) {
         const std::string_view query = rest.substr(q + 1);
         rest = rest.substr(0, q);
@@ -50,9 +57,9 @@ struct RedisUrl {
       r.socket_path = std::string(rest);
       return r;
     }
-    KVD_EXPECT(!url.starts_with("rediss://"), "redis URL '{}': TLS (rediss://) is not supported", url);
-    KVD_EXPECT(url.starts_with(tcp), "redis URL '{}': expected redis://[[user]:password@]host[:port][/db] or unix:///path", url);
-    std::string_view rest = url.substr(tcp.size());
+    KVD_EXPECT(!real.starts_with("rediss://"), "redis URL '{}': TLS (rediss://) is not supported", url);
+    KVD_EXPECT(real.starts_with(tcp), "redis URL '{}': expected redis://[[user]:password@]host[:port][/db] or unix:///path", url);
+    std::string_view rest = real.substr(tcp.size());
     if (const auto at = rest.rfind('@'); at != std::string_view::npos) {
       const std::string_view auth = rest.substr(0, at);
       rest = rest.substr(at + 1);
@@ -104,11 +111,10 @@ struct RedisUrl {
         out += s[i];
         continue;
       }
-      int v = 0;
-      const auto [end, ec] = i + 2 < s.size() + 0 ? std::from_chars(s.data() + i + 1, s.data() + i + 3, v, 16)
-                                                  : std::from_chars_result{s.data(), std::errc::invalid_argument};
-      KVD_EXPECT(ec == std::errc{} && end == s.data() + i + 3, "redis URL '{}': bad percent-escape in the user or password", url);
-      out += static_cast<char>(v);
+      const auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1; };
+      const int hi = i + 2 < s.size() ? hex(s[i + 1]) : -1, lo = i + 2 < s.size() ? hex(s[i + 2]) : -1;
+      KVD_EXPECT(hi >= 0 && lo >= 0, "redis URL '{}': bad percent-escape in the user or password", url);
+      out += static_cast<char>(hi * 16 + lo);
       i += 2;
     }
     return out;
