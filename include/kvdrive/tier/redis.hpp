@@ -436,17 +436,13 @@ class RedisTier {
         bool ok = true;
         while (ok && done < n) {
           // hiredis buffers appended commands and sends them when a reply must be read.
-          const std::size_t before = sent;
+          // hiredis buffers appended commands and sends them when a reply must be read.
           for (; ok && sent < n && sent - done < p.max_in_flight; ++sent) {
             argv.clear();
             len.clear();
             args_of(sent, argv, len);
             ok = redisAppendCommandArgv(ctx, static_cast<int>(argv.size()), argv.data(), len.data()) == REDIS_OK;
           }
-          // Refills go out now, not when the replies already read run out (small replies, SET's
-          // +OK, come many per read).
-          int flushed = 0;
-          if (ok && sent > before && done > 0) ok = redisBufferWrite(ctx, &flushed) == REDIS_OK;
           void* reply = nullptr;
           if (!ok || redisGetReply(ctx, &reply) != REDIS_OK || reply == nullptr) {
             ok = false;
