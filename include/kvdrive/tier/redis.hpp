@@ -24,6 +24,7 @@
 #include <sys/time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -100,7 +101,7 @@ class RedisTier {
                "RedisTier: page_bytes {} out of range 1..256 MiB (Redis takes values up to 512 MB)", g.page_bytes);
     std::lock_guard lock(s_->mu);
     KVD_EXPECT(s_->page_bytes == 0 || s_->page_bytes == g.page_bytes,
-               "RedisTier: opened for {}-byte pages, now asked for {} (one tier serves one page size)", s_->page_bytes, g.page_bytes);
+               "RedisTier: opened for {}-byte pages, now asked for {} (one tier serves one page size)", s_->page_bytes.load(), g.page_bytes);
     if (s_->worker.joinable()) return;
     s_->worker = std::thread([s = s_.get()] { s->run(); });
     s_->page_bytes = g.page_bytes;  // read by the I/O thread only after a job is queued under mu
@@ -272,7 +273,7 @@ class RedisTier {
   struct State {
     Params p;
     RedisUrl url;
-    std::size_t page_bytes = 0;
+    std::atomic<std::size_t> page_bytes = 0;  // set once, by open()
     std::mutex mu;
     std::condition_variable work_cv, done_cv;
     std::deque<std::shared_ptr<Job>> queue;       // jobs a caller waits for
@@ -288,7 +289,6 @@ class RedisTier {
     // so they expire in write order; a rewrite or erase bumps the generation).
     struct Stored {
       std::uint64_t generation = 0;
-      Clock::time_point expires;
     };
     std::unordered_map<std::string, Stored> stored;
     std::deque<std::tuple<Clock::time_point, std::string, std::uint64_t>> expiry;
@@ -531,7 +531,7 @@ class RedisTier {
       if (stored.contains(key)) return Take::rewrite;
       if (budget_used + value_bytes() > p.byte_budget) return Take::refused;
       budget_used += value_bytes();
-      stored[key] = Stored{++generation, {}};
+      stored[key] = Stored{++generation};
       return Take::fresh;
     }
     /// A value the server took: it expires ttl_ms from now (the reply came after the SET arrived).
@@ -540,8 +540,7 @@ class RedisTier {
       auto it = stored.find(key);
       if (it == stored.end()) it = stored.emplace(key, Stored{}).first;  // rewritten after its expiry was forgotten
       it->second.generation = ++generation;
-      it->second.expires = now + std::chrono::milliseconds(p.ttl_ms);
-      expiry.emplace_back(it->second.expires, key, generation);
+      expiry.emplace_back(now + std::chrono::milliseconds(p.ttl_ms), key, generation);
     }
     void give_back_budget(const std::string& key) {  // under mu
       if (p.byte_budget == 0) return;
