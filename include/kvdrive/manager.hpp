@@ -166,7 +166,8 @@ class KvManager {
   /// attention needs them). A page the server lacks, fails to send, or sends corrupt ends the
   /// run there: it and the rest are computed as usual, and the tier's remote_stats() count why.
   /// Loads nothing without a remote tier or a digest. Holds the run's pages in host memory
-  /// while it reads them.
+  /// while it reads them. The server's trouble never throws; a local failure while prefilling
+  /// the run does, as prefill() does, and may leave some layers holding it: release the sequence.
   template <class OnLayer>
   PrefixLoad load_prefix(SeqId id, std::int64_t max_tokens, std::int64_t chunk, OnLayer&& on_layer)
     requires kRemote
@@ -188,7 +189,7 @@ class KvManager {
     r.pages_found = std::min(max_pages, remote_->lookup(seq.shared_digest, static_cast<std::uint32_t>(layers), static_cast<std::uint32_t>(kvh), max_pages));
     const std::uint32_t want = cut(r.pages_found);
     if (want == 0) return r;
-    // Every layer's reads go out at once; the run is what every stream read and verified.
+    // Every layer's reads are queued at once; the run is what every stream read and verified.
     const std::size_t pb = cfg_.page_bytes(), per_layer = static_cast<std::size_t>(kvh) * want;
     std::vector<std::byte> bytes(static_cast<std::size_t>(layers) * per_layer * pb);
     std::vector<tier::ReadTicket> tickets;
