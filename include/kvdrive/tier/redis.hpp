@@ -407,10 +407,7 @@ class RedisTier {
     std::string simple_command(const std::vector<std::string>& args) {
       std::vector<const char*> argv;
       std::vector<std::size_t> len;
-      for (const std::string& a : args) {
-        argv.push_back(a.data());
-        len.push_back(a.size());
-      }
+      for (const std::string& a : args) add(argv, len, a);
       auto* r = static_cast<redisReply*>(redisCommandArgv(ctx, static_cast<int>(argv.size()), argv.data(), len.data()));
       if (r == nullptr) return ctx->errstr;
       std::string e = r->type == REDIS_REPLY_ERROR ? std::string(r->str, r->len) : "";
@@ -420,9 +417,9 @@ class RedisTier {
 
     /// Sends n commands, keeping at most max_in_flight of them unanswered (a sliding window, so
     /// the server never waits for the next batch), and hands each reply to on_reply(i, reply);
-    /// after a failure the remaining ones get on_reply(i, nullptr). A connection that fails
-    /// before giving this job any reply (the server restarted since it was made) is replaced
-    /// once; any other failure marks the server down for retry_after_ms.
+    /// after a failure the remaining ones get on_reply(i, nullptr). A connection the server
+    /// closed before giving this job any reply (it restarted since the connection was made) is
+    /// replaced once; any other failure marks the server down for retry_after_ms.
     template <class Args, class OnReply>
     void pipeline(Job& job, std::size_t n, Args&& args_of, OnReply&& on_reply) {
       std::vector<const char*> argv;
@@ -435,7 +432,6 @@ class RedisTier {
         std::size_t sent = done;
         bool ok = true;
         while (ok && done < n) {
-          // hiredis buffers appended commands and sends them when a reply must be read.
           // hiredis buffers appended commands and sends them when a reply must be read.
           for (; ok && sent < n && sent - done < p.max_in_flight; ++sent) {
             argv.clear();
@@ -613,7 +609,6 @@ class RedisTier {
     /// the run ends at the first page with a key missing.
     void lookup(Job& job) {
       const auto& q = job.lookup;
-      const std::string who = q.prefix.hex();
       const std::size_t per_page = static_cast<std::size_t>(q.layers) * q.heads;
       std::vector<std::string> keys(per_page);  // hiredis copies a command when it is appended
       bool run = true, failed = false;
@@ -626,7 +621,7 @@ class RedisTier {
               for (std::uint32_t l = 0; l < q.layers; ++l)
                 for (std::uint32_t h = 0; h < q.heads; ++h) {
                   std::string& k = keys[static_cast<std::size_t>(l) * q.heads + h];
-                  k = fmt::format("{}:{}:{}:{}:{}:{}", p.key_prefix, p.model.hex(), who, l, h, first + i);
+                  k = key_of(&q.prefix, PageKey{0, l, h, static_cast<std::uint32_t>(first + i)});
                   add(argv, len, k);
                 }
             },
