@@ -96,6 +96,103 @@ std::string tokenizer_tiktoken() {
   return s;
 }
 
+/// A GGUF file of a tiny llama (dim 8, hidden 16, 1 layer, 2/1 heads, vocab 8, F32 weights, an F16
+/// norm, rope_freqs) with a tokenizer, and a key of every other value type (a nested array too).
+std::string gguf() {
+  enum : std::uint32_t { u8 = 0, i8 = 1, u16 = 2, i16 = 3, u32 = 4, i32 = 5, f32 = 6, boolean = 7, str = 8, arr = 9, u64 = 10, i64 = 11, f64 = 12 };
+  const auto string = [](std::string& s, const std::string& v) {
+    append(s, static_cast<std::uint64_t>(v.size()));
+    s += v;
+  };
+  std::string kvs;
+  std::uint64_t n_kv = 0;
+  const auto key = [&](const std::string& k, std::uint32_t type) {
+    string(kvs, k);
+    append(kvs, type);
+    ++n_kv;
+  };
+  const auto kv_u32 = [&](const std::string& k, std::uint32_t v) { key(k, u32), append(kvs, v); };
+  const auto kv_str = [&](const std::string& k, const std::string& v) { key(k, str), string(kvs, v); };
+  const auto kv_strs = [&](const std::string& k, const std::vector<std::string>& v) {
+    key(k, arr), append(kvs, std::uint32_t{str}), append(kvs, static_cast<std::uint64_t>(v.size()));
+    for (const auto& x : v) string(kvs, x);
+  };
+  const int D = 8, H = 16, heads = 2, kv_heads = 1, V = 8, hd = D / heads, KV = kv_heads * hd;
+  kv_str("general.architecture", "llama");
+  kv_u32("llama.block_count", 1);
+  kv_u32("llama.context_length", 32);
+  kv_u32("llama.embedding_length", D);
+  kv_u32("llama.feed_forward_length", H);
+  kv_u32("llama.attention.head_count", heads);
+  kv_u32("llama.attention.head_count_kv", kv_heads);
+  kv_u32("llama.rope.dimension_count", hd);
+  key("llama.rope.freq_base", f32), append(kvs, 10000.0f);
+  key("llama.attention.layer_norm_rms_epsilon", f32), append(kvs, 1e-5f);
+  kv_str("tokenizer.ggml.model", "gpt2");
+  kv_str("tokenizer.ggml.pre", "smollm");
+  kv_strs("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>", "a", "b", "ab", " ", "\xc4\xa0"});
+  kv_strs("tokenizer.ggml.merges", {"a b"});
+  key("tokenizer.ggml.scores", arr), append(kvs, std::uint32_t{f32}), append(kvs, std::uint64_t{V});
+  for (int i = 0; i < V; ++i) append(kvs, -static_cast<float>(i));
+  key("tokenizer.ggml.token_type", arr), append(kvs, std::uint32_t{i32}), append(kvs, std::uint64_t{V});
+  for (int i = 0; i < V; ++i) append(kvs, std::int32_t{i < 3 ? 3 : 1});
+  kv_u32("tokenizer.ggml.bos_token_id", 1);
+  kv_u32("tokenizer.ggml.eos_token_id", 2);
+  key("tokenizer.ggml.add_bos_token", boolean), append(kvs, std::uint8_t{1});
+  kv_str("tokenizer.chat_template", "{{ messages }}");
+  key("test.u8", u8), append(kvs, std::uint8_t{200});
+  key("test.i8", i8), append(kvs, std::int8_t{-1});
+  key("test.u16", u16), append(kvs, std::uint16_t{60000});
+  key("test.i16", i16), append(kvs, std::int16_t{-2});
+  key("test.u64", u64), append(kvs, ~std::uint64_t{0});
+  key("test.i64", i64), append(kvs, std::int64_t{-3});
+  key("test.f64", f64), append(kvs, 2.5);
+  key("test.nested", arr), append(kvs, std::uint32_t{arr}), append(kvs, std::uint64_t{2});
+  for (std::int32_t n : {1, 2}) {
+    append(kvs, std::uint32_t{i32}), append(kvs, static_cast<std::uint64_t>(n));
+    for (std::int32_t i = 0; i < n; ++i) append(kvs, i);
+  }
+
+  std::string infos, data;
+  std::uint64_t n_tensors = 0;
+  const auto tensor = [&](const std::string& name, std::vector<std::uint64_t> dims, std::uint32_t type) {
+    std::uint64_t n = 1;
+    for (auto d : dims) n *= d;
+    string(infos, name);
+    append(infos, static_cast<std::uint32_t>(dims.size()));
+    for (auto d : dims) append(infos, d);
+    append(infos, type);
+    append(infos, static_cast<std::uint64_t>(data.size()));
+    for (std::uint64_t i = 0; i < n; ++i) {
+      if (type == 1) append(data, std::uint16_t{0x3c00});  // F16 1.0
+      else append(data, 0.01f * static_cast<float>(i % 13) + (dims.size() == 1 ? 1.0f : 0.0f));
+    }
+    data.resize((data.size() + 31) / 32 * 32, '\0');
+    ++n_tensors;
+  };
+  const std::uint64_t d = D, h = H, kv = KV, v = V;
+  tensor("token_embd.weight", {d, v}, 0);
+  tensor("rope_freqs.weight", {static_cast<std::uint64_t>(hd / 2)}, 0);
+  tensor("blk.0.attn_norm.weight", {d}, 1);
+  tensor("blk.0.attn_q.weight", {d, d}, 0);
+  tensor("blk.0.attn_k.weight", {d, kv}, 0);
+  tensor("blk.0.attn_v.weight", {d, kv}, 0);
+  tensor("blk.0.attn_output.weight", {d, d}, 0);
+  tensor("blk.0.ffn_norm.weight", {d}, 0);
+  tensor("blk.0.ffn_gate.weight", {d, h}, 0);
+  tensor("blk.0.ffn_down.weight", {h, d}, 0);
+  tensor("blk.0.ffn_up.weight", {d, h}, 0);
+  tensor("output_norm.weight", {d}, 0);
+
+  std::string s = "GGUF";
+  append(s, std::uint32_t{3});
+  append(s, n_tensors);
+  append(s, n_kv);
+  s += kvs + infos;
+  s.resize((s.size() + 31) / 32 * 32, '\0');  // the default alignment
+  return s + data;
+}
+
 void trace(const fs::path& file) {
   fs::create_directories(file.parent_path());
   const kvdrive::ModelShape shape{1, 2, 1, 4};
@@ -135,10 +232,11 @@ int main(int argc, char** argv) {
   put(dir / "fuzz_hf_index" / "index.json",
       R"({"metadata":{"total_size":16},"weight_map":{"model.embed_tokens.weight":"model-00001-of-00002.safetensors",)"
       R"("lm_head.weight":"model-00002-of-00002.safetensors"}})");
+  put(dir / "fuzz_gguf" / "tiny.gguf", gguf());
   put(dir / "fuzz_args" / "plain", "synthetic:default");
   put(dir / "fuzz_args" / "seeded", "synthetic:small:seed=42");
   put(dir / "fuzz_redis_url" / "tcp", "redis://alice:p%40ss@[::1]:6380/2");
   put(dir / "fuzz_redis_url" / "unix", "unix:///run/redis/redis.sock?db=3");
-  std::printf("kvd-fuzz-seeds: wrote seeds for 9 targets in %s\n", dir.c_str());
+  std::printf("kvd-fuzz-seeds: wrote seeds for 11 targets in %s\n", dir.c_str());
   return 0;
 }
