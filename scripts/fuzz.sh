@@ -9,11 +9,11 @@
 set -uo pipefail
 build=${1:?usage: scripts/fuzz.sh BUILD [SECONDS]}
 secs=${2:-60}
-targets=(fuzz_llama2c fuzz_safetensors fuzz_hf_config fuzz_tokenizer_llama2c fuzz_tokenizer_tiktoken fuzz_hf_index fuzz_trace fuzz_ssd_recover fuzz_args fuzz_redis_url)
+targets=(fuzz_llama2c fuzz_safetensors fuzz_hf_config fuzz_tokenizer_llama2c fuzz_tokenizer_tiktoken fuzz_hf_index fuzz_trace fuzz_ssd_recover fuzz_args fuzz_redis_url fuzz_gguf fuzz_tokenizer_gguf)
 "$build/fuzz/kvd-fuzz-seeds" "$build/seeds" || exit 1
 failed=0
 for t in "${targets[@]}"; do
-  mkdir -p "$build/corpus/$t" "$build/findings/$t"
+  mkdir -p "$build/corpus/$t" "$build/findings/$t" "$build/seeds/$t"
   log="$build/findings/$t/run.log"
   "$build/fuzz/$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$build/findings/$t/" "$build/corpus/$t" "$build/seeds/$t" > "$log" 2>&1

@@ -131,7 +131,7 @@ def main():
     m = Model(a.model)
     cases = []
     for name, text in prompts():
-        ids = [1] + tokenize(a.model, text) if name != "chat" else tokenize(a.model, text)
+        ids = tokenize(a.model, text)  # SmolLM2's add_bos_token is false: no BOS, as llama.cpp tokenizes it
         feed = m.session()
         rows = [feed(t) for t in ids]
         prompt_top = [top(r) for r in rows]

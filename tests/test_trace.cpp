@@ -117,19 +117,20 @@ TEST_CASE("trace: the decoder records Q and K after RoPE and V, every layer and 
   // Layer 0, position 0 (RoPE is the identity there): k = Wk rmsnorm(embedding of BOS).
   std::vector<float> q, k, v;
   r.read(0, 0, q, k, v);
-  std::vector<double> x(m.token_embedding + c.dim, m.token_embedding + 2 * c.dim);
+  const float* emb = m.token_embedding.floats();
+  std::vector<double> x(emb + c.dim, emb + 2 * c.dim);
   double ss = 0;
   for (double e : x) ss += e * e;
   const double inv = 1 / std::sqrt(ss / c.dim + 1e-5);
   for (int r_ = 0; r_ < c.kv_dim(); ++r_) {
     double want = 0;
-    for (int j = 0; j < c.dim; ++j) want += m.layers[0].wk[r_ * c.dim + j] * m.layers[0].rms_att[j] * x[static_cast<std::size_t>(j)] * inv;
+    for (int j = 0; j < c.dim; ++j) want += m.layers[0].wk.floats()[r_ * c.dim + j] * m.layers[0].rms_att[j] * x[static_cast<std::size_t>(j)] * inv;
     CHECK(k[static_cast<std::size_t>(r_)] == doctest::Approx(want).epsilon(1e-4).scale(1));
   }
   // Position 1 (token 42): the recorded query is its projection rotated by RoPE, so each rotated
   // pair (2i, 2i+1) keeps the length it had before the rotation, and V is not rotated at all.
   r.read(0, 1, q, k, v);
-  std::vector<double> x1(m.token_embedding + 42 * c.dim, m.token_embedding + 43 * c.dim);
+  std::vector<double> x1(emb + 42 * c.dim, emb + 43 * c.dim);
   double ss1 = 0;
   for (double e : x1) ss1 += e * e;
   const double inv1 = 1 / std::sqrt(ss1 / c.dim + 1e-5);
@@ -141,11 +142,11 @@ TEST_CASE("trace: the decoder records Q and K after RoPE and V, every layer and 
   const int hd = c.head_dim();
   for (int i = 0; i < c.dim; i += 2) {
     // Interleaved RoPE at position 1: the pair (i, i+1) turns by 10000^(-(i mod hd)/hd) radians.
-    const double a = project(m.layers[0].wq, i), b = project(m.layers[0].wq, i + 1);
+    const double a = project(m.layers[0].wq.floats(), i), b = project(m.layers[0].wq.floats(), i + 1);
     const double angle = std::pow(10000.0, -static_cast<double>(i % hd) / hd);
     CHECK(q[static_cast<std::size_t>(i)] == doctest::Approx(a * std::cos(angle) - b * std::sin(angle)).epsilon(1e-4).scale(1));
     CHECK(q[static_cast<std::size_t>(i) + 1] == doctest::Approx(a * std::sin(angle) + b * std::cos(angle)).epsilon(1e-4).scale(1));
   }
-  for (int i = 0; i < c.kv_dim(); ++i) CHECK(v[static_cast<std::size_t>(i)] == doctest::Approx(project(m.layers[0].wv, i)).epsilon(1e-4).scale(1));
+  for (int i = 0; i < c.kv_dim(); ++i) CHECK(v[static_cast<std::size_t>(i)] == doctest::Approx(project(m.layers[0].wv.floats(), i)).epsilon(1e-4).scale(1));
   std::filesystem::remove(path);
 }

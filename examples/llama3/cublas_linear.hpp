@@ -1,6 +1,7 @@
 // CublasLinear: the decoder's Linear policy on a GPU (kvd-llama --device cuda). Each weight
 // matrix is copied to device memory on first use (float, row-major [out][in], kept for the
-// decoder's life); each call uploads its input rows, runs cublasSgemv (one row) or cublasSgemm
+// decoder's life; a matrix in GGUF blocks is dequantized to float on the host first, since cuBLAS
+// computes in float); each call uploads its input rows, runs cublasSgemv (one row) or cublasSgemm
 // (a prefill chunk) and downloads the output. cuBLAS is column-major: a row-major [out][in] W is
 // a column-major [in][out] matrix, so y = W x is Sgemv with op T, and Y[n][out] = X W^T is
 // Sgemm(T, N) with m = out, n = n, k = in.
@@ -9,6 +10,7 @@
 #include <cstddef>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -18,6 +20,8 @@
 #include "kvdrive/cuda/check.cuh"
 #include "kvdrive/cuda/device_buffer.cuh"
 #include "kvdrive/cuda/stream.cuh"
+#include "matrix.hpp"
+#include "quant.hpp"
 
 namespace kvdrive::llama {
 
@@ -47,13 +51,14 @@ class CublasLinear {
   static constexpr const char* name() { return "cublas"; }
 
   /// y[out] = W[out][in] x[in].
-  void matvec(const float* w, const float* x, float* y, std::size_t out, std::size_t in) { matmul(w, x, y, 1, out, in); }
+  void matvec(const Matrix& w, const float* x, float* y) { matmul(w, x, y, 1); }
 
   /// Y[n][out] = X[n][in] W^T.
-  void matmul(const float* w, const float* x, float* y, std::size_t n, std::size_t out, std::size_t in) {
+  void matmul(const Matrix& w, const float* x, float* y, std::size_t n) {
+    const auto out = static_cast<std::size_t>(w.rows), in = static_cast<std::size_t>(w.cols);
     KVD_EXPECT(n > 0 && out > 0 && in > 0 && out <= kMaxDim && in <= kMaxDim && n <= kMaxDim,
                "CublasLinear: shape {} x {} x {} outside 1..{}", n, out, in, kMaxDim);
-    const float* dw = weight(w, out * in);
+    const float* dw = weight(w);
     grow(x_, n * in);
     grow(y_, n * out);
     KVD_CUDA_CHECK(cudaMemcpyAsync(x_.data(), x, n * in * sizeof(float), cudaMemcpyHostToDevice, stream_.get()));
@@ -73,19 +78,29 @@ class CublasLinear {
  private:
   static constexpr std::size_t kMaxDim = std::size_t{1} << 30;
 
-  const float* weight(const float* host, std::size_t elems) {
-    auto it = weights_.find(host);
+  const float* weight(const Matrix& w) {
+    const std::size_t elems = static_cast<std::size_t>(w.rows) * static_cast<std::size_t>(w.cols);
+    const void* key = w.data;
+    auto it = weights_.find(key);
     if (it == weights_.end()) {
+      std::vector<float> dequantized;
+      const float* host = w.floats();
+      if (host == nullptr) {
+        dequantized.resize(elems);
+        for (std::int64_t r = 0; r < w.rows; ++r)
+          dequantize_row(w.type, w.row(r), dequantized.data() + static_cast<std::size_t>(r) * static_cast<std::size_t>(w.cols), w.cols);
+        host = dequantized.data();
+      }
       cuda::DeviceBuffer<float> buf(elems);
       // On the stream the GEMMs run on, and waited for: a pageable cudaMemcpy may return before
       // the bytes reach the device, and stream_ does not wait for the legacy default stream.
       KVD_CUDA_CHECK(cudaMemcpyAsync(buf.data(), host, elems * sizeof(float), cudaMemcpyHostToDevice, stream_.get()));
       stream_.synchronize();
       weight_bytes_ += elems * sizeof(float);
-      it = weights_.emplace(host, std::move(buf)).first;
+      it = weights_.emplace(key, std::move(buf)).first;
     }
-    KVD_EXPECT(it->second.size() == elems, "CublasLinear: the weight at {} was used with {} then {} elements",
-               static_cast<const void*>(host), it->second.size(), elems);
+    KVD_EXPECT(it->second.size() == elems, "CublasLinear: the weight at {} was used with {} then {} elements", key,
+               it->second.size(), elems);
     return it->second.data();
   }
   static void grow(cuda::DeviceBuffer<float>& b, std::size_t n) {
@@ -94,7 +109,7 @@ class CublasLinear {
 
   cuda::Stream stream_;
   cublasHandle_t handle_ = nullptr;
-  std::unordered_map<const float*, cuda::DeviceBuffer<float>> weights_;
+  std::unordered_map<const void*, cuda::DeviceBuffer<float>> weights_;
   cuda::DeviceBuffer<float> x_, y_;
   std::size_t weight_bytes_ = 0;
 };

@@ -10,6 +10,12 @@
 // shares prefixes through a remote tier (KvManager::share_prefixes), prefill first loads the
 // longest run of the prompt's shared prefix that another engine published
 // (KvManager::load_prefix) and computes only the tokens after it.
+//
+// For benchmarks that compare managers on the same work: keep_prefill() records what prefill
+// gave the manager (every layer's K/V, the warm-up queries, the last logits) in a
+// PrefillSnapshot, and prefill_from() hands a snapshot to another decoder's manager without
+// computing the prompt again, so that decoder continues exactly as if it had prefilled itself.
+// teacher_force() returns the logits at every position of a text.
 #pragma once
 
 #include <chrono>
@@ -56,6 +62,16 @@ struct DecoderTimes {
   std::int64_t prefill_tokens = 0, decode_tokens = 0;
 };
 
+/// What a prefill gave the manager, for another manager to start from (Decoder::prefill_from).
+struct PrefillSnapshot {
+  std::int64_t tokens = 0;
+  int chunk = 0;                          ///< the prefill chunk the K/V were handed over in
+  std::vector<std::vector<float>> k, v;   ///< [layer]: [tokens][kv_heads][head_dim], after RoPE
+  std::int64_t observed = 0;              ///< warm-up queries kept (the prompt's last positions)
+  std::vector<std::vector<float>> obs_q;  ///< [layer]: [observed][heads][head_dim]
+  std::vector<float> logits;              ///< after the prompt's last token
+};
+
 /// Linear: where the projections, FFN and logits run (CpuLinear, or CublasLinear on a GPU),
 /// constructed from the decoder's thread pool.
 template <class Manager, class Linear = CpuLinear>
@@ -65,7 +81,7 @@ class Decoder {
   Decoder(const Model& model, Manager& kv, ThreadPool& pool, int prefill_chunk = 256,
           std::optional<PrefixDigest> digest = std::nullopt)
       : m_(model), c_(model.config), kv_(kv), pool_(pool), lin_(pool), chunk_(prefill_chunk),
-        rope_(c_.head_dim(), c_.rope_theta, c_.rope_layout, c_.rope_scaling) {
+        rope_(c_.head_dim(), c_.rope_theta, c_.rope_layout, c_.rope_scaling, c_.rope_freq_factors) {
     KVD_EXPECT(prefill_chunk >= 1, "prefill chunk {} must be >= 1", prefill_chunk);
     const auto& s = kv.config().shape;
     KVD_EXPECT(s.layers == c_.layers && s.q_heads == c_.heads && s.kv_heads == c_.kv_heads && s.head_dim == c_.head_dim(),
@@ -107,6 +123,64 @@ class Decoder {
   /// The micro-batch size tune chose (0 before, or if the pipeline has none).
   std::size_t tuned_micro_batch() const { return tuned_; }
 
+  /// The next prefill also records what it gives the manager into `snap` (nullptr: stop).
+  void keep_prefill(PrefillSnapshot* snap) { snap_ = snap; }
+
+  /// Starts this decoder's sequence from another decoder's prefill, without computing the prompt:
+  /// the same K/V go to this manager in the same chunks, then the same warm-up (this decoder's
+  /// warm_up_after_prefill and tune_clusters settings apply, with at most the snapshot's queries).
+  const std::vector<float>& prefill_from(const PrefillSnapshot& snap) {
+    KVD_EXPECT(pos_ == 0, "prefill_from: the decoder has already run {} tokens", pos_);
+    KVD_EXPECT(snap.tokens > 0 && snap.chunk > 0 && snap.k.size() == static_cast<std::size_t>(c_.layers) &&
+                   snap.v.size() == snap.k.size() && snap.logits.size() == logits_.size(),
+               "prefill_from: the snapshot ({} tokens, {} layers) does not fit this model ({} layers)", snap.tokens, snap.k.size(),
+               c_.layers);
+    KVD_EXPECT(snap.tokens <= c_.max_seq, "prefill_from: {} tokens exceed the model's context {}", snap.tokens, c_.max_seq);
+    const auto t0 = Clock::now();
+    const int kvh = c_.kv_heads, d = c_.head_dim();
+    const auto row = static_cast<std::size_t>(kvh) * d;
+    for (int l = 0; l < c_.layers; ++l)
+      KVD_EXPECT(snap.k[static_cast<std::size_t>(l)].size() == static_cast<std::size_t>(snap.tokens) * row &&
+                     snap.v[static_cast<std::size_t>(l)].size() == snap.k[static_cast<std::size_t>(l)].size(),
+                 "prefill_from: layer {} holds the wrong number of K/V values", l);
+    for (std::int64_t p0 = 0; p0 < snap.tokens; p0 += snap.chunk) {
+      const std::int64_t len = std::min<std::int64_t>(snap.chunk, snap.tokens - p0);
+      for (int l = 0; l < c_.layers; ++l)
+        kv_.prefill(seq_, l, make_view(snap.k[static_cast<std::size_t>(l)].data() + static_cast<std::size_t>(p0) * row, len, kvh, d),
+                    make_view(snap.v[static_cast<std::size_t>(l)].data() + static_cast<std::size_t>(p0) * row, len, kvh, d));
+    }
+    pos_ = snap.tokens;
+    const std::int64_t obs = std::min<std::int64_t>(observed_, snap.observed);
+    if (obs > 0) {
+      std::vector<std::vector<float>> q(static_cast<std::size_t>(c_.layers));
+      const auto qrow = static_cast<std::size_t>(c_.heads) * d;
+      for (int l = 0; l < c_.layers; ++l) {
+        const auto& src = snap.obs_q[static_cast<std::size_t>(l)];
+        q[static_cast<std::size_t>(l)].assign(src.end() - static_cast<std::ptrdiff_t>(static_cast<std::size_t>(obs) * qrow), src.end());
+      }
+      finish_prefill(std::move(q), obs);
+    }
+    logits_ = snap.logits;
+    times_.prefill_tokens += snap.tokens;
+    times_.prefill_ms += ms_since(t0);
+    return logits_;
+  }
+
+  /// The logits after every token of `tokens` (a fresh decoder's whole text, run as a prompt):
+  /// row i predicts token i + 1.
+  std::vector<std::vector<float>> teacher_force(std::span<const int> tokens) {
+    all_logits_.clear();
+    keep_all_logits_ = true;
+    try {
+      prefill(tokens);
+    } catch (...) {
+      keep_all_logits_ = false;
+      throw;
+    }
+    keep_all_logits_ = false;
+    return std::exchange(all_logits_, {});
+  }
+
   /// Records Q (after RoPE), K (after RoPE) and V of every layer and position from now on.
   void record(eval::TraceWriter* trace) { trace_ = trace; }
 
@@ -130,6 +204,14 @@ class Decoder {
     obs_first_ = n - std::min<std::int64_t>(observed_, n);
     obs_q_.assign(observed_ > 0 ? static_cast<std::size_t>(c_.layers) : 0, {});
     const std::int64_t loaded = load_shared_prefix(n);
+    if (snap_ != nullptr) {
+      KVD_EXPECT(loaded == 0, "keep_prefill: a prefix loaded from the remote tier is not recorded");
+      *snap_ = {};
+      snap_->tokens = n;
+      snap_->chunk = chunk_;
+      snap_->k.assign(static_cast<std::size_t>(c_.layers), {});
+      snap_->v.assign(static_cast<std::size_t>(c_.layers), {});
+    }
     for (std::int64_t p0 = loaded; p0 < n; p0 += chunk_) {
       const std::int64_t len = std::min<std::int64_t>(chunk_, n - p0);
       prefill_chunk(tokens.subspan(static_cast<std::size_t>(p0), static_cast<std::size_t>(len)), p0);
@@ -138,19 +220,13 @@ class Decoder {
     prompt_k_.clear();
     prompt_v_.clear();
     pos_ = n;  // the prompt is in the manager, whatever warm-up does
-    if (observed_ > 0) {
-      const auto tw = Clock::now();
-      const std::vector<std::vector<float>> obs_q = std::exchange(obs_q_, {});
-      if constexpr (requires { kv_.tune_clusters(seq_, 0, make_view(obs_q[0].data(), 1, c_.heads, c_.head_dim())); }) {
-        if (tune_clusters_) {
-          cluster_choice_ = kv_.tune_clusters(seq_, 0, make_view(obs_q[0].data(), n - obs_first_, c_.heads, c_.head_dim()));
-          for (int l = 1; l < c_.layers; ++l) kv_.reindex(seq_, l);
-        }
-      }
-      for (int l = 0; l < c_.layers; ++l)
-        kv_.warm_up(seq_, l, make_view(obs_q[static_cast<std::size_t>(l)].data(), n - obs_first_, c_.heads, c_.head_dim()));
-      times_.warm_up_ms += ms_since(tw);
+    if (snap_ != nullptr) {
+      snap_->observed = observed_ > 0 ? n - obs_first_ : 0;
+      snap_->obs_q = obs_q_;
+      snap_->logits = logits_;
+      snap_ = nullptr;
     }
+    if (observed_ > 0) finish_prefill(std::exchange(obs_q_, {}), n - obs_first_);
     times_.prefill_tokens += n;
     times_.prefill_ms += ms_since(t0);
     return logits_;
@@ -161,7 +237,8 @@ class Decoder {
     check_tokens(std::span<const int>(&token, 1));
     const auto t0 = Clock::now();
     const int dim = c_.dim, d = c_.head_dim(), kvd = c_.kv_dim();
-    x_.assign(m_.token_embedding + static_cast<std::size_t>(token) * dim, m_.token_embedding + static_cast<std::size_t>(token + 1) * dim);
+    x_.resize(static_cast<std::size_t>(dim));
+    embed_row(m_.token_embedding, token, x_.data());
     xb_.resize(static_cast<std::size_t>(dim));
     q_.resize(static_cast<std::size_t>(dim));
     k_.resize(static_cast<std::size_t>(kvd));
@@ -172,9 +249,9 @@ class Decoder {
       const LayerWeights& w = m_.layers[static_cast<std::size_t>(l)];
       rmsnorm(xb_.data(), x_.data(), w.rms_att, dim, c_.rms_eps);
       linear([&] {
-        lin_.matvec(w.wq, xb_.data(), q_.data(), dim, dim);
-        lin_.matvec(w.wk, xb_.data(), k_.data(), kvd, dim);
-        lin_.matvec(w.wv, xb_.data(), v_.data(), kvd, dim);
+        lin_.matvec(w.wq, xb_.data(), q_.data());
+        lin_.matvec(w.wk, xb_.data(), k_.data());
+        lin_.matvec(w.wv, xb_.data(), v_.data());
       });
       rope_.rotate(q_.data(), c_.heads, pos_);
       rope_.rotate(k_.data(), c_.kv_heads, pos_);
@@ -190,7 +267,7 @@ class Decoder {
       }
       kv_.attend(l, batch, make_view(q_, 1, c_.heads, d), make_view(k_, 1, c_.kv_heads, d),
                  make_view(v_, 1, c_.kv_heads, d), make_view(att_, 1, c_.heads, d));
-      residual(w.wo, att_.data(), 1, dim);
+      residual(w.wo, att_.data(), 1);
       ffn(w, 1);
     }
     final_logits(x_.data());
@@ -203,6 +280,21 @@ class Decoder {
  private:
   using Clock = std::chrono::steady_clock;
   static double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+  /// After the prompt is in: the cluster size tuned (if asked) and every layer warmed up from
+  /// the last `observed` prompt queries.
+  void finish_prefill(const std::vector<std::vector<float>>& obs_q, std::int64_t observed) {
+    const auto tw = Clock::now();
+    if constexpr (requires { kv_.tune_clusters(seq_, 0, make_view(obs_q[0].data(), 1, c_.heads, c_.head_dim())); }) {
+      if (tune_clusters_) {
+        cluster_choice_ = kv_.tune_clusters(seq_, 0, make_view(obs_q[0].data(), observed, c_.heads, c_.head_dim()));
+        for (int l = 1; l < c_.layers; ++l) kv_.reindex(seq_, l);
+      }
+    }
+    for (int l = 0; l < c_.layers; ++l)
+      kv_.warm_up(seq_, l, make_view(obs_q[static_cast<std::size_t>(l)].data(), observed, c_.heads, c_.head_dim()));
+    times_.warm_up_ms += ms_since(tw);
+  }
 
   void check_tokens(std::span<const int> tokens) const {
     for (int t : tokens) KVD_EXPECT(t >= 0 && t < c_.vocab, "token id {} out of range [0, {})", t, c_.vocab);
@@ -218,13 +310,13 @@ class Decoder {
   }
 
   /// x[n][dim] += in[n][in_dim] W^T (W is [dim][in_dim]).
-  void residual(const float* w, const float* in, std::int64_t n, int in_dim) {
+  void residual(const Matrix& w, const float* in, std::int64_t n) {
     tmp_.resize(static_cast<std::size_t>(n) * c_.dim);
     linear([&] {
       if (n == 1)
-        lin_.matvec(w, in, tmp_.data(), static_cast<std::size_t>(c_.dim), static_cast<std::size_t>(in_dim));
+        lin_.matvec(w, in, tmp_.data());
       else
-        lin_.matmul(w, in, tmp_.data(), static_cast<std::size_t>(n), static_cast<std::size_t>(c_.dim), static_cast<std::size_t>(in_dim));
+        lin_.matmul(w, in, tmp_.data(), static_cast<std::size_t>(n));
     });
     for (std::size_t i = 0; i < tmp_.size(); ++i) x_[i] += tmp_[i];
   }
@@ -239,21 +331,21 @@ class Decoder {
     h3_.resize(h1_.size());
     linear([&] {
       if (n == 1) {
-        lin_.matvec(w.w1, xb_.data(), h1_.data(), hid, dim);
-        lin_.matvec(w.w3, xb_.data(), h3_.data(), hid, dim);
+        lin_.matvec(w.w1, xb_.data(), h1_.data());
+        lin_.matvec(w.w3, xb_.data(), h3_.data());
       } else {
-        lin_.matmul(w.w1, xb_.data(), h1_.data(), n, hid, dim);
-        lin_.matmul(w.w3, xb_.data(), h3_.data(), n, hid, dim);
+        lin_.matmul(w.w1, xb_.data(), h1_.data(), static_cast<std::size_t>(n));
+        lin_.matmul(w.w3, xb_.data(), h3_.data(), static_cast<std::size_t>(n));
       }
     });
     for (std::size_t i = 0; i < h1_.size(); ++i) h1_[i] = silu(h1_[i]) * h3_[i];
-    residual(w.w2, h1_.data(), n, hid);
+    residual(w.w2, h1_.data(), n);
   }
 
   void final_logits(const float* x_row) {
     xb_.resize(static_cast<std::size_t>(c_.dim));
     rmsnorm(xb_.data(), x_row, m_.rms_final, c_.dim, c_.rms_eps);
-    linear([&] { lin_.matvec(m_.classifier, xb_.data(), logits_.data(), c_.vocab, c_.dim); });
+    linear([&] { lin_.matvec(m_.classifier, xb_.data(), logits_.data()); });
   }
 
   /// Loads what it can of the prompt from the remote tier; returns the tokens loaded. It leaves
@@ -287,8 +379,7 @@ class Decoder {
     const int dim = c_.dim, d = c_.head_dim(), kvd = c_.kv_dim(), kvh = c_.kv_heads;
     const auto n = static_cast<std::int64_t>(tokens.size());
     x_.resize(static_cast<std::size_t>(n) * dim);
-    for (std::int64_t i = 0; i < n; ++i)
-      std::copy_n(m_.token_embedding + static_cast<std::size_t>(tokens[i]) * dim, dim, x_.data() + i * dim);
+    for (std::int64_t i = 0; i < n; ++i) embed_row(m_.token_embedding, tokens[static_cast<std::size_t>(i)], x_.data() + i * dim);
     xb_.resize(x_.size());
     q_.resize(x_.size());
     k_.resize(static_cast<std::size_t>(n) * kvd);
@@ -298,9 +389,9 @@ class Decoder {
       const LayerWeights& w = m_.layers[static_cast<std::size_t>(l)];
       for (std::int64_t i = 0; i < n; ++i) rmsnorm(xb_.data() + i * dim, x_.data() + i * dim, w.rms_att, dim, c_.rms_eps);
       linear([&] {
-        lin_.matmul(w.wq, xb_.data(), q_.data(), n, dim, dim);
-        lin_.matmul(w.wk, xb_.data(), k_.data(), n, kvd, dim);
-        lin_.matmul(w.wv, xb_.data(), v_.data(), n, kvd, dim);
+        lin_.matmul(w.wq, xb_.data(), q_.data(), static_cast<std::size_t>(n));
+        lin_.matmul(w.wk, xb_.data(), k_.data(), static_cast<std::size_t>(n));
+        lin_.matmul(w.wv, xb_.data(), v_.data(), static_cast<std::size_t>(n));
       });
       for (std::int64_t i = 0; i < n; ++i) {
         rope_.rotate(q_.data() + i * dim, c_.heads, p0 + i);
@@ -341,10 +432,22 @@ class Decoder {
       causal_attention(pool_, ca);
       times_.prefill_attention_ms += ms_since(ta);
       kv_.prefill(seq_, l, make_view(k_.data(), n, kvh, d), make_view(v_.data(), n, kvh, d));
-      residual(w.wo, att_.data(), n, dim);
+      if (snap_ != nullptr) {
+        auto& sk = snap_->k[static_cast<std::size_t>(l)];
+        auto& sv = snap_->v[static_cast<std::size_t>(l)];
+        sk.insert(sk.end(), k_.begin(), k_.begin() + n * kvd);
+        sv.insert(sv.end(), v_.begin(), v_.begin() + n * kvd);
+      }
+      residual(w.wo, att_.data(), n);
       ffn(w, n);
     }
+    if (keep_all_logits_)
+      for (std::int64_t i = 0; i + 1 < n; ++i) {
+        final_logits(x_.data() + i * dim);
+        all_logits_.push_back(logits_);
+      }
     final_logits(x_.data() + (n - 1) * dim);
+    if (keep_all_logits_) all_logits_.push_back(logits_);
   }
 
   const Model& m_;
@@ -367,6 +470,9 @@ class Decoder {
   std::size_t tuned_ = 0;
   std::int64_t obs_first_ = 0;            ///< first prompt position whose queries are kept
   std::vector<std::vector<float>> obs_q_;  ///< [layer]: [observed][heads][head_dim] while prefilling
+  PrefillSnapshot* snap_ = nullptr;        ///< the next prefill records into it (keep_prefill)
+  bool keep_all_logits_ = false;           ///< teacher_force: logits at every position
+  std::vector<std::vector<float>> all_logits_;
 };
 
 }  // namespace kvdrive::llama

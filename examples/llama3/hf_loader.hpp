@@ -154,26 +154,30 @@ inline Model load_hf(const std::filesystem::path& dir) {
   // owned vectors must not move while pointers into them are handed out
   m.owned.reserve(where.size() + 1);
   const std::int64_t D = c.dim, H = c.hidden_dim, KV = c.kv_dim(), V = c.vocab;
-  m.token_embedding = tensor("model.embed_tokens.weight", {V, D});
+  const auto matrix = [&](const std::string& name, std::int64_t rows, std::int64_t cols) {
+    return Matrix::f32(tensor(name, {rows, cols}), rows, cols);
+  };
+  m.token_embedding = matrix("model.embed_tokens.weight", V, D);
   for (int l = 0; l < c.layers; ++l) {
     const std::string pre = "model.layers." + std::to_string(l) + ".";
     LayerWeights w;
     w.rms_att = tensor(pre + "input_layernorm.weight", {D});
-    w.wq = tensor(pre + "self_attn.q_proj.weight", {D, D});
-    w.wk = tensor(pre + "self_attn.k_proj.weight", {KV, D});
-    w.wv = tensor(pre + "self_attn.v_proj.weight", {KV, D});
-    w.wo = tensor(pre + "self_attn.o_proj.weight", {D, D});
+    w.wq = matrix(pre + "self_attn.q_proj.weight", D, D);
+    w.wk = matrix(pre + "self_attn.k_proj.weight", KV, D);
+    w.wv = matrix(pre + "self_attn.v_proj.weight", KV, D);
+    w.wo = matrix(pre + "self_attn.o_proj.weight", D, D);
     w.rms_ffn = tensor(pre + "post_attention_layernorm.weight", {D});
-    w.w1 = tensor(pre + "mlp.gate_proj.weight", {H, D});
-    w.w2 = tensor(pre + "mlp.down_proj.weight", {D, H});
-    w.w3 = tensor(pre + "mlp.up_proj.weight", {H, D});
+    w.w1 = matrix(pre + "mlp.gate_proj.weight", H, D);
+    w.w2 = matrix(pre + "mlp.down_proj.weight", D, H);
+    w.w3 = matrix(pre + "mlp.up_proj.weight", H, D);
     m.layers.push_back(w);
   }
   m.rms_final = tensor("model.norm.weight", {D});
-  m.classifier = c.tied_embeddings || !where.count("lm_head.weight") ? m.token_embedding : tensor("lm_head.weight", {V, D});
+  m.classifier = c.tied_embeddings || !where.count("lm_head.weight") ? m.token_embedding : matrix("lm_head.weight", V, D);
   KVD_EXPECT(c.tied_embeddings || where.count("lm_head.weight"),
              "{}: tensor 'lm_head.weight' is missing (tie_word_embeddings is false)", dir.string());
   m.files = std::move(keep);
+  m.weight_types = "F32";
   return m;
 }
 

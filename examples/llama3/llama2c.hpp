@@ -74,21 +74,25 @@ inline Model load_llama2c(const std::string& path) {
     p += n;
     return t;
   };
-  m.token_embedding = take(V * D);
+  const auto matrix = [&](std::uint64_t rows, std::uint64_t cols) {
+    return Matrix::f32(take(rows * cols), static_cast<std::int64_t>(rows), static_cast<std::int64_t>(cols));
+  };
+  m.token_embedding = matrix(V, D);
   m.layers.resize(static_cast<std::size_t>(L));
   for (auto& l : m.layers) l.rms_att = take(D);
-  for (auto& l : m.layers) l.wq = take(D * D);
-  for (auto& l : m.layers) l.wk = take(KV * D);
-  for (auto& l : m.layers) l.wv = take(KV * D);
-  for (auto& l : m.layers) l.wo = take(D * D);
+  for (auto& l : m.layers) l.wq = matrix(D, D);
+  for (auto& l : m.layers) l.wk = matrix(KV, D);
+  for (auto& l : m.layers) l.wv = matrix(KV, D);
+  for (auto& l : m.layers) l.wo = matrix(D, D);
   for (auto& l : m.layers) l.rms_ffn = take(D);
-  for (auto& l : m.layers) l.w1 = take(H * D);
-  for (auto& l : m.layers) l.w2 = take(D * H);
-  for (auto& l : m.layers) l.w3 = take(H * D);
+  for (auto& l : m.layers) l.w1 = matrix(H, D);
+  for (auto& l : m.layers) l.w2 = matrix(D, H);
+  for (auto& l : m.layers) l.w3 = matrix(H, D);
   m.rms_final = take(D);
   take(S * HD / 2);  // freq_cis_real: recomputed, not read
   take(S * HD / 2);  // freq_cis_imag
-  m.classifier = c.tied_embeddings ? m.token_embedding : take(V * D);
+  m.classifier = c.tied_embeddings ? m.token_embedding : matrix(V, D);
+  m.weight_types = "F32";
   m.file = std::move(file);
   return m;
 }

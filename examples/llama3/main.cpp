@@ -1,14 +1,19 @@
-// kvd-llama: the reference Llama decoder on kvdrive. Loads a llama2.c checkpoint or makes a
-// synthetic model, prefills a prompt, decodes N tokens with every attention going through a
+// kvd-llama: the reference Llama decoder on kvdrive. Loads a GGUF file (SmolLM2 and other Llama
+// models, quantized or not), a Hugging Face folder or a llama2.c checkpoint, or makes a synthetic
+// model, prefills a prompt, decodes N tokens with every attention going through a
 // kvdrive::KvManager (dense, or sparse with a chosen index), and closes with a summary. This file
 // parses the options and picks the KvManager's policies; run.hpp does the run, on the CPU or,
 // with --device cuda, through run_cuda.cu.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <string_view>
 #include <string>
 
+#include "gguf_loader.hpp"
 #include "hf_loader.hpp"
 #include "kvdrive/kvdrive.hpp"
 #include "kvdrive/tier/ssd.hpp"
@@ -19,6 +24,7 @@
 #include "run.hpp"
 #include "run_cuda.hpp"
 #include "synthetic.hpp"
+#include "weights_f32.hpp"
 
 using namespace kvdrive;
 using namespace kvdrive::llama;
@@ -35,22 +41,54 @@ int run_cpu(const RunOptions& o, const Model& model, ThreadPool& pool) {
   return run<Index, TierList, Pipeline, backend::Cpu, CpuLinear, CpuRemote>(o, model, pool, backend::Cpu({o.threads}));
 }
 
+/// The cached file of the project's real model (scripts/get-model fetches it).
+std::string smollm2_path() {
+  const char* dir = std::getenv("KVD_MODEL_DIR");
+  const char* home = std::getenv("HOME");
+  const std::filesystem::path p = dir != nullptr && *dir != '\0'
+                                      ? std::filesystem::path(dir)
+                                      : std::filesystem::path(home != nullptr && *home != '\0' ? home : "/tmp") / ".cache/kvdrive/models";
+  const std::filesystem::path f = p / "SmolLM2-135M-Instruct.Q4_1.gguf";
+  KVD_EXPECT(std::filesystem::is_regular_file(f), "--model smollm2: {} is missing; run scripts/get-model to fetch it", f.string());
+  return f.string();
+}
+
+/// A GGUF file: by its first four bytes, whatever its name.
+bool is_gguf(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  char magic[4] = {};
+  return f.read(magic, 4) && std::string_view(magic, 4) == "GGUF";
+}
+
 int main(int argc, char** argv) {
   RunOptions o;
   CLI::App app{"kvd-llama: a Llama decoder whose attention runs through kvdrive::KvManager"};
-  app.add_option("--model", o.model, "llama2.c checkpoint (.bin), Hugging Face folder (config.json + safetensors), or synthetic:NAME[:seed=N] (tiny, small, llama3-8b, llama3-8b-layer)");
+  app.add_option("--model", o.model, "GGUF file (its tokenizer and chat template included), smollm2 (the cached SmolLM2-135M-Instruct; "
+                 "scripts/get-model), llama2.c checkpoint (.bin), Hugging Face folder (config.json + safetensors), or "
+                 "synthetic:NAME[:seed=N] (tiny, small, smollm2-shape, llama3-8b, llama3-8b-layer)");
   app.add_option("--layers", o.shape.layers, "synthetic models: layers")->check(CLI::Range(1, 1024));
   app.add_option("--heads", o.shape.heads, "synthetic models: query heads")->check(CLI::Range(1, 1024));
   app.add_option("--kv-heads", o.shape.kv_heads, "synthetic models: KV heads")->check(CLI::Range(1, 1024));
   app.add_option("--head-dim", o.shape.head_dim, "synthetic models: head dimension")->check(CLI::Range(2, 1024));
   app.add_option("--hidden", o.shape.hidden, "synthetic models: FFN width")->check(CLI::Range(1, 1 << 20));
   app.add_option("--vocab", o.shape.vocab, "synthetic models: vocabulary size")->check(CLI::Range(4, 1 << 24));
-  app.add_option("--tokenizer", o.tokenizer, "llama2.c tokenizer.bin or Llama-3 tokenizer.model (tiktoken)");
-  app.add_option("--prompt", o.prompt, "prompt text (needs --tokenizer)");
+  app.add_option("--tokenizer", o.tokenizer, "llama2.c tokenizer.bin or Llama-3 tokenizer.model (tiktoken); a GGUF model brings its own");
+  app.add_option("--prompt", o.prompt, "prompt text (needs a tokenizer)");
+  app.add_option("--prompt-file", o.prompt_file, "the prompt text from a file");
+  app.add_flag("--chat", o.chat, "wrap the prompt in the model's chat template (GGUF models: ChatML, Llama-3 or Llama-2) as the user's turn");
+  app.add_option("--system", o.system, "--chat: the system turn (default: the template's own, if it has one)");
+  app.add_option("--reply-prefix", o.reply_prefix, "--chat: the first words of the assistant's reply, which the model continues");
+  app.add_option("--needle", o.needle_tokens, "a needle-in-a-haystack question (implies --chat): a document of N tokens of the licence "
+                 "texts in /usr/share/common-licenses with one magic number inserted; the summary says whether the reply has it")
+      ->check(CLI::Range(std::int64_t{64}, std::int64_t{1} << 24));
+  app.add_option("--needle-depth", o.needle_depth, "--needle: where the number goes, as a fraction of the document")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--needle-seed", o.needle_seed, "--needle: picks the number");
+  app.add_option("--expect", o.expect, "the reply must contain this text; the summary says whether it does (and --needle sets it)");
+  app.add_flag("--ignore-eos", o.ignore_eos, "decode all --steps even past an end-of-generation token");
   app.add_option("--prompt-ids", o.prompt_ids, "prompt as space-separated token ids");
   app.add_option("--prompt-len", o.prompt_len, "a seeded synthetic prompt of N tokens (BOS first), for long-context runs")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24));
-  app.add_option("--steps", o.steps, "tokens to generate")->check(CLI::Range(0, 1 << 24));
+  app.add_option("--steps", o.steps, "tokens to generate (at most: generation ends at an end-of-generation token)")->check(CLI::Range(0, 1 << 24));
   app.add_option("--temperature", o.temperature, "sampling temperature; 0 is greedy")->check(CLI::Range(0.0, 100.0));
   app.add_option("--top-p", o.top_p, "nucleus sampling mass in (0, 1]");
   app.add_option("--seed", o.seed, "sampling and synthetic-prompt seed");
@@ -74,6 +112,10 @@ int main(int argc, char** argv) {
   app.add_option("--index", o.index, "sparse index: hierarchical (KVDrive), quest, mean-key, centroid, simhash, product-quant, oracle, oracle-mass")
       ->check(CLI::IsMember({"hierarchical", "quest", "mean-key", "centroid", "simhash", "product-quant", "oracle", "oracle-mass", "dense"}));
   app.add_option("--threads", o.threads, "CPU threads (0: all)");
+  std::string weights = "blocks";
+  app.add_option("--weights", weights, "blocks: compute from the GGUF blocks (activations quantized per block, as llama.cpp does); "
+                 "f32: decode every matrix to float first (exact, slower, more memory)")
+      ->check(CLI::IsMember({"blocks", "f32"}));
   app.add_option("--device", o.device, "cpu, or cuda: the KV cache in GPU memory (cuda::DeviceTier, attention by backend::Cuda) "
                  "and the projections in cuBLAS; modes dense, sparse and tiered (SSD behind), index hierarchical")
       ->check(CLI::IsMember({"cpu", "cuda"}));
@@ -106,8 +148,10 @@ int main(int argc, char** argv) {
     } else {
       KVD_EXPECT(!o.shape.layers && !o.shape.heads && !o.shape.kv_heads && !o.shape.head_dim && !o.shape.hidden && !o.shape.vocab,
                  "--layers/--heads/--kv-heads/--head-dim/--hidden/--vocab apply to synthetic models only");
-      model = std::filesystem::is_directory(o.model) ? load_hf(o.model) : load_llama2c(o.model);
+      if (o.model == "smollm2") o.model = smollm2_path();
+      model = std::filesystem::is_directory(o.model) ? load_hf(o.model) : is_gguf(o.model) ? load_gguf(o.model) : load_llama2c(o.model);
     }
+    if (weights == "f32") model = with_f32_weights(std::move(model));
     KVD_EXPECT(o.mode == "tiered" || (app.count("--fast-bytes") + app.count("--host-bytes") + app.count("--ssd-path") + app.count("--warm-up") + app.count("--pipeline") + app.count("--tune")) == 0,
                "--fast-bytes, --host-bytes, --ssd-path, --warm-up, --pipeline and --tune apply to --mode tiered");
     if (o.device == "cuda") return run_on_cuda(o, model, pool);

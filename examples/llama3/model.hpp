@@ -1,6 +1,7 @@
 // The Llama model the reference decoder runs: its hyper-parameters (LlamaConfig) and its weights
-// as float matrices (Weights), which point either into a mapped file or into owned storage.
-// Matrices are row-major [out][in]: y = W x.
+// (LayerWeights), which point either into a mapped file or into owned storage. Weight matrices
+// are Matrix views (matrix.hpp): row-major [out][in], y = W x, in float or in GGUF blocks; norm
+// weights are float.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +12,9 @@
 #include "kvdrive/core/digest.hpp"
 #include "kvdrive/core/error.hpp"
 #include "kvdrive/core/xxhash.hpp"
+#include "gguf_vocab.hpp"
 #include "mapped_file.hpp"
+#include "matrix.hpp"
 
 namespace kvdrive::llama {
 
@@ -38,6 +41,9 @@ struct LlamaConfig {
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   RopeLayout rope_layout = RopeLayout::interleaved;
+  /// Per-frequency divisors of RoPE (a GGUF file's rope_freqs.weight: Llama-3 scaling baked into
+  /// head_dim / 2 factors); empty: none. Used instead of rope_scaling when present.
+  std::vector<float> rope_freq_factors;
   float rms_eps = 1e-5f;
   bool tied_embeddings = true;  ///< the output head is the token embedding table
 
@@ -51,33 +57,37 @@ struct LlamaConfig {
     KVD_EXPECT(dim % heads == 0, "{}: dim {} is not a multiple of heads {}", source, dim, heads);
     KVD_EXPECT(heads % kv_heads == 0, "{}: heads {} is not a multiple of kv_heads {}", source, heads, kv_heads);
     KVD_EXPECT(head_dim() % 2 == 0, "{}: head_dim {} is odd; RoPE needs pairs", source, head_dim());
+    KVD_EXPECT(rope_freq_factors.empty() || static_cast<int>(rope_freq_factors.size()) == head_dim() / 2,
+               "{}: {} RoPE frequency factors, expected head_dim / 2 = {}", source, rope_freq_factors.size(), head_dim() / 2);
   }
 };
 
 struct LayerWeights {
   const float* rms_att = nullptr;  ///< [dim]
-  const float* wq = nullptr;       ///< [dim][dim]
-  const float* wk = nullptr;       ///< [kv_dim][dim]
-  const float* wv = nullptr;       ///< [kv_dim][dim]
-  const float* wo = nullptr;       ///< [dim][dim]
+  Matrix wq;                       ///< [dim][dim]
+  Matrix wk;                       ///< [kv_dim][dim]
+  Matrix wv;                       ///< [kv_dim][dim]
+  Matrix wo;                       ///< [dim][dim]
   const float* rms_ffn = nullptr;  ///< [dim]
-  const float* w1 = nullptr;       ///< [hidden][dim] (gate)
-  const float* w2 = nullptr;       ///< [dim][hidden] (down)
-  const float* w3 = nullptr;       ///< [hidden][dim] (up)
+  Matrix w1;                       ///< [hidden][dim] (gate)
+  Matrix w2;                       ///< [dim][hidden] (down)
+  Matrix w3;                       ///< [hidden][dim] (up)
 };
 
 struct Model {
   LlamaConfig config;
   std::string source;  ///< where it came from, for messages and summaries
-  const float* token_embedding = nullptr;  ///< [vocab][dim]
+  Matrix token_embedding;                 ///< [vocab][dim]: a row per token
   std::vector<LayerWeights> layers;
   const float* rms_final = nullptr;       ///< [dim]
-  const float* classifier = nullptr;      ///< [vocab][dim]
+  Matrix classifier;                      ///< [vocab][dim]
 
   // Backing storage: mapped files and/or owned arrays.
   std::shared_ptr<MappedFile> file;
   std::vector<std::shared_ptr<MappedFile>> files;  ///< further mapped files (shards)
   std::vector<std::vector<float>> owned;
+  std::shared_ptr<const GgufVocab> vocab;  ///< the tokenizer a GGUF file carries (nullptr for other formats)
+  std::string weight_types;  ///< the weight formats, for summaries ("f32", "Q4_1 + Q8_0 + F32", ...)
 
   std::size_t parameters() const {
     const auto& c = config;
@@ -95,16 +105,23 @@ inline PrefixDigest model_digest(const Model& m) {
   const auto add = [&](const float* p, std::size_t n) {
     if (p != nullptr) XXH3_128bits_update(st, p, n * sizeof(float));
   };
+  const auto add_matrix = [&](const Matrix& w) {
+    if (!w) return;
+    const auto type = static_cast<std::uint32_t>(w.type);
+    if (!w.is_f32()) XXH3_128bits_update(st, &type, sizeof type);  // float weights hash as they did before blocks
+    XXH3_128bits_update(st, w.data, w.bytes());
+  };
   const double shape[] = {double(c.layers), double(c.dim), double(c.heads), double(c.kv_heads), double(c.hidden_dim),
                           double(c.vocab), double(c.rope_theta), double(c.rms_eps), double(static_cast<int>(c.rope_layout)),
                           c.rope_scaling.factor, c.rope_scaling.low_freq_factor, c.rope_scaling.high_freq_factor,
                           c.rope_scaling.original_max_position};
   XXH3_128bits_update(st, shape, sizeof shape);
-  const auto dim = static_cast<std::size_t>(c.dim), kvd = static_cast<std::size_t>(c.kv_dim()), hid = static_cast<std::size_t>(c.hidden_dim);
-  add(m.token_embedding, static_cast<std::size_t>(c.vocab) * dim);
+  if (!c.rope_freq_factors.empty()) add(c.rope_freq_factors.data(), c.rope_freq_factors.size());
+  const auto dim = static_cast<std::size_t>(c.dim);
+  add_matrix(m.token_embedding);
   for (const LayerWeights& w : m.layers) {
-    add(w.rms_att, dim), add(w.wq, dim * dim), add(w.wk, kvd * dim), add(w.wv, kvd * dim), add(w.wo, dim * dim);
-    add(w.rms_ffn, dim), add(w.w1, hid * dim), add(w.w2, dim * hid), add(w.w3, hid * dim);
+    add(w.rms_att, dim), add_matrix(w.wq), add_matrix(w.wk), add_matrix(w.wv), add_matrix(w.wo);
+    add(w.rms_ffn, dim), add_matrix(w.w1), add_matrix(w.w2), add_matrix(w.w3);
   }
   add(m.rms_final, dim);  // the classifier is not hashed: it does not shape the K/V
   const XXH128_hash_t h = XXH3_128bits_digest(st);

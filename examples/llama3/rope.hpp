@@ -1,5 +1,6 @@
-// Rotary position embedding for both layouts, with Llama-3 frequency scaling. The inverse
-// frequencies of a head are computed once; rotate() applies them to every head of a q or k row.
+// Rotary position embedding for both layouts, with Llama-3 frequency scaling (as parameters, or
+// as per-frequency divisors the way GGUF files store it). The inverse frequencies of a head are
+// computed once; rotate() applies them to every head of a q or k row.
 #pragma once
 
 #include <cmath>
@@ -12,12 +13,16 @@ namespace kvdrive::llama {
 class Rope {
  public:
   Rope() = default;
-  Rope(int head_dim, double theta, RopeLayout layout, RopeScaling scaling = {})
+  /// freq_factors: head_dim / 2 divisors of the frequencies (GGUF's rope_freqs.weight); when
+  /// given, they replace `scaling`.
+  Rope(int head_dim, double theta, RopeLayout layout, RopeScaling scaling = {}, const std::vector<float>& freq_factors = {})
       : head_dim_(head_dim), layout_(layout), inv_freq_(static_cast<std::size_t>(head_dim / 2)) {
     constexpr double kPi = 3.14159265358979323846;
     for (int i = 0; i < head_dim / 2; ++i) {
       double f = 1.0 / std::pow(theta, 2.0 * i / head_dim);
-      if (scaling.factor > 0) {  // Llama-3: stretch low frequencies, keep high ones, blend between
+      if (!freq_factors.empty()) {
+        f /= static_cast<double>(freq_factors.at(static_cast<std::size_t>(i)));
+      } else if (scaling.factor > 0) {  // Llama-3: stretch low frequencies, keep high ones, blend between
         const double wavelen = 2 * kPi / f;
         const double low_wavelen = scaling.original_max_position / scaling.low_freq_factor;
         const double high_wavelen = scaling.original_max_position / scaling.high_freq_factor;

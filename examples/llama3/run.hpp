@@ -21,11 +21,13 @@
 
 #include <unistd.h>
 
+#include "chat.hpp"
 #include "decoder.hpp"
 #include "kvdrive/kvdrive.hpp"
 #include "kvdrive/tier/ssd.hpp"
 #include "linear.hpp"
 #include "model.hpp"
+#include "needle.hpp"
 #include "sampler.hpp"
 #include "synthetic.hpp"
 #include "tokenizer.hpp"
@@ -38,7 +40,16 @@ struct RunOptions {
   ShapeOverrides shape;
   std::string tokenizer;
   std::string prompt;
+  std::string prompt_file;          ///< the prompt's text from a file
   std::string prompt_ids;
+  bool chat = false;                ///< wrap the prompt in the model's chat template
+  std::string system;               ///< --chat: the system turn (default: the template's own, if any)
+  std::string reply_prefix;         ///< --chat: the first words of the reply, which the model continues
+  std::int64_t needle_tokens = 0;   ///< a needle-in-a-haystack task of this many document tokens (needle.hpp)
+  double needle_depth = 0.5;
+  std::uint64_t needle_seed = 1;
+  std::string expect;               ///< the reply must contain this text (the summary says whether it does)
+  bool ignore_eos = false;          ///< run every --steps even past an end-of-generation token
   std::int64_t prompt_len = 0;
   int steps = 32;
   float temperature = 0.0f;
@@ -145,10 +156,65 @@ TierList make_tiers(const RunOptions& o, const TierPlan& p) {
   }
 }
 
-/// The prompt: text (with a tokenizer), ids, a seeded synthetic prompt, or BOS alone.
-inline std::vector<int> make_prompt(const RunOptions& o, const LlamaConfig& c, const std::optional<Tokenizer>& tokenizer) {
-  KVD_EXPECT(o.prompt.empty() || tokenizer, "--prompt needs --tokenizer (or give --prompt-ids)");
-  std::vector<int> prompt = tokenizer && !o.prompt.empty() ? tokenizer->encode(o.prompt, true) : parse_ids(o.prompt_ids, c.vocab);
+inline std::string read_text_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  KVD_EXPECT(f.good(), "{}: cannot open", path);
+  std::ostringstream s;
+  s << f.rdbuf();
+  KVD_EXPECT(!f.bad(), "{}: cannot read", path);
+  return s.str();
+}
+
+/// The prompt's text before tokenizing: --prompt, --prompt-file or a --needle task, in the chat
+/// template with --chat (or --needle).
+struct PromptText {
+  std::string text;
+  bool special = false;      ///< special-token strings in the text are tokens (the chat template's)
+  std::string reply_prefix;  ///< printed before the generated text
+  std::string expect;        ///< what the reply must contain (empty: nothing checked)
+  std::string what;          ///< a line for the log (empty: nothing to say)
+};
+
+inline PromptText prompt_text(const RunOptions& o, const Model& m, const Tokenizer* tok) {
+  KVD_EXPECT(o.prompt.empty() + o.prompt_file.empty() + (o.needle_tokens == 0) >= 2, "--prompt, --prompt-file and --needle exclude each other");
+  PromptText p;
+  p.expect = o.expect;
+  p.reply_prefix = o.reply_prefix;
+  bool chat = o.chat;
+  if (!o.prompt_file.empty()) p.text = read_text_file(o.prompt_file);
+  else p.text = o.prompt;
+  if (o.needle_tokens > 0) {
+    KVD_EXPECT(tok != nullptr, "--needle needs a tokenizer (a GGUF model carries one)");
+    const NeedleTask t = make_needle_task({o.needle_tokens, o.needle_depth, o.needle_seed},
+                                          [&](const std::string& s) { return static_cast<std::int64_t>(tok->encode(s, false).size()); });
+    p.text = t.prompt;
+    if (p.reply_prefix.empty()) p.reply_prefix = t.reply_prefix;
+    if (p.expect.empty()) p.expect = t.answer;
+    chat = true;
+    p.what = fmt::format("needle: a {}-token document from {} ({} files), the number {} after its first {} tokens (depth {:.2f})",
+                         t.document_tokens, NeedleSpec{}.dir, t.sources.size(), t.answer, t.needle_token, o.needle_depth);
+  }
+  KVD_EXPECT(!chat || !p.text.empty(), "--chat needs a prompt (--prompt, --prompt-file or --needle)");
+  KVD_EXPECT(chat || (o.system.empty() && o.reply_prefix.empty()), "--system and --reply-prefix apply with --chat");
+  if (chat) {
+    KVD_EXPECT(m.vocab != nullptr, "--chat needs the model's chat template: a GGUF model ({} has none)", m.source);
+    const ChatTemplate ct = ChatTemplate::from_gguf(m.vocab->chat_template);
+    std::vector<ChatTurn> turns;
+    if (!o.system.empty()) turns.push_back({"system", o.system});
+    turns.push_back({"user", p.text});
+    p.text = ct.render(std::move(turns), p.reply_prefix);
+    p.special = true;
+  }
+  return p;
+}
+
+/// The prompt's ids: text (with a tokenizer), ids, a seeded synthetic prompt, or BOS alone.
+inline std::vector<int> make_prompt(const RunOptions& o, const LlamaConfig& c, const std::optional<Tokenizer>& tokenizer,
+                                    const PromptText& text) {
+  KVD_EXPECT(text.text.empty() || tokenizer, "a text prompt needs a tokenizer (--tokenizer, or a GGUF model), or give --prompt-ids");
+  KVD_EXPECT(text.text.empty() || o.prompt_ids.empty(), "--prompt-ids excludes a text prompt");
+  std::vector<int> prompt = tokenizer && !text.text.empty() ? tokenizer->encode(text.text, tokenizer->adds_bos(text.text), text.special)
+                                                            : parse_ids(o.prompt_ids, c.vocab);
   if (o.prompt_len > 0) {
     std::mt19937_64 rng(o.seed);
     std::uniform_int_distribution<int> tok(std::min(3, c.vocab - 1), c.vocab - 1);
@@ -179,7 +245,9 @@ int run(const RunOptions& o, const Model& model, ThreadPool& pool, Backend backe
   cfg.budget = Budget::fraction(o.budget);
   std::optional<Tokenizer> tokenizer;
   if (!o.tokenizer.empty()) tokenizer.emplace(o.tokenizer, c.vocab);
-  const std::vector<int> prompt = make_prompt(o, c, tokenizer);
+  else if (model.vocab) tokenizer.emplace(*model.vocab);
+  const PromptText text = prompt_text(o, model, tokenizer ? &*tokenizer : nullptr);
+  const std::vector<int> prompt = make_prompt(o, c, tokenizer, text);
   constexpr bool tiered = TierList::kCount > 1;
   TierPlan plan;
   if constexpr (tiered) plan = plan_tiers(o, cfg, static_cast<std::int64_t>(prompt.size()) + o.steps);
@@ -220,8 +288,10 @@ int run(const RunOptions& o, const Model& model, ThreadPool& pool, Backend backe
   }
 
   if (!o.print_ids)
-    fmt::print("kvd-llama: {} ({} layers, dim {}, {}/{} heads, head_dim {}, vocab {}, {:.1f}M parameters)\n", model.source,
-               c.layers, c.dim, c.heads, c.kv_heads, c.head_dim(), c.vocab, static_cast<double>(model.parameters()) / 1e6);
+    fmt::print("kvd-llama: {} ({} layers, dim {}, {}/{} heads, head_dim {}, vocab {}, {:.1f}M parameters, weights {})\n", model.source,
+               c.layers, c.dim, c.heads, c.kv_heads, c.head_dim(), c.vocab, static_cast<double>(model.parameters()) / 1e6,
+               model.weight_types.empty() ? "F32" : model.weight_types);
+  if (!o.print_ids && !text.what.empty()) fmt::print("{}\n", text.what);
   if (!o.print_ids)
     fmt::print("attention: {} ({}) on {}, {} KV, {}-token pages, sink {}, local {}, {} threads; projections: {}; prompt {} tokens, {} steps\n",
                o.mode, Index::name(), o.device, dtype_name(cfg.dtype), cfg.page_tokens, cfg.sink_tokens, cfg.local_tokens,
@@ -232,12 +302,31 @@ int run(const RunOptions& o, const Model& model, ThreadPool& pool, Backend backe
   const auto prefill_bytes_read = kv.total_stats().bytes_read;  // warm-up reads, kept apart from decoding's
   Sampler sampler(o.temperature, o.top_p, o.seed);
   std::vector<int> generated;
+  // With a tokenizer, the reply is printed as it is generated, and generation ends at an
+  // end-of-generation token (EOS, EOT; not printed) unless --ignore-eos.
+  const bool stream = tokenizer && !o.print_ids;
+  std::vector<int> stops;
+  if (tokenizer && !o.ignore_eos) stops = tokenizer->stops();
+  std::string reply;
+  if (stream) fmt::print("reply: {}", text.reply_prefix), std::fflush(stdout);
+  bool ended = false;
   for (int s = 0; s < o.steps; ++s) {
     const int next = sampler.sample(*logits);
+    if (std::find(stops.begin(), stops.end(), next) != stops.end()) {
+      ended = true;
+      break;
+    }
     generated.push_back(next);
+    if (tokenizer) {
+      const std::string piece = tokenizer->decode(generated.size() > 1 ? generated[generated.size() - 2] : prompt.back(), next);
+      reply += piece;
+      if (stream) fmt::print("{}", piece), std::fflush(stdout);
+    }
     decode_bar.update(s + 1, o.steps);
     if (s + 1 < o.steps) logits = &decoder.step(next);
   }
+  if (stream) fmt::print("{}\n", ended ? "" : fmt::format(" [{} tokens, no end-of-generation token]", generated.size()));
+  const bool answered = !text.expect.empty() && reply.find(text.expect) != std::string::npos;
 
   if (trace) trace->close();
   if (o.print_ids) {
@@ -314,6 +403,9 @@ int run(const RunOptions& o, const Model& model, ThreadPool& pool, Backend backe
     }
   }
   j["generated"] = generated;
+  if (tokenizer) j["reply"] = text.reply_prefix + reply;
+  j["ended_at_eos"] = ended;
+  if (!text.expect.empty()) j["answer"] = {{"expected", text.expect}, {"correct", answered}};
   if (!o.stats_json.empty()) {
     std::ofstream f(o.stats_json);
     KVD_EXPECT(f.good(), "--stats-json: cannot write {}", o.stats_json);
@@ -323,15 +415,6 @@ int run(const RunOptions& o, const Model& model, ThreadPool& pool, Backend backe
     std::string ids;
     for (std::size_t i = 0; i < generated.size() && i < 32; ++i) ids += fmt::format("{} ", generated[i]);
     fmt::print("generated ids: {}{}\n", ids, generated.size() > 32 ? "..." : "");
-    if (tokenizer) {
-      std::string text;
-      int prev = prompt.back();
-      for (int id : generated) {
-        text += tokenizer->decode(prev, id);
-        prev = id;
-      }
-      fmt::print("generated text: {}\n", text);
-    }
     fmt::print("\n");
     fmt::print("summary\n");
     fmt::print("  prefill: {} tokens in {:.1f} s = {:.1f} tokens/s (causal attention {:.1f} s)\n", t.prefill_tokens,
@@ -407,6 +490,8 @@ int run(const RunOptions& o, const Model& model, ThreadPool& pool, Backend backe
         fmt::print("  placement after prefill ({} observation queries, {:.1f} s): {} pages warmed into the cache{}\n", o.warm_up,
                    t.warm_up_ms / 1000, s.warmed, TierList::kCount == 3 ? fmt::format(", {} copied to host", s.placed) : std::string());
     }
+    if (!text.expect.empty())
+      fmt::print("  answer: {} (expected {} in the reply)\n", answered ? "correct" : "WRONG", text.expect);
   }
   return 0;
 }

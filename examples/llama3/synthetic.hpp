@@ -28,6 +28,7 @@ struct SyntheticPreset {
 inline constexpr SyntheticPreset kSyntheticPresets[] = {
     {"tiny", 64, 172, 2, 8, 4, 512, "stories260K's shape"},
     {"small", 512, 1536, 4, 8, 2, 4096, "head_dim 64, GQA 4: long-context runs on a CPU"},
+    {"smollm2-shape", 576, 1536, 30, 9, 3, 49152, "SmolLM2-135M's shape (random weights), for GPU runs where the file cannot go"},
     {"llama3-8b", 4096, 14336, 32, 32, 8, 128256, "Llama-3-8B's shape (32 GiB of fp32 weights)"},
     {"llama3-8b-layer", 4096, 14336, 1, 32, 8, 32000, "one Llama-3-8B layer, for benchmarks"},
 };
@@ -104,12 +105,15 @@ inline Model make_synthetic(const SyntheticSpec& spec, const ShapeOverrides& o, 
     std::normal_distribution<float> n(0.0f, j.scale);
     for (auto& x : *j.dst) x = n(rng);
   });
-  m.token_embedding = embed->data();
+  const auto Di = static_cast<std::int64_t>(D), Hi = static_cast<std::int64_t>(H), KVi = static_cast<std::int64_t>(KV);
+  m.token_embedding = Matrix::f32(embed->data(), static_cast<std::int64_t>(V), Di);
   m.rms_final = final_norm->data();
-  m.classifier = embed->data();
+  m.classifier = m.token_embedding;
   for (const auto& t : lt)
-    m.layers.push_back({t.rms_att->data(), t.wq->data(), t.wk->data(), t.wv->data(), t.wo->data(), t.rms_ffn->data(),
-                        t.w1->data(), t.w2->data(), t.w3->data()});
+    m.layers.push_back({t.rms_att->data(), Matrix::f32(t.wq->data(), Di, Di), Matrix::f32(t.wk->data(), KVi, Di),
+                        Matrix::f32(t.wv->data(), KVi, Di), Matrix::f32(t.wo->data(), Di, Di), t.rms_ffn->data(),
+                        Matrix::f32(t.w1->data(), Hi, Di), Matrix::f32(t.w2->data(), Di, Hi), Matrix::f32(t.w3->data(), Hi, Di)});
+  m.weight_types = "F32";
   return m;
 }
 
