@@ -23,6 +23,8 @@ MODEL = os.path.join(os.environ.get("KVD_MODEL_DIR", os.path.expanduser("~/.cach
 
 LLAMA_CPP = r'''
 import json, sys, time
+import numpy as np
+import llama_cpp
 from llama_cpp import Llama
 model, n, steps, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 text = open(sys.argv[5]).read()
@@ -35,7 +37,8 @@ t0 = time.perf_counter(); llm.eval(ids); t1 = time.perf_counter()
 tok = 0
 t2 = time.perf_counter()
 for _ in range(steps):
-    tok = int(llm.scores[llm.n_tokens - 1].argmax())
+    logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits(llm.ctx), shape=(llm.n_vocab(),))  # the last token's
+    tok = int(logits.argmax())
     llm.eval([tok])
 t3 = time.perf_counter()
 print(json.dumps({"prefill": n / (t1 - t0), "decode": steps / (t3 - t2),
@@ -93,6 +96,8 @@ def main():
     ap.add_argument("--steps", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", default="")
+    ap.add_argument("--batches", default="1,4,8", help="batch sizes for the throughput table ('' to skip)")
+    ap.add_argument("--batch-context", type=int, default=4000)
     a = ap.parse_args()
     tiered = ["--fast-bytes", "20000000", "--host-bytes", "16777216", "--ssd-path", os.path.join(a.build, "bench-smollm2.store")]
     runs = {
@@ -118,6 +123,26 @@ def main():
         cells = [f"{r[n]['decode']:.1f} ({r[n]['decode'] / base[n]['decode']:.2f}x)" for n in contexts]
         cells += [f"{r[n]['prefill']:.0f} ({r[n]['prefill'] / base[n]['prefill']:.2f}x)" for n in contexts]
         print(f"| {name} | " + " | ".join(cells) + " |")
+    # Batch throughput: --batch B needle documents of about 4K tokens (the i-th 1 - i/(2B) of it).
+    batch_rows = {}
+    if a.batches:
+        for mode in ("sparse", "tiered"):
+            for b in [int(x) for x in a.batches.split(",")]:
+                extra = ["--batch", str(b), "--index", "hierarchical", "--budget", "0.0625"]
+                if mode == "tiered":
+                    extra += ["--fast-bytes", str(20000000 * b), "--host-bytes", str(16777216 * b),
+                              "--ssd-path", os.path.join(a.build, "bench-smollm2.store")]
+                r = run_kvd(a.build, a.batch_context, a.steps, a.threads, mode, extra)
+                batch_rows[(mode, b)] = r
+                print(f"kvd {mode} batch {b}: decode {r['decode']:.1f} tok/s", file=sys.stderr)
+        print(f"\nBatch decode throughput, tokens/s over all sequences ({a.batch_context}-token needle documents and shorter, "
+              "hierarchical 6.25%)\n")
+        bs = sorted({b for _, b in batch_rows})
+        print("| mode | " + " | ".join(f"batch {b}" for b in bs) + " |")
+        print("|---" * (1 + len(bs)) + "|")
+        for mode in ("sparse", "tiered"):
+            one = batch_rows[(mode, bs[0])]["decode"]
+            print(f"| {mode} | " + " | ".join(f"{batch_rows[(mode, b)]['decode']:.1f} ({batch_rows[(mode, b)]['decode'] / one:.2f}x)" for b in bs) + " |")
     n = contexts[-1]
     print(f"\npeak RSS at {n}: llama.cpp dense {base[n]['rss_mib']:.0f} MiB, kvd-llama dense {results['kvd dense'][n]['rss_mib']:.0f} MiB "
           f"({results['kvd dense'][n]['rss_mib'] / base[n]['rss_mib']:.2f}x), tiered {results['kvd tiered'][n]['rss_mib']:.0f} MiB")

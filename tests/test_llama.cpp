@@ -700,3 +700,47 @@ TEST_CASE("teacher_force gives the logits at every position, as decoding token b
     CHECK(worst < 1e-3);  // prefill's matrix products and blocked attention against decode's order
   }
 }
+
+TEST_CASE("BatchDecoder: sequences of different lengths decoded together give each sequence's own logits, bit for bit") {
+  ThreadPool pool(2);
+  const Model m = make_synthetic({"tiny", 8}, {}, pool);
+  Config cfg = kv_config(m.config, Budget::fraction(0.25), 16);
+  cfg.page_tokens = 4;
+  const std::vector<std::size_t> lengths = {150, 37, 260};
+  std::vector<std::vector<int>> prompts;
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    std::vector<int> p(lengths[i]);
+    for (std::size_t j = 0; j < p.size(); ++j) p[j] = static_cast<int>((j * 31 + 7 * i + 1) % static_cast<std::size_t>(m.config.vocab));
+    prompts.push_back(p);
+  }
+  const int steps = 6;
+  // Each alone, in a manager of its own, greedy.
+  std::vector<std::vector<std::vector<float>>> alone(lengths.size());
+  std::vector<std::vector<int>> tokens(lengths.size());
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    KvManager<index::Hierarchical, eviction::Lookahead> kv(cfg, {}, eviction::Lookahead{2});
+    Decoder<decltype(kv)> dec(m, kv, pool, 64);
+    std::vector<float> l = dec.prefill(prompts[i]);
+    for (int s = 0; s < steps; ++s) {
+      tokens[i].push_back(static_cast<int>(std::max_element(l.begin(), l.end()) - l.begin()));
+      l = dec.step(tokens[i].back());
+      alone[i].push_back(l);
+    }
+  }
+  // Together, in one manager, fed the same tokens.
+  KvManager<index::Hierarchical, eviction::Lookahead> kv(cfg, {}, eviction::Lookahead{2});
+  BatchDecoder<decltype(kv)> batch(m, kv, pool, 64);
+  for (const auto& p : prompts) batch.add().prefill(p);
+  for (int s = 0; s < steps; ++s) {
+    std::vector<int> t;
+    for (std::size_t i = 0; i < lengths.size(); ++i) t.push_back(tokens[i][static_cast<std::size_t>(s)]);
+    const auto& rows = batch.step(t);
+    for (std::size_t i = 0; i < lengths.size(); ++i) {
+      INFO("step " << s << ", sequence " << i);
+      CHECK(rows[i] == alone[i][static_cast<std::size_t>(s)]);
+    }
+  }
+  for (std::size_t i = 0; i < lengths.size(); ++i) CHECK(batch[i].position() == static_cast<std::int64_t>(lengths[i]) + steps);
+  CHECK(batch.steps() == steps);
+  CHECK_THROWS_WITH_AS(batch.step(std::vector<int>{1, 2}), doctest::Contains("2 tokens for 3 sequences"), Error);
+}

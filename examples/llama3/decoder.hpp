@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <utility>
@@ -278,6 +279,8 @@ class Decoder {
   }
 
  private:
+  template <class M, class L>
+  friend class BatchDecoder;
   using Clock = std::chrono::steady_clock;
   static double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
@@ -473,6 +476,137 @@ class Decoder {
   PrefillSnapshot* snap_ = nullptr;        ///< the next prefill records into it (keep_prefill)
   bool keep_all_logits_ = false;           ///< teacher_force: logits at every position
   std::vector<std::vector<float>> all_logits_;
+};
+
+/// Several sequences of one manager decoded together: each is a Decoder, prefilled on its own
+/// (any lengths), and step() advances them all by one token with one KvManager::attend per layer
+/// for the whole batch and the projections as matrix products over it (each weight read once
+/// per step, not once per sequence). Row i of a step's logits is bit for bit what sequence i's
+/// own Decoder::step would give: the manager's output does not depend on the batch (Decision 2)
+/// and a matrix product's row equals the vector product of its input.
+template <class Manager, class Linear = CpuLinear>
+class BatchDecoder {
+ public:
+  BatchDecoder(const Model& model, Manager& kv, ThreadPool& pool, int prefill_chunk = 256)
+      : m_(model), c_(model.config), kv_(kv), pool_(pool), lin_(pool), chunk_(prefill_chunk),
+        rope_(c_.head_dim(), c_.rope_theta, c_.rope_layout, c_.rope_scaling, c_.rope_freq_factors) {}
+
+  /// A new sequence, with its own Decoder (prefill it, or prefill_from a snapshot, through it).
+  Decoder<Manager, Linear>& add(std::optional<PrefixDigest> digest = std::nullopt) {
+    seqs_.push_back(std::make_unique<Decoder<Manager, Linear>>(m_, kv_, pool_, chunk_, digest));
+    return *seqs_.back();
+  }
+  std::size_t size() const { return seqs_.size(); }
+  Decoder<Manager, Linear>& operator[](std::size_t i) { return *seqs_[i]; }
+
+  /// Decodes tokens[i] for every sequence i at its next position; returns the logits
+  /// [sequence][vocab] that follow.
+  const std::vector<std::vector<float>>& step(std::span<const int> tokens) {
+    const std::size_t b = seqs_.size();
+    KVD_EXPECT(b > 0 && tokens.size() == b, "batch step: {} tokens for {} sequences", tokens.size(), b);
+    for (std::size_t i = 0; i < b; ++i) {
+      KVD_EXPECT(seqs_[i]->position() > 0, "batch step: sequence {} has no prompt yet", i);
+      seqs_[i]->check_tokens(tokens.subspan(i, 1));
+    }
+    const auto t0 = Clock::now();
+    const int dim = c_.dim, d = c_.head_dim(), kvd = c_.kv_dim();
+    const auto n = static_cast<std::int64_t>(b);
+    x_.resize(b * static_cast<std::size_t>(dim));
+    for (std::size_t i = 0; i < b; ++i) embed_row(m_.token_embedding, tokens[i], x_.data() + i * dim);
+    xb_.resize(x_.size());
+    q_.resize(x_.size());
+    k_.resize(b * static_cast<std::size_t>(kvd));
+    v_.resize(k_.size());
+    att_.resize(x_.size());
+    ids_.resize(b);
+    for (std::size_t i = 0; i < b; ++i) ids_[i] = seqs_[i]->sequence();
+    for (int l = 0; l < c_.layers; ++l) {
+      const LayerWeights& w = m_.layers[static_cast<std::size_t>(l)];
+      for (std::size_t i = 0; i < b; ++i) rmsnorm(xb_.data() + i * dim, x_.data() + i * dim, w.rms_att, dim, c_.rms_eps);
+      linear([&] {
+        product(w.wq, xb_.data(), q_.data(), b);
+        product(w.wk, xb_.data(), k_.data(), b);
+        product(w.wv, xb_.data(), v_.data(), b);
+      });
+      for (std::size_t i = 0; i < b; ++i) {
+        rope_.rotate(q_.data() + i * dim, c_.heads, seqs_[i]->position());
+        rope_.rotate(k_.data() + i * kvd, c_.kv_heads, seqs_[i]->position());
+      }
+      kv_.attend(l, ids_, make_view(q_.data(), n, c_.heads, d), make_view(k_.data(), n, c_.kv_heads, d),
+                 make_view(v_.data(), n, c_.kv_heads, d), make_view(att_.data(), n, c_.heads, d));
+      residual(w.wo, att_.data(), b);
+      ffn(w, b);
+    }
+    logits_.resize(b);
+    for (std::size_t i = 0; i < b; ++i) {
+      xb_.resize(static_cast<std::size_t>(dim));
+      rmsnorm(xb_.data(), x_.data() + i * dim, m_.rms_final, dim, c_.rms_eps);
+      logits_[i].resize(static_cast<std::size_t>(c_.vocab));
+      linear([&] { lin_.matvec(m_.classifier, xb_.data(), logits_[i].data()); });
+    }
+    for (auto& s : seqs_) {
+      ++s->pos_;
+      ++s->times_.decode_tokens;
+    }
+    const double ms = Decoder<Manager, Linear>::ms_since(t0);
+    step_ms_ += ms;
+    ++steps_;
+    return logits_;
+  }
+
+  /// Batch steps so far, their wall time and the part in the projections.
+  std::int64_t steps() const { return steps_; }
+  double step_ms() const { return step_ms_; }
+  double linear_ms() const { return linear_ms_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  template <class F>
+  void linear(F&& f) {
+    const auto t0 = Clock::now();
+    f();
+    linear_ms_ += Decoder<Manager, Linear>::ms_since(t0);
+  }
+  void product(const Matrix& w, const float* in, float* out, std::size_t b) {
+    if (b == 1)
+      lin_.matvec(w, in, out);
+    else
+      lin_.matmul(w, in, out, b);
+  }
+  /// x[b][dim] += in W^T.
+  void residual(const Matrix& w, const float* in, std::size_t b) {
+    tmp_.resize(b * static_cast<std::size_t>(c_.dim));
+    linear([&] { product(w, in, tmp_.data(), b); });
+    for (std::size_t i = 0; i < tmp_.size(); ++i) x_[i] += tmp_[i];
+  }
+  void ffn(const LayerWeights& w, std::size_t b) {
+    const int dim = c_.dim, hid = c_.hidden_dim;
+    xb_.resize(b * static_cast<std::size_t>(dim));
+    for (std::size_t i = 0; i < b; ++i) rmsnorm(xb_.data() + i * dim, x_.data() + i * dim, w.rms_ffn, dim, c_.rms_eps);
+    h1_.resize(b * static_cast<std::size_t>(hid));
+    h3_.resize(h1_.size());
+    linear([&] {
+      product(w.w1, xb_.data(), h1_.data(), b);
+      product(w.w3, xb_.data(), h3_.data(), b);
+    });
+    for (std::size_t i = 0; i < h1_.size(); ++i) h1_[i] = silu(h1_[i]) * h3_[i];
+    residual(w.w2, h1_.data(), b);
+  }
+
+  const Model& m_;
+  const LlamaConfig& c_;
+  Manager& kv_;
+  ThreadPool& pool_;
+  Linear lin_;
+  int chunk_;
+  Rope rope_;
+  std::vector<std::unique_ptr<Decoder<Manager, Linear>>> seqs_;
+  std::vector<SeqId> ids_;
+  std::vector<float> x_, xb_, q_, k_, v_, att_, tmp_, h1_, h3_;
+  std::vector<std::vector<float>> logits_;
+  std::int64_t steps_ = 0;
+  double step_ms_ = 0, linear_ms_ = 0;
 };
 
 }  // namespace kvdrive::llama

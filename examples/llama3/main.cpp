@@ -85,6 +85,9 @@ int main(int argc, char** argv) {
   app.add_option("--needle-seed", o.needle_seed, "--needle: picks the number");
   app.add_option("--expect", o.expect, "the reply must contain this text; the summary says whether it does (and --needle sets it)");
   app.add_flag("--ignore-eos", o.ignore_eos, "decode all --steps even past an end-of-generation token");
+  app.add_option("--batch", o.batch, "decode N sequences of different lengths together (one attend per layer for the batch): "
+                 "N --needle documents (seeds, depths and lengths vary; each answer is checked) or N --prompt-len prompts")
+      ->check(CLI::Range(1, 256));
   app.add_option("--prompt-ids", o.prompt_ids, "prompt as space-separated token ids");
   app.add_option("--prompt-len", o.prompt_len, "a seeded synthetic prompt of N tokens (BOS first), for long-context runs")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24));

@@ -50,6 +50,7 @@ struct RunOptions {
   std::uint64_t needle_seed = 1;
   std::string expect;               ///< the reply must contain this text (the summary says whether it does)
   bool ignore_eos = false;          ///< run every --steps even past an end-of-generation token
+  int batch = 1;                    ///< sequences decoded together (run_batch.hpp)
   std::int64_t prompt_len = 0;
   int steps = 32;
   float temperature = 0.0f;
@@ -120,8 +121,8 @@ struct TierPlan {
   int window = 3;
 };
 
-inline TierPlan plan_tiers(const RunOptions& o, const Config& cfg, std::int64_t context) {
-  const auto streams = static_cast<std::size_t>(cfg.shape.layers) * cfg.shape.kv_heads;
+inline TierPlan plan_tiers(const RunOptions& o, const Config& cfg, std::int64_t context, std::size_t sequences = 1) {
+  const auto streams = static_cast<std::size_t>(cfg.shape.layers) * cfg.shape.kv_heads * sequences;
   const PageRanges r = page_ranges(context + 1, cfg.page_tokens, cfg.sink_tokens, cfg.local_tokens);
   const auto budget = static_cast<std::size_t>(cfg.budget.pages_for(r.candidates()));
   // Per stream: sink, local and tail, and a step's misses staged; plus one layer's prefill chunk.
@@ -225,6 +226,26 @@ inline std::vector<int> make_prompt(const RunOptions& o, const LlamaConfig& c, c
   return prompt;
 }
 
+/// The KvManager's configuration for the run's options.
+inline Config manager_config(const RunOptions& o, const LlamaConfig& c) {
+  Config cfg;
+  cfg.shape = {c.layers, c.heads, c.kv_heads, c.head_dim()};
+  cfg.page_tokens = o.page_tokens;
+  cfg.sink_tokens = o.sink_tokens;
+  cfg.local_tokens = o.local_tokens;
+  cfg.dtype = o.dtype == "f32" ? DType::f32 : o.dtype == "bf16" ? DType::bf16 : DType::f16;
+  cfg.budget = Budget::fraction(o.budget);
+  return cfg;
+}
+
+/// --tokenizer's file, else the model's own (GGUF), else none.
+inline std::optional<Tokenizer> make_tokenizer(const RunOptions& o, const Model& model) {
+  std::optional<Tokenizer> t;
+  if (!o.tokenizer.empty()) t.emplace(o.tokenizer, model.config.vocab);
+  else if (model.vocab) t.emplace(*model.vocab);
+  return t;
+}
+
 /// --tune on: cache windows may grow to this W (or the planned W, if larger) over the first steps.
 constexpr int kGrowWindowTo = 8, kGrowSteps = 16;
 
@@ -234,18 +255,17 @@ constexpr int kGrowWindowTo = 8, kGrowSteps = 16;
 /// type (tier::RedisTier) and --remote, the prompt's prefix is shared through it.
 template <class Index, class TierList = Tiers<tier::HostTier>, class Pipeline = pipeline::Serial, class Backend = backend::Cpu,
           class Linear = CpuLinear, class Remote = tier::NoRemote>
+int run(const RunOptions& o, const Model& model, ThreadPool& pool, Backend backend);
+
+template <class Index, class TierList, class Pipeline, class Backend, class Linear>
+int run_batch(const RunOptions& o, const Model& model, ThreadPool& pool, Backend backend);
+
+template <class Index, class TierList, class Pipeline, class Backend, class Linear, class Remote>
 int run(const RunOptions& o, const Model& model, ThreadPool& pool, Backend backend) {
+  if (o.batch > 1) return run_batch<Index, TierList, Pipeline, Backend, Linear>(o, model, pool, std::move(backend));
   const LlamaConfig& c = model.config;
-  Config cfg;
-  cfg.shape = {c.layers, c.heads, c.kv_heads, c.head_dim()};
-  cfg.page_tokens = o.page_tokens;
-  cfg.sink_tokens = o.sink_tokens;
-  cfg.local_tokens = o.local_tokens;
-  cfg.dtype = o.dtype == "f32" ? DType::f32 : o.dtype == "bf16" ? DType::bf16 : DType::f16;
-  cfg.budget = Budget::fraction(o.budget);
-  std::optional<Tokenizer> tokenizer;
-  if (!o.tokenizer.empty()) tokenizer.emplace(o.tokenizer, c.vocab);
-  else if (model.vocab) tokenizer.emplace(*model.vocab);
+  const Config cfg = manager_config(o, c);
+  std::optional<Tokenizer> tokenizer = make_tokenizer(o, model);
   const PromptText text = prompt_text(o, model, tokenizer ? &*tokenizer : nullptr);
   const std::vector<int> prompt = make_prompt(o, c, tokenizer, text);
   constexpr bool tiered = TierList::kCount > 1;
@@ -497,3 +517,5 @@ int run(const RunOptions& o, const Model& model, ThreadPool& pool, Backend backe
 }
 
 }  // namespace kvdrive::llama
+
+#include "run_batch.hpp"  // run_batch, which builds on the helpers above
