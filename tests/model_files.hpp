@@ -6,6 +6,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
@@ -14,6 +15,7 @@
 namespace kvdrive::test {
 
 inline constexpr const char* kSmolLM2File = "SmolLM2-135M-Instruct.Q4_1.gguf";
+inline constexpr std::uintmax_t kSmolLM2Bytes = 98362432;  // scripts/get-model checks its sha256
 
 inline std::filesystem::path model_dir() {
   if (const char* d = std::getenv("KVD_MODEL_DIR"); d != nullptr && *d != '\0') return d;
@@ -29,11 +31,12 @@ inline bool model_required() {
 /// The SmolLM2 GGUF, or nullopt after a skip message (a failure under KVD_REQUIRE_MODEL=1).
 inline std::optional<std::filesystem::path> smollm2_or_skip() {
   const std::filesystem::path p = model_dir() / kSmolLM2File;
-  if (std::filesystem::is_regular_file(p)) return p;
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(p) && std::filesystem::file_size(p, ec) == kSmolLM2Bytes) return p;
   if (model_required())
-    FAIL("KVD_REQUIRE_MODEL=1 but the model is missing: " << p.string() << " (run scripts/get-model)");
+    FAIL("KVD_REQUIRE_MODEL=1 but the model is missing or not the checked file: " << p.string() << " (run scripts/get-model)");
   else
-    MESSAGE("SKIPPED: " << p.string() << " is absent (run scripts/get-model to fetch SmolLM2-135M-Instruct)");
+    MESSAGE("SKIPPED: " << p.string() << " is absent or not the checked file (run scripts/get-model to fetch SmolLM2-135M-Instruct)");
   return std::nullopt;
 }
 

@@ -14,6 +14,7 @@
 #include "decoder.hpp"
 #include "kvdrive/kvdrive.hpp"
 #include "llama2c.hpp"
+#include "run.hpp"  // reply_has, needle.hpp
 #include "sampler.hpp"
 #include "support.hpp"
 #include "synthetic.hpp"
@@ -743,4 +744,44 @@ TEST_CASE("BatchDecoder: sequences of different lengths decoded together give ea
   for (std::size_t i = 0; i < lengths.size(); ++i) CHECK(batch[i].position() == static_cast<std::int64_t>(lengths[i]) + steps);
   CHECK(batch.steps() == steps);
   CHECK_THROWS_WITH_AS(batch.step(std::vector<int>{1, 2}), doctest::Contains("2 tokens for 3 sequences"), Error);
+}
+
+TEST_CASE("needle tasks: the number once, at the depth asked, within the token budget; answers are whole numbers") {
+  if (!std::filesystem::is_directory("/usr/share/common-licenses")) {
+    MESSAGE("SKIPPED: /usr/share/common-licenses is absent");
+    return;
+  }
+  // Words stand in for tokens here: the task only needs a count that adds up over paragraphs.
+  const auto words = [](const std::string& s) {
+    std::int64_t n = 0;
+    bool in = false;
+    for (char ch : s) {
+      const bool space = ch == ' ' || ch == '\n';
+      n += !space && !in;
+      in = !space;
+    }
+    return n;
+  };
+  for (const double depth : {0.0, 0.3, 1.0}) {
+    const NeedleTask t = make_needle_task({1500, depth, 7}, words);
+    INFO("depth " << depth);
+    CHECK(t.answer.size() == 5);
+    const std::string needle = "One of the special magic numbers is: " + t.answer + ".";
+    const auto at = t.prompt.find(needle);
+    REQUIRE(at != std::string::npos);
+    CHECK(t.prompt.find(needle, at + 1) == std::string::npos);
+    CHECK(t.document_tokens <= 1500);
+    CHECK(t.document_tokens >= 1500 * 9 / 10);
+    // The needle's place in words, against the depth asked (within one paragraph's length).
+    const auto doc0 = t.prompt.find('\n') + 1;
+    const double where = static_cast<double>(words(t.prompt.substr(doc0, at - doc0))) / static_cast<double>(t.document_tokens);
+    CHECK(std::abs(where - depth) < 0.1);
+    CHECK(t.needle_token == words(t.prompt.substr(doc0, at - doc0)));
+  }
+  CHECK(make_needle_task({1500, 0.5, 7}, words).answer == make_needle_task({900, 0.1, 7}, words).answer);  // the seed picks it
+  CHECK_THROWS_WITH_AS(make_needle_task({1500, 1.5, 7}, words), doctest::Contains("depth"), Error);
+  CHECK(reply_has(" is 12345.", "12345"));
+  CHECK_FALSE(reply_has(" is 123456.", "12345"));
+  CHECK_FALSE(reply_has(" is 912345", "12345"));
+  CHECK(reply_has("912345 or 12345", "12345"));
 }

@@ -65,6 +65,7 @@ struct DecoderTimes {
 
 /// What a prefill gave the manager, for another manager to start from (Decoder::prefill_from).
 struct PrefillSnapshot {
+  DType dtype = DType::f32;               ///< the KV dtype the prefill's attention rounded K/V to
   std::int64_t tokens = 0;
   int chunk = 0;                          ///< the prefill chunk the K/V were handed over in
   std::vector<std::vector<float>> k, v;   ///< [layer]: [tokens][kv_heads][head_dim], after RoPE
@@ -130,6 +131,9 @@ class Decoder {
   /// Starts this decoder's sequence from another decoder's prefill, without computing the prompt:
   /// the same K/V go to this manager in the same chunks, then the same warm-up (this decoder's
   /// warm_up_after_prefill and tune_clusters settings apply, with at most the snapshot's queries).
+  /// The snapshot must come from a manager of the same KV dtype (prefill attends K/V rounded to
+  /// it) and a decoder of the same Linear policy; then this decoder continues as if it had
+  /// prefilled the prompt itself.
   const std::vector<float>& prefill_from(const PrefillSnapshot& snap) {
     KVD_EXPECT(pos_ == 0, "prefill_from: the decoder has already run {} tokens", pos_);
     KVD_EXPECT(snap.tokens > 0 && snap.chunk > 0 && snap.k.size() == static_cast<std::size_t>(c_.layers) &&
@@ -137,6 +141,18 @@ class Decoder {
                "prefill_from: the snapshot ({} tokens, {} layers) does not fit this model ({} layers)", snap.tokens, snap.k.size(),
                c_.layers);
     KVD_EXPECT(snap.tokens <= c_.max_seq, "prefill_from: {} tokens exceed the model's context {}", snap.tokens, c_.max_seq);
+    // Prefill's attention saw the K/V rounded to the KV dtype: another dtype would have computed
+    // other later-layer K/V, so the snapshot would not be this decoder's own prefill.
+    KVD_EXPECT(snap.dtype == kv_.config().dtype, "prefill_from: the snapshot was taken with {} KV, this manager stores {}",
+               dtype_name(snap.dtype), dtype_name(kv_.config().dtype));
+    KVD_EXPECT(snap.observed >= 0 && snap.observed <= snap.tokens &&
+                   (snap.observed == 0 || snap.obs_q.size() == static_cast<std::size_t>(c_.layers)),
+               "prefill_from: the snapshot's {} warm-up queries do not fit its {} tokens and {} layers", snap.observed, snap.tokens, c_.layers);
+    for (const auto& q : snap.obs_q)
+      KVD_EXPECT(q.size() == static_cast<std::size_t>(snap.observed) * static_cast<std::size_t>(c_.heads) * static_cast<std::size_t>(c_.head_dim()),
+                 "prefill_from: a layer's warm-up queries hold the wrong number of values");
+    KVD_EXPECT(observed_ == 0 || snap.observed >= std::min<std::int64_t>(observed_, snap.tokens),
+               "prefill_from: this decoder warms up from {} queries, the snapshot kept {}", observed_, snap.observed);
     const auto t0 = Clock::now();
     const int kvh = c_.kv_heads, d = c_.head_dim();
     const auto row = static_cast<std::size_t>(kvh) * d;
@@ -209,6 +225,7 @@ class Decoder {
       KVD_EXPECT(loaded == 0, "keep_prefill: a prefix loaded from the remote tier is not recorded");
       *snap_ = {};
       snap_->tokens = n;
+      snap_->dtype = kv_.config().dtype;
       snap_->chunk = chunk_;
       snap_->k.assign(static_cast<std::size_t>(c_.layers), {});
       snap_->v.assign(static_cast<std::size_t>(c_.layers), {});
@@ -356,7 +373,7 @@ class Decoder {
   /// and loads nothing while recording a trace (its Q would be missing).
   std::int64_t load_shared_prefix(std::int64_t n) {
     if constexpr (requires { kv_.load_prefix(seq_, n, chunk_); }) {
-      if (trace_ != nullptr) return 0;
+      if (trace_ != nullptr || snap_ != nullptr || keep_all_logits_) return 0;  // their Q, K/V or logits would be missing
       const auto t0 = Clock::now();
       const int kvh = c_.kv_heads, d = c_.head_dim();
       const auto r = kv_.load_prefix(seq_, std::min(n - 1, obs_first_), chunk_, [&](int l, View<const float, 3> k, View<const float, 3> v) {
@@ -481,9 +498,10 @@ class Decoder {
 /// Several sequences of one manager decoded together: each is a Decoder, prefilled on its own
 /// (any lengths), and step() advances them all by one token with one KvManager::attend per layer
 /// for the whole batch and the projections as matrix products over it (each weight read once
-/// per step, not once per sequence). Row i of a step's logits is bit for bit what sequence i's
-/// own Decoder::step would give: the manager's output does not depend on the batch (Decision 2)
-/// and a matrix product's row equals the vector product of its input.
+/// per step, not once per sequence). With CpuLinear, row i of a step's logits is bit for bit what
+/// sequence i's own Decoder::step would give: the manager's output does not depend on the batch
+/// (Decision 2) and a matrix product's row equals the vector product of its input (cuBLAS's
+/// GEMM and GEMV do not promise that, and each decoder there holds its own copy of the weights).
 template <class Manager, class Linear = CpuLinear>
 class BatchDecoder {
  public:

@@ -138,6 +138,10 @@ int main(int argc, char** argv) {
   app.add_option("--shared-prefix", o.shared_prefix, "--remote: the first N prompt tokens form the shared prefix (default: the whole prompt)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
   CLI11_PARSE(app, argc, argv);
+  if (o.needle_tokens == 0 && (app.count("--needle-depth") + app.count("--needle-seed")) > 0) {
+    fmt::print(stderr, "kvd-llama: --needle-depth and --needle-seed apply with --needle\n");
+    return 2;
+  }
   if (o.remote.empty() && (app.count("--remote-ttl") + app.count("--shared-prefix")) > 0) {
     fmt::print(stderr, "kvd-llama: --remote-ttl and --shared-prefix apply with --remote\n");
     return 2;

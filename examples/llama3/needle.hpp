@@ -98,7 +98,7 @@ inline NeedleTask make_needle_task(const NeedleSpec& spec, const std::function<s
   KVD_EXPECT(n > 0, "needle: the first paragraph of {} alone exceeds {} tokens", spec.dir, spec.tokens);
   KVD_EXPECT(n < paras.size() || total + needle_tokens >= spec.tokens * 9 / 10,
              "needle: {} holds only {} tokens of text, fewer than the {} asked", spec.dir, total, spec.tokens);
-  // The needle goes after the paragraph where the running count first reaches depth x total.
+  // The needle goes at the paragraph boundary nearest to depth x total tokens.
   const auto want = static_cast<std::int64_t>(spec.depth * static_cast<double>(total));
   std::size_t at = 0;
   std::int64_t before = 0;

@@ -182,9 +182,15 @@ inline PromptText prompt_text(const RunOptions& o, const Model& m, const Tokeniz
   p.expect = o.expect;
   p.reply_prefix = o.reply_prefix;
   bool chat = o.chat;
-  if (!o.prompt_file.empty()) p.text = read_text_file(o.prompt_file);
+  if (!o.prompt_file.empty()) {
+    p.text = read_text_file(o.prompt_file);
+    KVD_EXPECT(!p.text.empty(), "--prompt-file {}: the file is empty", o.prompt_file);
+  }
   else p.text = o.prompt;
+  KVD_EXPECT(o.expect.empty() || tok != nullptr, "--expect checks the reply's text: it needs a tokenizer");
   if (o.needle_tokens > 0) {
+    KVD_EXPECT(m.vocab != nullptr && !m.vocab->chat_template.empty(), "--needle asks its question in the model's chat template: {} has "
+               "none (a GGUF model with tokenizer.chat_template)", m.source);
     KVD_EXPECT(tok != nullptr, "--needle needs a tokenizer (a GGUF model carries one)");
     const NeedleTask t = make_needle_task({o.needle_tokens, o.needle_depth, o.needle_seed},
                                           [&](const std::string& s) { return static_cast<std::int64_t>(tok->encode(s, false).size()); });
@@ -193,7 +199,8 @@ inline PromptText prompt_text(const RunOptions& o, const Model& m, const Tokeniz
     if (p.expect.empty()) p.expect = t.answer;
     chat = true;
     p.what = fmt::format("needle: a {}-token document from {} ({} files), the number {} after its first {} tokens (depth {:.2f})",
-                         t.document_tokens, NeedleSpec{}.dir, t.sources.size(), t.answer, t.needle_token, o.needle_depth);
+                         t.document_tokens, NeedleSpec{}.dir, t.sources.size(), t.answer, t.needle_token,
+                         static_cast<double>(t.needle_token) / static_cast<double>(std::max<std::int64_t>(1, t.document_tokens)));
   }
   KVD_EXPECT(!chat || !p.text.empty(), "--chat needs a prompt (--prompt, --prompt-file or --needle)");
   KVD_EXPECT(chat || (o.system.empty() && o.reply_prefix.empty()), "--system and --reply-prefix apply with --chat");
@@ -209,22 +216,42 @@ inline PromptText prompt_text(const RunOptions& o, const Model& m, const Tokeniz
   return p;
 }
 
+/// Whether `reply` holds `expect` as a whole: a number not run into other digits ("123456" does
+/// not answer "12345").
+inline bool reply_has(const std::string& reply, const std::string& expect) {
+  const auto digit = [](char ch) { return ch >= '0' && ch <= '9'; };
+  for (std::size_t at = reply.find(expect); at != std::string::npos; at = reply.find(expect, at + 1)) {
+    const bool before = at > 0 && digit(reply[at - 1]) && digit(expect.front());
+    const bool after = at + expect.size() < reply.size() && digit(reply[at + expect.size()]) && digit(expect.back());
+    if (!before && !after) return true;
+  }
+  return false;
+}
+
 /// The prompt's ids: text (with a tokenizer), ids, a seeded synthetic prompt, or BOS alone.
 inline std::vector<int> make_prompt(const RunOptions& o, const LlamaConfig& c, const std::optional<Tokenizer>& tokenizer,
                                     const PromptText& text) {
   KVD_EXPECT(text.text.empty() || tokenizer, "a text prompt needs a tokenizer (--tokenizer, or a GGUF model), or give --prompt-ids");
   KVD_EXPECT(text.text.empty() || o.prompt_ids.empty(), "--prompt-ids excludes a text prompt");
+  KVD_EXPECT(o.prompt_len == 0 || text.text.empty(), "--prompt-len pads an id prompt with random tokens; it excludes a text, chat or "
+             "needle prompt");
   std::vector<int> prompt = tokenizer && !text.text.empty() ? tokenizer->encode(text.text, tokenizer->adds_bos(text.text), text.special)
                                                             : parse_ids(o.prompt_ids, c.vocab);
   if (o.prompt_len > 0) {
     std::mt19937_64 rng(o.seed);
     std::uniform_int_distribution<int> tok(std::min(3, c.vocab - 1), c.vocab - 1);
-    if (prompt.empty()) prompt.push_back(tokenizer ? tokenizer->bos() : 1);
+    if (prompt.empty()) prompt.push_back(tokenizer && tokenizer->bos() >= 0 ? tokenizer->bos() : 1);
     while (static_cast<std::int64_t>(prompt.size()) < o.prompt_len) prompt.push_back(tok(rng));
   }
-  if (prompt.empty()) prompt.push_back(tokenizer ? tokenizer->bos() : 1);  // BOS
+  if (prompt.empty()) {  // BOS alone
+    KVD_EXPECT(!tokenizer || tokenizer->bos() >= 0, "the prompt is empty and the tokenizer has no BOS token to start from: give a prompt");
+    prompt.push_back(tokenizer ? tokenizer->bos() : 1);
+  }
   return prompt;
 }
+
+/// kvd-llama's exit status when the reply lacks the --expect (or --needle) answer.
+constexpr int kWrongAnswer = 3;
 
 /// The KvManager's configuration for the run's options.
 inline Config manager_config(const RunOptions& o, const LlamaConfig& c) {
@@ -342,11 +369,11 @@ int run(const RunOptions& o, const Model& model, ThreadPool& pool, Backend backe
       reply += piece;
       if (stream) fmt::print("{}", piece), std::fflush(stdout);
     }
-    decode_bar.update(s + 1, o.steps);
+    if (!stream) decode_bar.update(s + 1, o.steps);  // a bar would overwrite the streamed reply
     if (s + 1 < o.steps) logits = &decoder.step(next);
   }
   if (stream) fmt::print("{}\n", ended ? "" : fmt::format(" [{} tokens, no end-of-generation token]", generated.size()));
-  const bool answered = !text.expect.empty() && reply.find(text.expect) != std::string::npos;
+  const bool answered = !text.expect.empty() && reply_has(reply, text.expect);
 
   if (trace) trace->close();
   if (o.print_ids) {
@@ -513,7 +540,7 @@ int run(const RunOptions& o, const Model& model, ThreadPool& pool, Backend backe
     if (!text.expect.empty())
       fmt::print("  answer: {} (expected {} in the reply)\n", answered ? "correct" : "WRONG", text.expect);
   }
-  return 0;
+  return text.expect.empty() || answered ? 0 : kWrongAnswer;
 }
 
 }  // namespace kvdrive::llama

@@ -2,7 +2,9 @@
 // own, then decoded together by a BatchDecoder (one attend per layer for the batch, projections
 // as matrix products over it). The prompts are --needle documents (N seeds, depths and lengths:
 // each sequence's answer is checked) or seeded --prompt-len prompts, the i-th 1 - i / (2N) of
-// the given length. Greedy; the summary gives the batch's decode throughput.
+// the given length. Greedy; the summary gives the batch's decode throughput. Not applied under
+// --batch: --tune (cluster size, window growth, micro-batch), the placement share per sequence
+// (warm-up fills a --host-bytes tier in sequence order).
 #pragma once
 
 #include <fmt/format.h>
@@ -23,7 +25,9 @@ namespace kvdrive::llama {
 inline std::vector<RunOptions> batch_members(const RunOptions& o) {
   KVD_EXPECT(o.batch >= 1, "--batch {}: expected at least 1", o.batch);
   KVD_EXPECT(o.needle_tokens > 0 || o.prompt_len > 0, "--batch needs --needle or --prompt-len (prompts of different lengths)");
-  KVD_EXPECT(o.remote.empty() && o.record_trace.empty(), "--batch runs without --remote and --record-trace");
+  KVD_EXPECT(o.remote.empty() && o.record_trace.empty() && !o.print_ids, "--batch runs without --remote, --record-trace and --print-ids");
+  KVD_EXPECT(o.expect.empty() || o.needle_tokens == 0, "--expect: each --batch needle document has its own number, checked already");
+  KVD_EXPECT(o.device == "cpu", "--batch runs on the CPU (--device cpu)");
   std::vector<RunOptions> out;
   for (int i = 0; i < o.batch; ++i) {
     RunOptions p = o;
@@ -31,7 +35,7 @@ inline std::vector<RunOptions> batch_members(const RunOptions& o) {
     if (o.needle_tokens > 0) {
       p.needle_tokens = std::max<std::int64_t>(64, static_cast<std::int64_t>(static_cast<double>(o.needle_tokens) * shrink));
       p.needle_seed = o.needle_seed + static_cast<std::uint64_t>(i);
-      p.needle_depth = std::fmod(o.needle_depth + 0.37 * i, 1.0);
+      p.needle_depth = i == 0 ? o.needle_depth : std::fmod(o.needle_depth + 0.37 * i, 1.0);
     } else {
       p.prompt_len = std::max<std::int64_t>(1, static_cast<std::int64_t>(static_cast<double>(o.prompt_len) * shrink));
       p.seed = o.seed + static_cast<std::uint64_t>(i);
@@ -43,7 +47,7 @@ inline std::vector<RunOptions> batch_members(const RunOptions& o) {
 
 template <class Index, class TierList, class Pipeline, class Backend, class Linear>
 int run_batch(const RunOptions& o, const Model& model, ThreadPool& pool, Backend backend) {
-  KVD_EXPECT(o.temperature == 0.0f, "--batch decodes greedily (--temperature 0)");
+  KVD_EXPECT(o.temperature == 0.0f && o.top_p == 1.0f, "--batch decodes greedily (--temperature 0, no --top-p)");
   const LlamaConfig& c = model.config;
   const Config cfg = manager_config(o, c);
   const std::optional<Tokenizer> tokenizer = make_tokenizer(o, model);
@@ -65,7 +69,8 @@ int run_batch(const RunOptions& o, const Model& model, ThreadPool& pool, Backend
   BatchDecoder<Manager, Linear> batch(model, kv, pool, o.prefill_chunk);
   fmt::print("kvd-llama: {} ({} layers, dim {}, {}/{} heads, head_dim {}, weights {}); batch of {} sequences, {} to {} prompt tokens\n",
              model.source, c.layers, c.dim, c.heads, c.kv_heads, c.head_dim(), model.weight_types.empty() ? "F32" : model.weight_types,
-             members.size(), prompts.back().size(), prompts.front().size());
+             members.size(), std::min_element(prompts.begin(), prompts.end(), [](const auto& x, const auto& y) { return x.size() < y.size(); })->size(),
+             longest);
   fmt::print("attention: {} ({}) on {}, {} KV, {}-token pages, {} threads\n", o.mode, Index::name(), o.device, dtype_name(cfg.dtype),
              cfg.page_tokens, pool.threads());
 
@@ -85,6 +90,7 @@ int run_batch(const RunOptions& o, const Model& model, ThreadPool& pool, Backend
   std::vector<std::vector<int>> generated(members.size());
   std::vector<bool> ended(members.size(), false);
   std::vector<int> next(members.size());
+  std::int64_t live_tokens = 0;  // tokens of sequences not yet ended, which the throughput counts
   for (std::size_t i = 0; i < members.size(); ++i) next[i] = argmax(first[i]);
   for (int s = 0; s < o.steps; ++s) {
     bool all_ended = true;
@@ -94,6 +100,7 @@ int run_batch(const RunOptions& o, const Model& model, ThreadPool& pool, Backend
       all_ended = all_ended && ended[i];
     }
     if (all_ended || s + 1 == o.steps) break;
+    for (std::size_t i = 0; i < members.size(); ++i) live_tokens += !ended[i];
     const auto& rows = batch.step(next);  // an ended sequence keeps decoding its last token, ignored
     for (std::size_t i = 0; i < members.size(); ++i) next[i] = argmax(rows[i]);
   }
@@ -107,7 +114,8 @@ int run_batch(const RunOptions& o, const Model& model, ThreadPool& pool, Backend
   j["prefill_tokens_per_s"] = prefill_ms > 0 ? 1000.0 * static_cast<double>(total) / prefill_ms : 0.0;
   const double steps = static_cast<double>(batch.steps());
   j["batch_steps"] = batch.steps();
-  j["decode_tokens_per_s"] = batch.step_ms() > 0 ? 1000.0 * steps * static_cast<double>(members.size()) / batch.step_ms() : 0.0;
+  j["decode_tokens_per_s"] = batch.step_ms() > 0 ? 1000.0 * static_cast<double>(live_tokens) / batch.step_ms() : 0.0;
+  j["decode_tokens"] = live_tokens;
   j["decode_step_ms"] = steps > 0 ? batch.step_ms() / steps : 0.0;
   int correct = 0, checked = 0;
   nlohmann::json seqs = nlohmann::json::array();
@@ -120,7 +128,7 @@ int run_batch(const RunOptions& o, const Model& model, ThreadPool& pool, Backend
     if (tokenizer) sj["reply"] = texts[i].reply_prefix + reply;
     std::string verdict;
     if (!texts[i].expect.empty()) {
-      const bool ok = reply.find(texts[i].expect) != std::string::npos;
+      const bool ok = reply_has(reply, texts[i].expect);
       correct += ok;
       ++checked;
       sj["answer"] = {{"expected", texts[i].expect}, {"correct", ok}};
@@ -144,8 +152,9 @@ int run_batch(const RunOptions& o, const Model& model, ThreadPool& pool, Backend
   fmt::print("\nsummary\n");
   fmt::print("  prefill: {} tokens of {} sequences in {:.1f} s = {:.1f} tokens/s\n", total, members.size(), prefill_ms / 1000,
              j["prefill_tokens_per_s"].get<double>());
-  fmt::print("  decode:  {} batch steps of {} sequences in {:.2f} s = {:.2f} tokens/s ({:.1f} ms a step; projections {:.2f} s)\n",
-             batch.steps(), members.size(), batch.step_ms() / 1000, j["decode_tokens_per_s"].get<double>(), j["decode_step_ms"].get<double>(),
+  fmt::print("  decode:  {} batch steps of {} sequences ({} tokens of sequences not ended) in {:.2f} s = {:.2f} tokens/s ({:.1f} ms a step; "
+             "projections {:.2f} s)\n",
+             batch.steps(), members.size(), live_tokens, batch.step_ms() / 1000, j["decode_tokens_per_s"].get<double>(), j["decode_step_ms"].get<double>(),
              batch.linear_ms() / 1000);
   fmt::print("  fast-tier cache: hit rate {:.1f}% ({} hits, {} misses)\n", 100 * st.hit_rate(), st.hits, st.misses);
   if constexpr (tiered) {
@@ -156,7 +165,7 @@ int run_batch(const RunOptions& o, const Model& model, ThreadPool& pool, Backend
     fmt::print("  bytes read per decoded token (misses, every layer): {}\n", per_tier);
   }
   if (checked > 0) fmt::print("  answers: {} of {} correct\n", correct, checked);
-  return 0;
+  return correct == checked ? 0 : kWrongAnswer;
 }
 
 }  // namespace kvdrive::llama
