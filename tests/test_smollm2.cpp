@@ -163,7 +163,8 @@ TEST_CASE("SmolLM2: the GGUF tokenizer gives llama.cpp's ids for the reference p
   const Model m = load_gguf(path->string());
   REQUIRE(m.vocab != nullptr);
   const Tokenizer tok(*m.vocab);
-  for (const auto& c : reference()["cases"]) {
+  const nlohmann::json ref = reference();  // kept alive: a range-for over reference()["cases"] would outlive the temporary
+  for (const auto& c : ref["cases"]) {
     const std::string text = c["text"];
     const std::vector<int> ids = c["ids"].get<std::vector<int>>();
     INFO(c["name"].get<std::string>());
@@ -179,7 +180,8 @@ TEST_CASE("SmolLM2: the chat prompt kvd-llama renders is the GGUF template's, as
   const ChatTemplate t = ChatTemplate::from_gguf(m.vocab->chat_template);
   CHECK(t.format == ChatFormat::chatml);
   CHECK(t.default_system == "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
-  for (const auto& c : reference()["cases"])
+  const nlohmann::json ref = reference();
+  for (const auto& c : ref["cases"])
     if (c["name"] == "chat") CHECK(t.render({{"user", "What is the capital of France?"}}) == c["text"].get<std::string>());
   CHECK(t.render({{"system", "Be brief."}, {"user", "Hi"}}, "Hello") ==
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello");
