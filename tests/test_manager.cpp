@@ -817,3 +817,64 @@ TEST_CASE("a warm-up whose middle-tier copy fails changes nothing") {
   CHECK(kv.total_stats().placed == 2 * (40 / (2 * 2)));
   CHECK(kv.tiers().get<1>().inner().stored_pages() == 20);
 }
+
+// ---- the manager's units (include/kvdrive/manager/) ---------------------------------------------
+
+TEST_CASE("SequenceTable: ids are never reused, released and unknown ids are told apart, adopt keeps later ids above") {
+  struct Seq {
+    bool broken = false;
+  };
+  manager::SequenceTable<Seq> t;
+  const SeqId a = t.add().first, b = t.add().first;
+  CHECK(a == 1);
+  CHECK(b == 2);
+  t.erase(a);
+  CHECK_THROWS_WITH_AS(t.find(a), doctest::Contains("sequence 1 was released"), Error);
+  CHECK_THROWS_WITH_AS(t.find(7), doctest::Contains("unknown sequence 7"), Error);
+  CHECK(t.add().first == 3);  // a released id is not handed out again
+  t.mark_broken(b);
+  CHECK_NOTHROW(t.find(b));
+  CHECK_THROWS_WITH_AS(t.usable(b), doctest::Contains("sequence 2 is unusable"), Error);
+  t.adopt(10);
+  CHECK_THROWS_WITH_AS(t.adopt(10), doctest::Contains("already in use"), Error);
+  CHECK_THROWS_AS(t.adopt(0), Error);
+  CHECK(t.add().first == 11);
+  CHECK(t.size() == 4);  // 2, 3, 10, 11
+}
+
+TEST_CASE("PageEdit: undo (or destruction before keep) frees its slots and erases its pages; keep leaves them") {
+  using T = Tiers<tier::HostTier, tier::HostTier>;
+  T tiers(tier::HostTier({4, 64}), tier::HostTier({4, 64}));
+  tiers.open(tier::TierGeometry{4096});
+  const std::vector<std::byte> bytes(4096, std::byte{7});
+  const auto store = [&](manager::PageEdit<T>& e, std::uint32_t page) {
+    const tier::PageKey key{1, 0, 0, page};
+    tiers.get<1>().write(key, bytes.data());
+    e.written().push_back({1, key});
+  };
+  {
+    manager::PageEdit<T> e(tiers);
+    e.new_slot();
+    e.new_slot();
+    store(e, 0);
+    CHECK(tiers.fast().free_pages() == 2);
+    CHECK(tiers.get<1>().free_pages() == 3);
+  }  // never kept: undone
+  CHECK(tiers.fast().free_pages() == 4);
+  CHECK(tiers.get<1>().free_pages() == 4);
+  CHECK_FALSE(tiers.get<1>().contains({1, 0, 0, 0}));
+
+  PageTable table;
+  table.push_back(PageEntry{});
+  {
+    manager::PageEdit<T> e(tiers);
+    table[0].slot = e.new_slot();
+    store(e, 0);
+    e.set_home(table, 0, 1);
+    CHECK(table[0].home == 0);  // homes change at apply()
+    e.apply();
+  }
+  CHECK(table[0].home == 1);
+  CHECK(tiers.fast().free_pages() == 3);  // the table owns the slot now
+  CHECK(tiers.get<1>().contains({1, 0, 0, 0}));
+}

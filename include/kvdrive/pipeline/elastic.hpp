@@ -126,119 +126,27 @@ class Elastic {
 
   template <StepStages S>
   void run(S& s) const {
-    using Clock = std::chrono::steady_clock;
-    const auto t0 = Clock::now();
-    const std::size_t n = s.streams();
-    StageTimes& t = s.times();
-    const std::size_t mb = micro_batch_for(n);
-    const std::size_t batches = n == 0 ? 0 : (n + mb - 1) / mb;
-    const auto first = [&](std::size_t b) { return b * mb; };
-    const auto last = [&](std::size_t b) { return std::min(n, (b + 1) * mb); };
-    if (batches <= 1) return Serial{}.run(s);  // nothing to overlap: no hand-offs between threads
-    Threads& w = threads();
-
-    Progress prog;
-    double classify_busy = 0, classify_wait = 0, fetch_busy = 0, fetch_wait = 0, prepare_busy = 0;
-    // Whatever happens below, both stage threads are idle before run() returns (their jobs use
-    // the locals above).
-    struct Join {
-      Progress& prog;
-      Threads& w;
-      ~Join() {
-        prog.stop();
-        w.fetch.wait();
-        w.classify.wait();
-      }
-    } join{prog, w};
-    w.classify.post([&] {
-      stage_loop(prog, batches, prog.selected, prog.classified, classify_busy, classify_wait, [&](std::size_t b) {
-        for (std::size_t i = first(b); i < last(b); ++i) s.classify(i);
-      });
-    });
-    w.fetch.post([&] {
-      if constexpr (requires { s.fetch_start(n, n); s.fetch_finish(n, n); }) {
-        fetch_loop(s, prog, batches, first, last, fetch_busy, fetch_wait);
-      } else {
-        stage_loop(prog, batches, prog.classified, prog.fetched, fetch_busy, fetch_wait, [&](std::size_t b) {
-          if constexpr (requires { s.fetch_range(b, b); })
-            s.fetch_range(first(b), last(b));  // the micro-batch's reads in flight together
-          else
-            for (std::size_t i = first(b); i < last(b); ++i) s.fetch(i);
-        });
-      }
-      // The sealed pages' writes overlap compute.
-      if constexpr (requires { s.prepare_commit(); }) {
-        if (!prog.stopped()) prog.run(prepare_busy, [&] { s.prepare_commit(); });
-      }
-    });
-
-    // The caller's thread selects micro-batch after micro-batch (selection feeds the reads, the
-    // long pole, so it goes first); then, with compute_as_fetched, it computes each micro-batch
-    // as soon as it is fetched, while the later ones are still being read.
-    double select_busy = 0, compute_busy = 0;
-    std::size_t computed = 0, readied = 0;
-    // With asynchronous fetches and compute_ready, a micro-batch whose reads are in flight has
-    // its resident splits attended meanwhile; a fetched one is computed first.
-    constexpr bool kReadyEarly = requires { s.fetch_start(n, n); s.fetch_finish(n, n); s.compute_ready(n, n); };
-    const auto compute_fetched = [&] {
-      while (computed < batches && !prog.stopped()) {
-        bool full = true;
-        {
-          std::unique_lock lock(prog.mutex);
-          prog.moved.wait(lock, [&] {
-            return prog.stopping || prog.fetched > computed || (kReadyEarly && readied < batches && prog.started > readied);
-          });
-          if (prog.stopping) return;
-          full = prog.fetched > computed;
-        }
-        if (full) {
-          if (!prog.run(compute_busy, [&] { s.compute(first(computed), last(computed)); })) return;
-          ++computed;
-          readied = std::max(readied, computed);
-        } else if constexpr (kReadyEarly) {
-          if (!prog.run(compute_busy, [&] { s.compute_ready(first(readied), last(readied)); })) return;
-          ++readied;
-        }
-      }
-    };
-    for (std::size_t b = 0; b < batches && !prog.stopped(); ++b) {
-      if (!prog.run(select_busy, [&] { Serial::select_range(s, first(b), last(b)); }))
-        break;  // never handed on
-      prog.advance(prog.selected);
-    }
-    if (params_.compute_as_fetched) compute_fetched();
-    if (!prog.wait_for(prog.fetched, batches)) {  // a stage failed: let the others go idle first
-      prog.stop();
-      w.fetch.wait();
-      w.classify.wait();
-      prog.rethrow();
-      fail("pipeline::Elastic: the step stopped without an error");
-    }
-    // Every micro-batch is fetched: the classify thread is done and the fetch thread has moved
-    // on to prepare_commit, which touches none of the figures below.
-    const auto fetched_at = [&] {
-      std::lock_guard lock(prog.mutex);
-      return prog.fetched_at;
-    }();
-    t.select_ms += select_busy;
-    t.classify_ms += classify_busy;
-    t.fetch_ms += fetch_busy;
-    t.classify_wait_ms += classify_wait;
-    t.fetch_wait_ms += fetch_wait;
-    t.overlap_ms += std::chrono::duration<double, std::milli>(fetched_at - t0).count();
-
-    if (!params_.compute_as_fetched) (void)prog.run(compute_busy, [&] { s.compute(0, n); });
-    w.fetch.wait();  // prepare_commit
-    prog.rethrow();
-    t.compute_ms += compute_busy;
-    double commit_busy = 0;
-    prog.run(commit_busy, [&] { s.commit(); });
-    prog.rethrow();
-    t.commit_ms += commit_busy + prepare_busy;
-    t.wall_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    const MicroBatches mbs{s.streams(), micro_batch_for(s.streams())};
+    if (mbs.count <= 1) return Serial{}.run(s);  // nothing to overlap: no hand-offs between threads
+    StepRun<S> step(s, mbs, threads(), params_.compute_as_fetched);
+    step.run();
   }
 
  private:
+  /// The micro-batches of a step of n streams: [first(b), last(b)) for b < count.
+  struct MicroBatches {
+    std::size_t n, size, count;
+    MicroBatches(std::size_t streams, std::size_t mb) : n(streams), size(mb), count(streams == 0 ? 0 : (streams + mb - 1) / mb) {}
+    std::size_t first(std::size_t b) const { return b * size; }
+    std::size_t last(std::size_t b) const { return std::min(n, (b + 1) * size); }
+  };
+
+  struct Threads;
+  struct Progress;
+
+  /// One step through the stage threads, and the figures it records.
+  template <class S>
+  struct StepRun;
   struct Threads {
     StageThread classify, fetch;
   };
@@ -324,9 +232,11 @@ class Elastic {
   /// soon as it can, so several micro-batches are read at once, and finishes them in order,
   /// handing each on to compute. On a stop it still finishes what it started: no read is in
   /// flight when the step unwinds.
-  template <class S, class First, class Last>
-  static void fetch_loop(S& s, Progress& prog, std::size_t batches, const First& first, const Last& last, double& busy_ms,
-                         double& wait_ms) {
+  template <class S>
+  static void fetch_loop(S& s, Progress& prog, const MicroBatches& mbs, double& busy_ms, double& wait_ms) {
+    const std::size_t batches = mbs.count;
+    const auto first = [&](std::size_t b) { return mbs.first(b); };
+    const auto last = [&](std::size_t b) { return mbs.last(b); };
     std::size_t started = 0, finished = 0;
     while (finished < batches && !prog.stopped()) {
       while (started < batches && prog.reached(prog.classified, started + 1) && !prog.stopped()) {
@@ -354,6 +264,132 @@ class Elastic {
       }
     }
   }
+
+  template <class S>
+  struct StepRun {
+    StepRun(S& stages, MicroBatches m, Threads& threads, bool as_fetched) : s(stages), mbs(m), w(threads), compute_as_fetched(as_fetched) {}
+
+    S& s;
+    MicroBatches mbs;
+    Threads& w;
+    bool compute_as_fetched;
+    Progress prog;
+    double classify_busy = 0, classify_wait = 0, fetch_busy = 0, fetch_wait = 0, prepare_busy = 0, select_busy = 0, compute_busy = 0;
+    std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+    /// With asynchronous fetches and compute_ready, a micro-batch whose reads are in flight has
+    /// its resident splits attended meanwhile; a fetched one is computed first.
+    static constexpr bool kReadyEarly = EarlyCompute<S>;
+
+    void run() {
+      // Whatever happens below, both stage threads are idle before run() returns (their jobs use
+      // this object).
+      struct Join {
+        StepRun& r;
+        ~Join() { r.stop_stages(); }
+      } join{*this};
+      start_stages();
+      // The caller's thread selects micro-batch after micro-batch (selection feeds the reads,
+      // the long pole, so it goes first); then, with compute_as_fetched, it computes each one as
+      // soon as it is fetched, while the later ones are still being read.
+      for (std::size_t b = 0; b < mbs.count && !prog.stopped(); ++b) {
+        if (!prog.run(select_busy, [&] { Serial::select_range(s, mbs.first(b), mbs.last(b)); })) break;  // never handed on
+        prog.advance(prog.selected);
+      }
+      if (compute_as_fetched) compute_fetched();
+      if (!prog.wait_for(prog.fetched, mbs.count)) {  // a stage failed: let the others go idle first
+        stop_stages();
+        prog.rethrow();
+        fail("pipeline::Elastic: the step stopped without an error");
+      }
+      record_fetch_figures();
+      if (!compute_as_fetched) (void)prog.run(compute_busy, [&] { s.compute(0, mbs.n); });
+      w.fetch.wait();  // prepare_commit
+      prog.rethrow();
+      finish();
+    }
+
+    void stop_stages() {
+      prog.stop();
+      w.fetch.wait();
+      w.classify.wait();
+    }
+
+    /// The classify thread hands micro-batches on to the fetch thread, which then prepares the
+    /// commit (the sealed pages' writes overlap compute).
+    void start_stages() {
+      w.classify.post([this] {
+        stage_loop(prog, mbs.count, prog.selected, prog.classified, classify_busy, classify_wait, [this](std::size_t b) {
+          for (std::size_t i = mbs.first(b); i < mbs.last(b); ++i) s.classify(i);
+        });
+      });
+      w.fetch.post([this] {
+        if constexpr (AsyncFetch<S>) {
+          fetch_loop(s, prog, mbs, fetch_busy, fetch_wait);
+        } else {
+          stage_loop(prog, mbs.count, prog.classified, prog.fetched, fetch_busy, fetch_wait, [this](std::size_t b) {
+            if constexpr (RangeFetch<S>)
+              s.fetch_range(mbs.first(b), mbs.last(b));  // the micro-batch's reads in flight together
+            else
+              for (std::size_t i = mbs.first(b); i < mbs.last(b); ++i) s.fetch(i);
+          });
+        }
+        if constexpr (PreparedCommit<S>) {
+          if (!prog.stopped()) prog.run(prepare_busy, [this] { s.prepare_commit(); });
+        }
+      });
+    }
+
+    /// Computes each micro-batch as soon as it is fetched (and, meanwhile, the resident splits
+    /// of those still being read).
+    void compute_fetched() {
+      std::size_t computed = 0, readied = 0;
+      while (computed < mbs.count && !prog.stopped()) {
+        bool full = true;
+        {
+          std::unique_lock lock(prog.mutex);
+          prog.moved.wait(lock, [&] {
+            return prog.stopping || prog.fetched > computed || (kReadyEarly && readied < mbs.count && prog.started > readied);
+          });
+          if (prog.stopping) return;
+          full = prog.fetched > computed;
+        }
+        if (full) {
+          if (!prog.run(compute_busy, [&] { s.compute(mbs.first(computed), mbs.last(computed)); })) return;
+          ++computed;
+          readied = std::max(readied, computed);
+        } else if constexpr (kReadyEarly) {
+          if (!prog.run(compute_busy, [&] { s.compute_ready(mbs.first(readied), mbs.last(readied)); })) return;
+          ++readied;
+        }
+      }
+    }
+
+    /// Every micro-batch is fetched: the classify thread is done and the fetch thread has moved
+    /// on to prepare_commit, which touches none of the figures below.
+    void record_fetch_figures() {
+      const auto fetched_at = [&] {
+        std::lock_guard lock(prog.mutex);
+        return prog.fetched_at;
+      }();
+      StageTimes& t = s.times();
+      t.select_ms += select_busy;
+      t.classify_ms += classify_busy;
+      t.fetch_ms += fetch_busy;
+      t.classify_wait_ms += classify_wait;
+      t.fetch_wait_ms += fetch_wait;
+      t.overlap_ms += std::chrono::duration<double, std::milli>(fetched_at - t0).count();
+    }
+
+    void finish() {
+      StageTimes& t = s.times();
+      t.compute_ms += compute_busy;
+      double commit_busy = 0;
+      prog.run(commit_busy, [&] { s.commit(); });
+      prog.rethrow();
+      t.commit_ms += commit_busy + prepare_busy;
+      t.wall_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    }
+  };
 
   Threads& threads() const {
     if (!threads_) threads_ = std::make_unique<Threads>();

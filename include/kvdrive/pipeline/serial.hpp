@@ -23,7 +23,7 @@ struct Serial {
     const auto t0 = std::chrono::steady_clock::now();
     timed(t.select_ms, [&] { select_range(s, 0, n); });
     timed(t.classify_ms, [&] { for (std::size_t i = 0; i < n; ++i) s.classify(i); });
-    if constexpr (requires { s.fetch_start(n, n); s.fetch_finish(n, n); s.compute_ready(n, n); }) {
+    if constexpr (EarlyCompute<S>) {
       // Every miss of the batch in flight at once; meanwhile the resident splits are attended.
       // (If compute_ready throws, attend()'s rollback waits for the reads in flight.)
       timed(t.fetch_ms, [&] { s.fetch_start(0, n); });
@@ -31,7 +31,7 @@ struct Serial {
       timed(t.fetch_ms, [&] { s.fetch_finish(0, n); });
     } else {
       timed(t.fetch_ms, [&] {
-        if constexpr (requires { s.fetch_range(n, n); })
+        if constexpr (RangeFetch<S>)
           s.fetch_range(0, n);  // every miss of the batch in flight at once
         else
           for (std::size_t i = 0; i < n; ++i) s.fetch(i);
@@ -46,7 +46,7 @@ struct Serial {
   /// Selects streams [a, b): in one call where the stages have select_range, else in parallel.
   template <class S>
   static void select_range(S& s, std::size_t a, std::size_t b) {
-    if constexpr (requires { s.select_range(a, b); })
+    if constexpr (RangeSelect<S>)
       s.select_range(a, b);
     else
       s.parallel_for(b - a, [&](std::size_t j) { s.select(a + j); });
