@@ -1,14 +1,21 @@
 // The GGUF tokenizer (examples/llama3/tokenizer_gguf.hpp) on arbitrary text, with the tiny
 // vocabularies of tests/data/tokenizer: byte-level BPE under each pre-tokenizer family and
 // SentencePiece. The first input byte picks the tokenizer and the settings, the rest is the text.
+// The vocabularies are committed as the text form of their GGUF files (tiny-*.gguf.json); at
+// start-up each is written back (tests/gguf_writer.hpp) to a temporary file and read with
+// read_vocab, as the tests do.
 // A kvdrive::Error is an answer only for a 4-byte sequence past U+10FFFF (llama.cpp aborts there);
 // every id must be in range; for BPE, the pieces of text that is UTF-8 give the text back.
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <vector>
 
+#include "../tests/gguf_writer.hpp"
 #include "gguf.hpp"
 #include "gguf_loader.hpp"
 #include "tokenizer_gguf.hpp"
@@ -18,17 +25,28 @@ namespace {
 using kvdrive::llama::GgufTokenizer;
 using kvdrive::llama::GgufVocab;
 
-std::vector<std::unique_ptr<GgufTokenizer>> make_tokenizers() {
+/// The vocabulary of tests/data/tokenizer/<name>.gguf.json: its GGUF file, written to a
+/// temporary file (removed again), read with read_vocab.
+GgufVocab tiny_vocab(const std::string& name) {
   const std::filesystem::path dir = std::filesystem::path(__FILE__).parent_path().parent_path() / "tests" / "data" / "tokenizer";
+  const std::filesystem::path gguf =
+      std::filesystem::temp_directory_path() / ("kvd_fuzz_tokenizer_gguf_" + std::to_string(::getpid()) + "_" + name + ".gguf");
+  kvdrive::test::write_bytes(gguf, kvdrive::test::gguf_from_text(kvdrive::test::read_gguf_text(dir / (name + ".gguf.json"))));
+  GgufVocab v = kvdrive::llama::read_vocab(kvdrive::llama::GgufFile(gguf.string()));
+  std::error_code ec;
+  std::filesystem::remove(gguf, ec);
+  return v;
+}
+
+std::vector<std::unique_ptr<GgufTokenizer>> make_tokenizers() {
   std::vector<std::unique_ptr<GgufTokenizer>> out;
-  const GgufVocab bpe = kvdrive::llama::read_vocab(kvdrive::llama::GgufFile((dir / "tiny-gpt2.gguf").string()));
+  const GgufVocab bpe = tiny_vocab("tiny-gpt2");
   for (const char* pre : {"gpt-2", "smollm", "llama-bpe", "qwen2", "default"}) {
     GgufVocab v = bpe;
     v.pre = pre;
     out.push_back(std::make_unique<GgufTokenizer>(std::move(v)));
   }
-  for (const char* name : {"tiny-spm.gguf", "tiny-qwen2.gguf"})
-    out.push_back(std::make_unique<GgufTokenizer>(kvdrive::llama::read_vocab(kvdrive::llama::GgufFile((dir / name).string()))));
+  for (const char* name : {"tiny-spm", "tiny-qwen2"}) out.push_back(std::make_unique<GgufTokenizer>(tiny_vocab(name)));
   return out;
 }
 

@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
-"""Writes the GGUF test fixtures of tests/test_gguf.cpp into tests/data/gguf/ (seeded: the same
-bytes every run), with gguf-py's GGUFWriter, and the expectations the tests check into
-tests/data/gguf/fixtures.json. The expectations come from what this script wrote (values, types,
-shapes, sha256 of each tensor's bytes); offsets are those gguf-py's GGUFReader reports for the
-written file, which the script checks against the bytes it passed in.
+"""Writes the GGUF test fixtures of tests/test_gguf.cpp (seeded: the same bytes every run), with
+gguf-py's GGUFWriter, and the expectations the tests check into tests/data/gguf/fixtures.json.
+The expectations come from what this script wrote (values, types, shapes, sha256 of each
+tensor's bytes); offsets are those gguf-py's GGUFReader reports for the written file, which the
+script checks against the bytes it passed in.
+
+The repository keeps only text under tests/data: the files are written into a temporary
+directory, and what goes into tests/data/gguf/ is their text form, <name>.gguf.json
+(scripts/gguf_json.py: metadata, tensor infos and tensor bytes as hex, and the file's sha256),
+from which tests/gguf_writer.hpp writes the same bytes back at test time.
 
   values.gguf        every metadata value type, scalar and array (nested too), and tensors of
                      F32, F16, BF16, Q8_0, Q4_1, I8 and I32 (1 to 4 dimensions)
@@ -29,11 +34,14 @@ import hashlib
 import json
 import os
 import struct
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import gguf
 from gguf import GGMLQuantizationType as Q, GGUFValueType as V
+
+import gguf_json  # scripts/gguf_json.py
 
 SEED = 20240601
 TYPE_NAMES = {V.UINT8: "uint8", V.INT8: "int8", V.UINT16: "uint16", V.INT16: "int16", V.UINT32: "uint32",
@@ -342,12 +350,16 @@ def main():
     args.out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(SEED)
     expect = {"seed": SEED}
-    for make in (values_file, v2_file, align64_file, llama_tied, llama_output):
-        e = make(args.out, rng)
-        expect[Path(e["file"]).stem] = e
-    (args.out / "fixtures.json").write_text(dump(expect))
-    total = sum(p.stat().st_size for p in args.out.iterdir() if p.is_file())
-    print(f"make-gguf-fixtures: wrote {args.out} ({total} bytes)")
+    written = [args.out / "fixtures.json"]
+    with tempfile.TemporaryDirectory(prefix="kvd-gguf-fixtures-") as tmp:
+        for make in (values_file, v2_file, align64_file, llama_tied, llama_output):
+            e = make(Path(tmp), rng)
+            expect[Path(e["file"]).stem] = e
+            written.append(args.out / (e["file"] + ".json"))
+            gguf_json.write_text_form(Path(tmp) / e["file"], written[-1])
+    written[0].write_text(dump(expect))
+    total = sum(p.stat().st_size for p in written)
+    print(f"make-gguf-fixtures: wrote {len(written)} files into {args.out} ({total} bytes)")
     if args.model.is_file():
         (args.out / "smollm2.json").write_text(dump(smollm2(args.model)))
         print(f"make-gguf-fixtures: wrote {args.out / 'smollm2.json'} from {args.model}")

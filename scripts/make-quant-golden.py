@@ -8,20 +8,19 @@ the int8 scales of Q6_K), with finite fp16 scales: the first blocks of each type
 (+0, -0, the smallest and largest subnormal, the smallest normal, +-65504, +-1, negative scales and
 minimums), the others realistic magnitudes (|d| around 1e-4..5e-2, minimums around -8 d).
 
-One file per type, tests/data/quant/<TYPE>.bin, little-endian:
-  char[8]  magic "KVDQGLD1"
-  u32      GGML type id
-  u32      elements (a whole number of blocks)
-  u32      bytes of the blocks
-  u32      0
-  u8[bytes]        the blocks, as a GGUF tensor stores them
-  f32[elements]    gguf.quants.dequantize of them
+One JSON file per type, tests/data/quant/<TYPE>.json (text: the repository keeps no binary
+test data):
+  {"type": "Q4_K", "type_id": 12, "block_elements": 256, "block_bytes": 144, "elements": 3072,
+   "rows": [{"bytes": HEX, "values": [BITS, ...]}, ...]}
+each row one block (32 elements of the float types): "bytes" the blocks as a GGUF tensor stores
+them, in hex; "values" what gguf.quants.dequantize makes of them, each float32 as the 8 hex
+digits of its bits (exact, and NaNs and infinities are no JSON numbers).
 
 Usage: scripts/make-quant-golden.py [out_dir]   (default tests/data/quant; needs numpy, gguf)
 """
 
+import json
 import os
-import struct
 import sys
 
 import numpy as np
@@ -147,6 +146,21 @@ def plain(rng, qtype, n):
     return bits.view(np.uint8).reshape(n, 2)
 
 
+def golden_json(qtype, block_elems: int, block_bytes: int, raw: bytes, ref: np.ndarray) -> str:
+    """The golden file's text: one line per row of blocks (a block, or 32 elements of a float type)."""
+    per_row = max(1, 32 // block_elems)
+    bits = np.ascontiguousarray(ref, dtype="<f4").view("<u4")
+    rows = []
+    for first in range(0, len(raw) // block_bytes, per_row):
+        b = raw[first * block_bytes:(first + per_row) * block_bytes]
+        v = bits[first * block_elems:first * block_elems + len(b) // block_bytes * block_elems]
+        rows.append(f'  {{"bytes": "{b.hex()}", "values": {json.dumps([f"{int(x):08x}" for x in v])}}}')
+    head = {"type": qtype.name, "type_id": int(qtype), "block_elements": block_elems, "block_bytes": block_bytes,
+            "elements": int(ref.size)}
+    return ("{\n" + "".join(f" {json.dumps(k)}: {json.dumps(v)},\n" for k, v in head.items()) + ' "rows": [\n'
+            + ",\n".join(rows) + "\n ]\n}\n")
+
+
 def main():
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "data", "quant")
     os.makedirs(out_dir, exist_ok=True)
@@ -175,12 +189,9 @@ def main():
         assert ref.size == n_elems
         if qtype != T.F32 and qtype != T.BF16:
             assert np.all(np.isfinite(ref) | np.isinf(ref)), qtype.name
-        path = os.path.join(out_dir, qtype.name + ".bin")
-        with open(path, "wb") as f:
-            f.write(b"KVDQGLD1")
-            f.write(struct.pack("<IIII", int(qtype), n_elems, raw.size, 0))
-            f.write(raw.tobytes())
-            f.write(ref.astype("<f4").tobytes())
+        path = os.path.join(out_dir, qtype.name + ".json")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(golden_json(qtype, elems, type_bytes, raw.tobytes(), ref))
         total += os.path.getsize(path)
         print(f"{os.path.relpath(path)}: {blocks.shape[0]} blocks of {elems}, {n_elems} values, {os.path.getsize(path)} bytes")
     print(f"{total} bytes in all")

@@ -2,13 +2,17 @@
 """Golden files for the GGUF tokenizer (examples/llama3/tokenizer_gguf.hpp), from llama.cpp.
 
 Writes, under tests/data/tokenizer/:
-  tiny-*.gguf      vocabulary-only GGUF files, one per tokenizer kind the real model does not
-                   cover: byte-level BPE ("gpt2") with the pre-tokenizers gpt-2, llama-bpe, qwen2
-                   and llama.cpp's default, and SentencePiece ("llama") with scores and byte
-                   fallback (with and without add_space_prefix). Merges and pieces are learnt
-                   here from the licence texts in /usr/share/common-licenses (and a few
-                   sentences in other scripts) by a small BPE trainer; the layouts are those of
-                   real models: control tokens, byte tokens, user-defined tokens.
+  tiny-*.gguf.json the text form (scripts/gguf_json.py) of vocabulary-only GGUF files, one per
+                   tokenizer kind the real model does not cover: byte-level BPE ("gpt2") with
+                   the pre-tokenizers gpt-2, llama-bpe, qwen2 and llama.cpp's default, and
+                   SentencePiece ("llama") with scores and byte fallback (with and without
+                   add_space_prefix). Merges and pieces are learnt here from the licence texts
+                   in /usr/share/common-licenses (and a few sentences in other scripts) by a
+                   small BPE trainer; the layouts are those of real models: control tokens, byte
+                   tokens, user-defined tokens. The GGUF files themselves (gguf-py's GGUFWriter)
+                   go to a temporary directory, where llama.cpp reads them: the repository keeps
+                   only text under tests/data, and the tests write the files back from their text
+                   form (tests/gguf_writer.hpp), checking the sha256 it records.
   *.golden.json    for each of those and for SmolLM2-135M-Instruct (the model scripts/get-model
                    caches): llama.cpp's ids for a set of test texts with add_special and
                    parse_special true and false, its detokenized text, its pieces, its special
@@ -19,6 +23,7 @@ llama_token_to_piece, llama_detokenize on a vocab_only model). Everything is see
 with the same llama.cpp writes the same files.
 
 Other modes:
+  --vocab-only            only the tiny vocabularies' text forms (needs gguf, not llama.cpp).
   --random N --out FILE   N random texts (a seeded mix of the characters that matter to the
                           pre-tokenizers, special-token strings, invalid UTF-8) for every model,
                           golden ids in one JSON file; the test reads it when
@@ -36,8 +41,11 @@ import os
 import random
 import re
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
+
+import gguf_json  # scripts/gguf_json.py
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "tests" / "data" / "tokenizer"
@@ -243,7 +251,8 @@ def bpe_vocab(merges, front, back, extra_words=()):
     return tokens, types
 
 
-def make_tiny_files(dry: bool = False) -> list[tuple[str, Path]]:
+def make_tiny_files(gguf_dir: Path) -> list[tuple[str, Path]]:
+    """Writes the tiny vocabularies' GGUF files into gguf_dir; returns (name, path) of each."""
     text = corpus()
     words = byte_level_words(text)
     merges = learn_merges(words, 420)
@@ -251,10 +260,9 @@ def make_tiny_files(dry: bool = False) -> list[tuple[str, Path]]:
     files = []
 
     def emit(name, meta):
-        path = OUT / f"{name}.gguf"
+        path = gguf_dir / f"{name}.gguf"
         meta["name"] = f"kvdrive {name}"
-        if not dry:
-            write_gguf(path, meta)
+        write_gguf(path, meta)
         files.append((name, path))
 
     # GPT-2: the bytes, the merges, <|endoftext|> last; user-defined tokens after it.
@@ -531,25 +539,22 @@ def unicode_table() -> None:
         print(f'    "{s[i:i + 110]}"')
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--random", type=int, default=0, help="write N random texts' golden ids to --out instead")
-    ap.add_argument("--out", type=Path, help="the file --random writes")
-    ap.add_argument("--unicode-table", action="store_true", help="print tokenizer_gguf.hpp's code point class table")
-    ap.add_argument("--seed", type=int, default=SEED)
-    args = ap.parse_args()
-    if args.unicode_table:
-        unicode_table()
-        return
-
-    OUT.mkdir(parents=True, exist_ok=True)
+def run(args, files: list[tuple[str, Path]]) -> None:
+    """The text forms and golden files, from the tiny vocabularies' GGUF files (in a temporary
+    directory, where llama.cpp reads them)."""
     models = []
-    if args.random:
-        files = make_tiny_files(dry=True)
-    else:
-        files = make_tiny_files()
     for name, path in files:
+        text_form = OUT / f"{path.name}.json"
+        if args.random:  # the random texts' golden is for the committed vocabularies: they must be these
+            if not text_form.is_file() or text_form.read_text(encoding="utf-8") != gguf_json.dump(gguf_json.spec_of(path)):
+                raise SystemExit(f"{text_form} is not the vocabulary this machine makes; rerun without --random first")
+        else:
+            gguf_json.write_text_form(path, text_form)
+        # The source names the GGUF file; the test writes it back from tokenizer/<name>.gguf.json.
         models.append((name, path, f"tokenizer/{path.name}"))
+    if args.vocab_only:
+        print(f"{OUT}: {len(files)} vocabularies' text forms")
+        return
     if SMOLLM2.is_file():
         models.append(("smollm2", SMOLLM2, "smollm2"))
     else:
@@ -584,6 +589,23 @@ def main() -> None:
         print(f"{name}: {len(case_texts)} texts, {len(piece_ids)} pieces")
     total = sum(p.stat().st_size for p in OUT.iterdir())
     print(f"{OUT}: {total / 1024:.0f} KiB")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--vocab-only", action="store_true", help="write only the tiny vocabularies' text forms")
+    ap.add_argument("--random", type=int, default=0, help="write N random texts' golden ids to --out instead")
+    ap.add_argument("--out", type=Path, help="the file --random writes")
+    ap.add_argument("--unicode-table", action="store_true", help="print tokenizer_gguf.hpp's code point class table")
+    ap.add_argument("--seed", type=int, default=SEED)
+    args = ap.parse_args()
+    if args.unicode_table:
+        unicode_table()
+        return
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="kvd-tokenizer-golden-") as tmp:
+        run(args, make_tiny_files(Path(tmp)))
 
 
 if __name__ == "__main__":

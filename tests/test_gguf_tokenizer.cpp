@@ -4,6 +4,9 @@
 // SentencePiece with and without the space prefix): ids with add_special and parse_special on
 // and off, detokenized text, pieces, special ids and the end-of-generation set. A file of random
 // texts from the same script (--random) is checked too when KVD_TOKENIZER_EXTRA_GOLDEN names it.
+// The tiny vocabularies are committed as the text form of the GGUF files llama.cpp read
+// (tests/data/tokenizer/tiny-*.gguf.json); the tests write those files back, byte for byte
+// (tests/gguf_fixtures.hpp checks their sha256), and read them with read_vocab.
 #include <doctest/doctest.h>
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -25,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gguf.hpp"
+#include "gguf_fixtures.hpp"
 #include "gguf_loader.hpp"
 #include "model_files.hpp"
 #include "tokenizer.hpp"
@@ -90,11 +94,11 @@ std::string shown(const std::string& s, std::size_t max = 80) {
   return s.size() > max ? out + "..." : out;
 }
 
-/// The GGUF file of a golden source: "smollm2" (the cached model, nullopt if absent) or a path
-/// under tests/data.
+/// The GGUF file of a golden source: "smollm2" (the cached model, nullopt if absent) or a file
+/// under tests/data ("tokenizer/tiny-gpt2.gguf"), written from its text form (<source>.json).
 std::optional<std::filesystem::path> gguf_of(const std::string& source) {
   if (source == "smollm2") return test::smollm2_or_skip();
-  return test::test_data(source);
+  return test::gguf_fixture(source);
 }
 
 GgufTokenizer tokenizer_of(const std::filesystem::path& gguf) { return GgufTokenizer(read_vocab(GgufFile(gguf.string()))); }
@@ -193,7 +197,7 @@ void check_golden(const std::string& name) {
   CHECK_MESSAGE(bad.count == 0, name << ": " << bad.count << " mismatches with llama.cpp");
 }
 
-GgufVocab tiny_vocab(const char* name) { return read_vocab(GgufFile(test::test_data(fmt::format("tokenizer/{}.gguf", name)).string())); }
+GgufVocab tiny_vocab(const char* name) { return read_vocab(GgufFile(test::gguf_fixture(fmt::format("tokenizer/{}.gguf", name)).string())); }
 
 }  // namespace
 

@@ -1,7 +1,8 @@
 // GGUF block formats (examples/llama3/quant.hpp) and the projections computed from them
 // (quant_dot.hpp, linear.hpp):
 //   - dequantize_row equals gguf-py's gguf.quants.dequantize bit for bit on the committed golden
-//     blocks (tests/data/quant, written by scripts/make-quant-golden.py), for all 11 types;
+//     blocks (tests/data/quant/<TYPE>.json, written by scripts/make-quant-golden.py: the blocks in
+//     hex, the reference floats as the hex of their bits), for all 11 types;
 //   - types without kernels and partial blocks are errors;
 //   - activation quantization is within half a step of the input;
 //   - each block kernel's row dot against a double-precision dot of the dequantized weights with
@@ -16,12 +17,17 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "linear.hpp"
 #include "model_files.hpp"
@@ -127,24 +133,52 @@ struct Golden {
   std::vector<float> values;
 };
 
+/// The value of hex digits (at most 8), or nullopt if they are not all hex digits.
+std::optional<std::uint32_t> hex_value(std::string_view hex) {
+  std::uint32_t v = 0;
+  for (const char c : hex) {
+    const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    if (d < 0) return std::nullopt;
+    v = v << 4 | static_cast<std::uint32_t>(d);
+  }
+  return v;
+}
+
+/// A golden file: the blocks and gguf-py's floats for them, row by row (a row is a block, or
+/// 32 elements of a float type), as hex of the bytes and of the floats' bits.
 Golden read_golden(GgmlType t) {
-  const auto path = test::test_data("quant/" + ggml_type_name(t) + ".bin");
-  std::ifstream f(path, std::ios::binary);
+  const auto path = test::test_data("quant/" + ggml_type_name(t) + ".json");
+  std::ifstream f(path);
   REQUIRE_MESSAGE(f.good(), "missing golden file " << path.string() << " (scripts/make-quant-golden.py)");
-  char magic[8];
-  std::uint32_t head[4];
-  f.read(magic, 8);
-  f.read(reinterpret_cast<char*>(head), sizeof head);
-  REQUIRE(std::string(magic, 8) == "KVDQGLD1");
+  const nlohmann::json j = nlohmann::json::parse(f);
   Golden g;
-  g.type = static_cast<GgmlType>(head[0]);
-  g.elems = head[1];
-  g.blocks.resize(head[2]);
-  g.values.resize(head[1]);
-  f.read(reinterpret_cast<char*>(g.blocks.data()), static_cast<std::streamsize>(g.blocks.size()));
-  f.read(reinterpret_cast<char*>(g.values.data()), static_cast<std::streamsize>(g.values.size() * sizeof(float)));
-  REQUIRE(f.good());
+  g.type = static_cast<GgmlType>(j.at("type_id").get<std::uint32_t>());
+  g.elems = j.at("elements").get<std::int64_t>();
+  REQUIRE(j.at("type").get<std::string>() == ggml_type_name(t));
   REQUIRE(g.type == t);
+  const std::int64_t block_bytes = ggml_type_traits(t).block_bytes;
+  REQUIRE(j.at("block_elements").get<std::int64_t>() == block_of(t));
+  REQUIRE(j.at("block_bytes").get<std::int64_t>() == block_bytes);
+  bool well_formed = true;
+  for (const nlohmann::json& row : j.at("rows")) {
+    const std::string bytes = row.at("bytes").get<std::string>();
+    const nlohmann::json& values = row.at("values");
+    well_formed = well_formed && bytes.size() % (2 * static_cast<std::size_t>(block_bytes)) == 0 &&
+                  values.size() == bytes.size() / 2 / static_cast<std::size_t>(block_bytes) * static_cast<std::size_t>(block_of(t));
+    for (std::size_t i = 0; i + 1 < bytes.size(); i += 2) {
+      const std::optional<std::uint32_t> b = hex_value(std::string_view(bytes).substr(i, 2));
+      well_formed = well_formed && b.has_value();
+      g.blocks.push_back(static_cast<std::byte>(b.value_or(0)));
+    }
+    for (const nlohmann::json& v : values) {  // a float's bits, 8 hex digits
+      const std::string hex = v.get<std::string>();
+      const std::optional<std::uint32_t> bits = hex_value(hex);
+      well_formed = well_formed && hex.size() == 8 && bits.has_value();
+      g.values.push_back(std::bit_cast<float>(bits.value_or(0)));
+    }
+  }
+  REQUIRE_MESSAGE(well_formed, path.string() << ": a row is not whole blocks of hex with a float (8 hex digits) per element");
+  REQUIRE(g.values.size() == static_cast<std::size_t>(g.elems));
   REQUIRE(g.blocks.size() == ggml_row_bytes(t, g.elems));
   return g;
 }
