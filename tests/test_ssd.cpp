@@ -1,7 +1,9 @@
 // SsdTier: round trips through both I/O engines, extents and merged reads, durability across
 // reopen (puts, overwrites, erases), torn log blocks, and every bad input of the storage issue
 // that this tier handles: not a store, another page size or version, a flipped bit, a short
-// read, a full store. Each test works in its own temporary directory and removes it.
+// read, a full store; each file operation failing (through the File seam, fault_file.hpp), a
+// killed writer and a power loss. Each test works in its own temporary directory and removes
+// it. The test_ssd_mutant_* builds run these tests on a defective store (ssd_mutants.hpp).
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
@@ -18,11 +20,14 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvdrive/kvdrive.hpp"
 #include "kvdrive/tier/mmap.hpp"
 #include "kvdrive/tier/ssd.hpp"
+#include "fault_file.hpp"
+#include "ssd_mutants.hpp"
 #include "support.hpp"
 
 using namespace kvdrive;
@@ -31,6 +36,8 @@ using namespace kvdrive::tier;
 namespace {
 
 using test::TempDir;
+/// SsdTier, or in the test_ssd_mutant_* builds the mutant (ssd_mutants.hpp).
+using Ssd = test::StoreUnderTest<>;
 
 std::vector<std::byte> page_bytes_of(std::size_t bytes, const PageKey& k, int version = 0) {
   std::vector<std::byte> p(bytes);
@@ -39,8 +46,8 @@ std::vector<std::byte> page_bytes_of(std::size_t bytes, const PageKey& k, int ve
   return p;
 }
 
-SsdTier::Params params(const std::string& path, IoBackend io = IoBackend::automatic) {
-  SsdTier::Params p;
+Ssd::Params params(const std::string& path, IoBackend io = IoBackend::automatic) {
+  Ssd::Params p;
   p.path = path;
   p.alignment = 4096;  // forced, as the issue asks of tests
   p.io = io;
@@ -48,7 +55,8 @@ SsdTier::Params params(const std::string& path, IoBackend io = IoBackend::automa
   return p;
 }
 
-std::vector<std::byte> read_one(SsdTier& t, const PageKey& k, std::size_t bytes) {
+template <class Store>
+std::vector<std::byte> read_one(Store& t, const PageKey& k, std::size_t bytes) {
   std::vector<std::byte> out(bytes);
   const ReadRequest r{k, out.data()};
   t.wait(t.submit(std::span<const ReadRequest>(&r, 1)));
@@ -72,7 +80,7 @@ TEST_CASE("SsdTier: pages round-trip through both I/O engines, in any batch orde
     for (std::size_t page_bytes : {std::size_t{4096}, std::size_t{1000}}) {
       CAPTURE(page_bytes);
       TempDir dir;
-      SsdTier t(params(dir.file("store"), io));
+      Ssd t(params(dir.file("store"), io));
       t.open({page_bytes});
       MESSAGE("SsdTier I/O: " << std::string(t.io_name()) << (t.direct_io() ? std::string(", O_DIRECT") : std::string(", buffered (O_DIRECT refused)")));
       CHECK(t.slot_bytes() % 4096 == 0);
@@ -104,10 +112,10 @@ TEST_CASE("SsdTier: pages round-trip through both I/O engines, in any batch orde
 
 TEST_CASE("SsdTier: a stream's pages take adjacent slots, and adjacent reads merge") {
   TempDir dir;
-  SsdTier::Params p = params(dir.file("store"));
+  Ssd::Params p = params(dir.file("store"));
   p.extent_pages = 16;
   p.max_merge_bytes = 8 * 4096;
-  SsdTier t(p);
+  Ssd t(p);
   t.open({4096});
   std::vector<std::byte> buf(4096);
   for (std::uint32_t page = 0; page < 16; ++page) {
@@ -128,10 +136,10 @@ TEST_CASE("SsdTier: a stream's pages take adjacent slots, and adjacent reads mer
 TEST_CASE("SsdTier: merged reads go straight into aligned caller buffers (readv), verified there") {
   for (IoBackend io : {IoBackend::automatic, IoBackend::threads}) {
     TempDir dir;
-    SsdTier::Params p = params(dir.file("store"), io);
+    Ssd::Params p = params(dir.file("store"), io);
     p.extent_pages = 16;
     p.max_merge_bytes = 8 * 4096;
-    SsdTier t(p);
+    Ssd t(p);
     t.open({4096});
     for (std::uint32_t page = 0; page < 12; ++page) t.write({7, 2, 1, page}, page_bytes_of(4096, {7, 2, 1, page}).data());
     // Aligned buffers, scattered in memory and in reverse order of the slots.
@@ -160,7 +168,7 @@ TEST_CASE("SsdTier: merged reads go straight into aligned caller buffers (readv)
 
 TEST_CASE("SsdTier: reads into registered memory are io_uring fixed reads; KvManager registers its fast tier") {
   TempDir dir;
-  SsdTier t(params(dir.file("store")));
+  Ssd t(params(dir.file("store")));
   t.open({4096});
   for (std::uint32_t page = 0; page < 16; ++page) t.write({1, 0, 0, page}, page_bytes_of(4096, {1, 0, 0, page}).data());
   void* mem = nullptr;
@@ -188,8 +196,8 @@ TEST_CASE("SsdTier: reads into registered memory are io_uring fixed reads; KvMan
   c.page_tokens = 16;
   c.local_tokens = 16;
   c.budget = Budget::pages(2);
-  using SsdTiers = Tiers<HostTier, SsdTier>;
-  KvManager<index::Quest, eviction::Lookahead, SsdTiers> kv(c, {}, eviction::Lookahead{0}, SsdTiers(HostTier{}, SsdTier(params(dir.file("kv")))));
+  using SsdTiers = Tiers<HostTier, Ssd>;
+  KvManager<index::Quest, eviction::Lookahead, SsdTiers> kv(c, {}, eviction::Lookahead{0}, SsdTiers(HostTier{}, Ssd(params(dir.file("kv")))));
   const SeqId id = kv.add_sequence();
   const int d = 64, prompt = 400;
   const auto k = test::random_floats(static_cast<std::size_t>(prompt) * d, 1), v = test::random_floats(k.size(), 2);
@@ -200,7 +208,7 @@ TEST_CASE("SsdTier: reads into registered memory are io_uring fixed reads; KvMan
     std::vector<float> out(2 * d);
     kv.attend(0, batch, make_view(q, 1, 2, d), make_view(kn, 1, 1, d), make_view(vn, 1, 1, d), make_view(out, 1, 2, d));
   }
-  const SsdTier& ssd = kv.tiers().get<1>();
+  const Ssd& ssd = kv.tiers().get<1>();
   CHECK(kv.total_stats().misses > 0);
   if (registered) {
     CHECK(ssd.registered_bytes() > 0);
@@ -213,7 +221,7 @@ TEST_CASE("SsdTier: a reopened store has every page the log committed, and nothi
   const std::string path = dir.file("store");
   const PageKey a{1, 0, 0, 0}, b{1, 0, 0, 1}, c{2, 3, 1, 9}, d{2, 3, 1, 10};
   {
-    SsdTier t(params(path));
+    Ssd t(params(path));
     t.open({4096});
     t.write(a, page_bytes_of(4096, a).data());
     t.write(b, page_bytes_of(4096, b).data());
@@ -225,7 +233,7 @@ TEST_CASE("SsdTier: a reopened store has every page the log committed, and nothi
     t.sync();
   }
   {
-    SsdTier t(params(path));
+    Ssd t(params(path));
     t.open({4096});
     CHECK(!t.contains(a));
     CHECK(!t.contains(c));
@@ -235,7 +243,7 @@ TEST_CASE("SsdTier: a reopened store has every page the log committed, and nothi
     // Freed slots are reused, and the store keeps working across a second reopen.
     t.write(a, page_bytes_of(4096, a, 2).data());
   }
-  SsdTier t(params(path));
+  Ssd t(params(path));
   t.open({4096});
   CHECK(read_one(t, a, 4096) == page_bytes_of(4096, a, 2));
   CHECK(read_one(t, b, 4096) == page_bytes_of(4096, b, 1));
@@ -246,7 +254,7 @@ TEST_CASE("SsdTier: a torn last log block loses only its own records") {
   const std::string path = dir.file("store");
   const PageKey a{1, 0, 0, 0}, b{1, 0, 0, 1}, c{1, 0, 0, 2};
   {
-    SsdTier t(params(path));
+    Ssd t(params(path));
     t.open({4096});
     t.write(a, page_bytes_of(4096, a).data());  // log block 1
     t.write(b, page_bytes_of(4096, b).data());  // log block 2
@@ -254,13 +262,13 @@ TEST_CASE("SsdTier: a torn last log block loses only its own records") {
   // Tear block 2 (the last): garbage over the second half of its first record.
   flip_byte(path + ".log", 2 * 4096 + 40);
   {
-    SsdTier t(params(path));
+    Ssd t(params(path));
     t.open({4096});
     CHECK(t.contains(a));
     CHECK(!t.contains(b));
     t.write(c, page_bytes_of(4096, c).data());  // reuses the torn block's place in the log
   }
-  SsdTier t(params(path));
+  Ssd t(params(path));
   t.open({4096});
   CHECK(read_one(t, a, 4096) == page_bytes_of(4096, a));
   CHECK(read_one(t, c, 4096) == page_bytes_of(4096, c));
@@ -272,27 +280,27 @@ TEST_CASE("SsdTier: bad stores, flipped bits, short reads and a full store give 
   SUBCASE("a file that is not a store") {
     { std::ofstream(dir.file("junk")) << std::string(8192, 'x'); }
     { std::ofstream(dir.file("junk.log")) << std::string(8192, 'x'); }
-    SsdTier t(params(dir.file("junk")));
+    Ssd t(params(dir.file("junk")));
     CHECK_THROWS_WITH_AS(t.open({4096}), doctest::Contains("is not a kvdrive store"), Error);
   }
   SUBCASE("another page size") {
-    { SsdTier t(params(dir.file("store"))); t.open({4096}); t.write({1, 0, 0, 0}, page_bytes_of(4096, {1, 0, 0, 0}).data()); }
-    SsdTier t(params(dir.file("store")));
+    { Ssd t(params(dir.file("store"))); t.open({4096}); t.write({1, 0, 0, 0}, page_bytes_of(4096, {1, 0, 0, 0}).data()); }
+    Ssd t(params(dir.file("store")));
     CHECK_THROWS_WITH_AS(t.open({2048}), doctest::Contains("another model shape or page size"), Error);
   }
   SUBCASE("another format version") {
-    { SsdTier t(params(dir.file("store"))); t.open({4096}); }
+    { Ssd t(params(dir.file("store"))); t.open({4096}); }
     // Rewrite the version with a valid header checksum: the version check, not the checksum, refuses it.
     ssd_format::Header h;
     { std::ifstream f(dir.file("store"), std::ios::binary); f.read(reinterpret_cast<char*>(&h), sizeof h); }
     h.version = 99;
     h.checksum = h.compute_checksum();
     { std::fstream f(dir.file("store"), std::ios::binary | std::ios::in | std::ios::out); f.write(reinterpret_cast<const char*>(&h), sizeof h); }
-    SsdTier t(params(dir.file("store")));
+    Ssd t(params(dir.file("store")));
     CHECK_THROWS_WITH_AS(t.open({4096}), doctest::Contains("format version 99"), Error);
   }
   SUBCASE("a flipped bit is a checksum error naming the page, never wrong data") {
-    SsdTier t(params(dir.file("store")));
+    Ssd t(params(dir.file("store")));
     t.open({4096});
     const PageKey k{3, 1, 0, 5};
     t.write(k, page_bytes_of(4096, k).data());
@@ -303,7 +311,7 @@ TEST_CASE("SsdTier: bad stores, flipped bits, short reads and a full store give 
                          doctest::Contains("checksum mismatch on page (seq 3, layer 1, head 0, page 5)"), Error);
   }
   SUBCASE("a short read names the page") {
-    SsdTier t(params(dir.file("store")));
+    Ssd t(params(dir.file("store")));
     t.open({4096});
     const PageKey k{1, 0, 0, 0};
     t.write(k, page_bytes_of(4096, k).data());
@@ -311,19 +319,161 @@ TEST_CASE("SsdTier: bad stores, flipped bits, short reads and a full store give 
     CHECK_THROWS_WITH_AS(read_one(t, k, 4096), doctest::Contains("short read of page (seq 1, layer 0, head 0, page 0)"), Error);
   }
   SUBCASE("a missing page") {
-    SsdTier t(params(dir.file("store")));
+    Ssd t(params(dir.file("store")));
     t.open({4096});
     CHECK_THROWS_WITH_AS(read_one(t, {9, 9, 9, 9}, 4096), doctest::Contains("no page"), Error);
   }
   SUBCASE("a full store refuses the page and keeps the others") {
-    SsdTier::Params p = params(dir.file("store"));
+    Ssd::Params p = params(dir.file("store"));
     p.capacity_pages = 8;
-    SsdTier t(p);
+    Ssd t(p);
     t.open({4096});
     for (std::uint32_t i = 0; i < 8; ++i) t.write({1, 0, i % 2, i}, page_bytes_of(4096, {1, 0, i % 2, i}).data());
     CHECK(t.free_pages() == 0);
     CHECK_THROWS_WITH_AS(t.write({1, 0, 0, 99}, page_bytes_of(4096, {1, 0, 0, 99}).data()), doctest::Contains("full"), Error);
     for (std::uint32_t i = 0; i < 8; ++i) CHECK(read_one(t, {1, 0, i % 2, i}, 4096) == page_bytes_of(4096, {1, 0, i % 2, i}));
+  }
+}
+
+TEST_CASE("SsdTier over a failing File: each failed call is an error that names it, and stored pages stay readable") {
+  using test::FileOp;
+  TempDir dir;
+  const std::string path = dir.file("store");
+  const auto disk = std::make_shared<test::FaultDisk>();
+  const auto make = [&](IoBackend io = IoBackend::automatic) { return test::store_over(params(path, io), test::FaultFile(disk)); };
+  const PageKey a{1, 0, 0, 0}, b{1, 0, 0, 1};
+  const auto bytes_a = page_bytes_of(4096, a), bytes_b = page_bytes_of(4096, b);
+  const auto store_a = [&] {
+    Ssd t(params(path));
+    t.open({4096});
+    t.write(a, bytes_a.data());
+  };
+  SUBCASE("a write is data, fdatasync, log, fdatasync") {
+    auto t = make();
+    t.open({4096});
+    const std::uint64_t writes = disk->calls(FileOp::pwrite), syncs = disk->calls(FileOp::fdatasync);
+    t.write(a, bytes_a.data());
+    CHECK(disk->calls(FileOp::pwrite) - writes == 2);
+    CHECK(disk->calls(FileOp::fdatasync) - syncs == 2);
+  }
+  SUBCASE("open") {
+    disk->fail(FileOp::open);
+    auto t = make();
+    CHECK_THROWS_WITH_AS(t.open({4096}), doctest::Contains("cannot open"), Error);
+  }
+  SUBCASE("access: an existing store taken for a new one is refused, not overwritten") {
+    store_a();
+    disk->fail(FileOp::access);
+    auto t = make();
+    CHECK_THROWS_WITH_AS(t.open({4096}), doctest::Contains("File exists"), Error);
+    Ssd again(params(path));
+    again.open({4096});
+    CHECK(read_one(again, a, 4096) == bytes_a);
+  }
+#ifdef STATX_DIOALIGN
+  SUBCASE("statx: the alignment falls back to 4096") {
+    SsdParams p = params(path);
+    p.alignment = 0;
+    disk->fail_always(FileOp::statx);
+    auto t = test::store_over(p, test::FaultFile(disk));
+    t.open({4096});
+    CHECK(disk->calls(FileOp::statx) == 1);
+    CHECK(t.alignment() == 4096);
+  }
+#endif
+  SUBCASE("pwrite, fdatasync of the data, fdatasync of the log: the batch fails, the store goes on") {
+    struct Fault {
+      FileOp op;
+      std::uint64_t nth;
+      int error;
+      const char* says;
+    };
+    for (const Fault& f : {Fault{FileOp::pwrite, 1, ENOSPC, "the disk is full (writing page (seq 1, layer 0, head 0, page 1)"},
+                           Fault{FileOp::pwrite, 2, EIO, "write error at page (seq 1, layer 0, head 0, page 1)"},
+                           Fault{FileOp::fdatasync, 1, EIO, "fdatasync failed"}, Fault{FileOp::fdatasync, 2, EIO, "fdatasync failed"}}) {
+      CAPTURE(f.says);
+      SsdTier::remove_files(path);
+      {
+        auto t = make();
+        t.open({4096});
+        t.write(a, bytes_a.data());
+        disk->fail(f.op, f.nth, f.error);
+        CHECK_THROWS_WITH_AS(t.write(b, bytes_b.data()), doctest::Contains(f.says), Error);
+        CHECK(!t.contains(b));
+        CHECK(read_one(t, a, 4096) == bytes_a);
+        t.write(b, bytes_b.data());  // the store goes on
+      }
+      Ssd again(params(path));
+      again.open({4096});
+      CHECK(again.stored_pages() == 2);
+      CHECK(read_one(again, b, 4096) == bytes_b);
+    }
+  }
+  SUBCASE("a roll back that fails: the store refuses further calls") {
+    auto t = make();
+    t.open({4096});
+    t.write(a, bytes_a.data());
+    disk->fail(FileOp::fdatasync, 2);
+    disk->fail(FileOp::ftruncate);
+    CHECK_THROWS_WITH_AS(t.write(b, bytes_b.data()), doctest::Contains("fdatasync failed"), Error);
+    CHECK_THROWS_WITH_AS(t.write(b, bytes_b.data()), doctest::Contains("reopen the store"), Error);
+    Ssd again(params(path));
+    again.open({4096});
+    CHECK(read_one(again, a, 4096) == bytes_a);
+    if (again.contains(b)) CHECK(read_one(again, b, 4096) == bytes_b);  // its record may have landed
+  }
+  SUBCASE("pread (thread backend)") {
+    auto t = make(IoBackend::threads);
+    t.open({4096});
+    t.write(a, bytes_a.data());
+    disk->fail(FileOp::pread);
+    CHECK_THROWS_WITH_AS(read_one(t, a, 4096), doctest::Contains("read error on page (seq 1, layer 0, head 0, page 0)"), Error);
+    CHECK(read_one(t, a, 4096) == bytes_a);
+  }
+#if KVD_HAVE_LIBURING
+  SUBCASE("io_uring: a completion's result, a submission, the setup, a registration") {
+    auto t = make();
+    t.open({4096});
+    t.write(a, bytes_a.data());
+    if (t.io_name() != std::string_view("io_uring")) {
+      MESSAGE("io_uring is unavailable here: its failures are not exercised");
+      return;
+    }
+    disk->fail(FileOp::uring_result);
+    CHECK_THROWS_WITH_AS(read_one(t, a, 4096), doctest::Contains("read error on page (seq 1, layer 0, head 0, page 0)"), Error);
+    CHECK(read_one(t, a, 4096) == bytes_a);
+    disk->fail_always(FileOp::uring_register);
+    std::vector<std::byte> mem(1 << 16);
+    CHECK(!t.register_memory(mem.data(), mem.size()));
+    CHECK(t.registered_bytes() == 0);
+    disk->heal();
+    disk->fail(FileOp::uring_submit);
+    CHECK_THROWS_WITH_AS(read_one(t, a, 4096), doctest::Contains("io_uring submit failed"), Error);
+    disk->fail(FileOp::uring_init);
+    auto u = test::store_over(params(dir.file("other")), test::FaultFile(disk));
+    u.open({4096});
+    CHECK(u.io_name() == std::string_view("threads (pread)"));
+    u.write(a, bytes_a.data());
+    CHECK(read_one(u, a, 4096) == bytes_a);
+  }
+#endif
+  SUBCASE("reopening: fstat, a read of the log, the cut of the log") {
+    store_a();
+    struct Fault {
+      FileOp op;
+      std::uint64_t nth;
+      const char* says;
+    };
+    for (const Fault& f : {Fault{FileOp::fstat, 1, "stat failed"}, Fault{FileOp::pread, 3, "read error during recovery"},
+                           Fault{FileOp::ftruncate, 1, "cannot cut the log after recovery"}}) {
+      CAPTURE(f.says);
+      disk->fail(f.op, f.nth);
+      auto t = make();
+      CHECK_THROWS_WITH_AS(t.open({4096}), doctest::Contains(f.says), Error);
+    }
+    auto t = make();
+    t.open({4096});
+    CHECK(read_one(t, a, 4096) == bytes_a);
   }
 }
 
@@ -374,8 +524,8 @@ TEST_CASE("SsdTier behind KvManager: the same output as host memory, misses read
   };
   KvManager<index::Quest, eviction::Lookahead> host(c);
   const auto expect = run(host);
-  using SsdTiers = Tiers<HostTier, SsdTier>;
-  KvManager<index::Quest, eviction::Lookahead, SsdTiers> ssd(c, {}, {}, SsdTiers(HostTier{}, SsdTier(params(dir.file("kv")))));
+  using SsdTiers = Tiers<HostTier, Ssd>;
+  KvManager<index::Quest, eviction::Lookahead, SsdTiers> ssd(c, {}, {}, SsdTiers(HostTier{}, Ssd(params(dir.file("kv")))));
   CHECK(run(ssd) == expect);
   const Stats& s = ssd.total_stats();
   CHECK(s.misses > 0);
@@ -388,7 +538,7 @@ TEST_CASE("semantic packing: after warm_up each cluster's pages sit in adjacent 
   TempDir dir;
   const Config c = small_kv_config(0.125);
   const int d = 64, prompt = 1600, obs = 16;
-  using SsdTiers = Tiers<HostTier, SsdTier>;
+  using SsdTiers = Tiers<HostTier, Ssd>;
   using M = KvManager<index::Hierarchical, eviction::Lookahead, SsdTiers>;
   auto prefill = [&](M& kv) {
     const SeqId id = kv.add_sequence();
@@ -419,10 +569,10 @@ TEST_CASE("semantic packing: after warm_up each cluster's pages sit in adjacent 
     REQUIRE(pairs > 0);
     return static_cast<double>(adjacent) / static_cast<double>(pairs);
   };
-  M packed(c, {}, {}, SsdTiers(HostTier{}, SsdTier(params(dir.file("packed")))));
+  M packed(c, {}, {}, SsdTiers(HostTier{}, Ssd(params(dir.file("packed")))));
   Config naive_config = c;
   naive_config.pack_by_cluster = false;
-  M naive(naive_config, {}, {}, SsdTiers(HostTier{}, SsdTier(params(dir.file("naive")))));
+  M naive(naive_config, {}, {}, SsdTiers(HostTier{}, Ssd(params(dir.file("naive")))));
   const SeqId a = prefill(packed), b = prefill(naive);
   CHECK(packed.total_stats().packed > 0);
   CHECK(naive.total_stats().packed == 0);
@@ -447,7 +597,7 @@ TEST_CASE("SsdTier kill test: a writer killed at a random moment leaves exactly 
     CAPTURE(seed);
     TempDir dir;
     const std::string path = dir.file("store");
-    { SsdTier t(params(path)); t.open({4096}); }
+    { Ssd t(params(path)); t.open({4096}); }
     std::mt19937_64 rng(seed);
     std::vector<PageKey> order;
     for (std::uint32_t i = 0; i < 4000; ++i) order.push_back({seed + 1, i % 3, (i / 3) % 2, i});
@@ -455,7 +605,7 @@ TEST_CASE("SsdTier kill test: a writer killed at a random moment leaves exactly 
     REQUIRE(child >= 0);
     if (child == 0) {
       try {
-        SsdTier t(params(path));
+        Ssd t(params(path));
         t.open({4096});
         std::mt19937_64 crng(seed * 77 + 1);
         std::vector<std::vector<std::byte>> data;
@@ -477,7 +627,7 @@ TEST_CASE("SsdTier kill test: a writer killed at a random moment leaves exactly 
     ::kill(child, SIGKILL);
     int status = 0;
     ::waitpid(child, &status, 0);
-    SsdTier t(params(path));
+    Ssd t(params(path));
     t.open({4096});
     std::size_t present = 0;
     while (present < order.size() && t.contains(order[present])) ++present;
@@ -505,9 +655,10 @@ TEST_CASE("SsdTier power-loss test: acknowledged pages survive, nothing else is 
     std::map<std::uint32_t, int> in_flight;  // the batch the power cut
     const auto key = [&](std::uint32_t page) { return PageKey{seed + 1, page % 2, 0, page}; };
     {
-      SsdTier t(params(path));
+      const auto disk = std::make_shared<test::FaultDisk>();
+      auto t = test::store_over(params(path), test::FaultFile(disk));
       t.open({4096});
-      t.simulate_power_loss_after(1 + rng() % 60);
+      disk->power_loss_after(1 + rng() % 60);
       std::uint32_t next_page = 0;
       for (int batch = 0; batch < 40; ++batch) {
         std::map<std::uint32_t, int> pages;
@@ -533,8 +684,9 @@ TEST_CASE("SsdTier power-loss test: acknowledged pages survive, nothing else is 
         for (const auto& [page, version] : pages) acked[page] = version;
       }
       REQUIRE(!in_flight.empty());  // the power went during the run
+      REQUIRE(disk->power_out());
     }
-    SsdTier t(params(path));
+    Ssd t(params(path));
     t.open({4096});
     for (const auto& [page, version] : acked) {
       CAPTURE(page);
@@ -558,7 +710,7 @@ TEST_CASE("SsdTier power-loss test: acknowledged pages survive, nothing else is 
     // after reopening lands and survives another reopen.
     const PageKey extra{999, 0, 0, 0};
     t.write(extra, page_bytes_of(4096, extra).data());
-    SsdTier again(params(path));
+    Ssd again(params(path));
     again.open({4096});
     CHECK(again.contains(extra));
     CHECK(again.stored_pages() == present + 1);
@@ -573,9 +725,9 @@ TEST_CASE("faults under KvManager with an SSD store: clear errors naming the pag
   c.page_tokens = 8;
   c.local_tokens = 16;
   c.budget = Budget::fraction(0.25);
-  using Faulty = FaultTier<SsdTier>;
+  using Faulty = FaultTier<Ssd>;
   using T = Tiers<HostTier, Faulty>;
-  KvManager<index::Quest, eviction::Lookahead, T> kv(c, {}, eviction::Lookahead{1}, T(HostTier{}, Faulty(SsdTier(params(dir.file("kv"))))));
+  KvManager<index::Quest, eviction::Lookahead, T> kv(c, {}, eviction::Lookahead{1}, T(HostTier{}, Faulty(Ssd(params(dir.file("kv"))))));
   auto& ssd = kv.tiers().get<1>();
   const int d = 64, prompt = 400;
   const auto k = test::random_floats(static_cast<std::size_t>(prompt) * 2 * d, 1), v = test::random_floats(k.size(), 2);
@@ -610,7 +762,7 @@ TEST_CASE("faults under KvManager with an SSD store: clear errors naming the pag
   CHECK(kv.length(id, 0) == prompt + 1);
   // A bit flipped on the medium: a checksum error naming the page, never a wrong output.
   for (std::uint32_t page = 1; page < static_cast<std::uint32_t>(prompt / 8 - 2); ++page)
-    if (ssd.contains({id, 0, 0, page})) ssd.flip_stored_bit({id, 0, 0, page}, 77);
+    if (ssd.contains({id, 0, 0, page})) test::flip_stored_bit(ssd.inner(), {id, 0, 0, page}, 77);
   bool caught = false;
   for (int s = 1; s < 6 && !caught; ++s) {
     try {
@@ -649,7 +801,7 @@ TEST_CASE("SsdTier: log blocks past a torn one are never replayed, and freed slo
   const std::string path = dir.file("store");
   const PageKey k{1, 0, 0, 100};
   {
-    SsdTier t(params(path));
+    Ssd t(params(path));
     t.open({4096});
     t.write(k, page_bytes_of(4096, k, 1).data());  // acknowledged: k = v1
     std::vector<std::vector<std::byte>> bytes;
@@ -667,7 +819,7 @@ TEST_CASE("SsdTier: log blocks past a torn one are never replayed, and freed slo
     ::close(fd);
   }
   {
-    SsdTier t(params(path));
+    Ssd t(params(path));
     t.open({4096});
     CHECK(read_one(t, k, 4096) == page_bytes_of(4096, k, 1));
     CHECK(t.stored_pages() == 1);
@@ -678,13 +830,13 @@ TEST_CASE("SsdTier: log blocks past a torn one are never replayed, and freed slo
     t.write_batch(reqs);  // exactly one block: the stale block after it must not come back
   }
   {
-    SsdTier t(params(path));
+    Ssd t(params(path));
     t.open({4096});
     CHECK(read_one(t, k, 4096) == page_bytes_of(4096, k, 1));  // never the unacknowledged v2
     CHECK(t.stored_pages() == 74);
   }
   // Without a capacity, erased and overwritten slots are reused once durable: the file stays small.
-  SsdTier t(params(dir.file("reuse")));
+  Ssd t(params(dir.file("reuse")));
   t.open({4096});
   for (std::uint32_t i = 0; i < 20; ++i) {
     t.write({1, 0, 0, 0}, page_bytes_of(4096, {1, 0, 0, 0}, static_cast<int>(i)).data());  // overwrites

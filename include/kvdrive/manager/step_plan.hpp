@@ -40,9 +40,9 @@ class PendingReads {
   /// Waits for every read; returns the first error, or null.
   std::exception_ptr wait() noexcept {
     std::exception_ptr error;
-    for (const auto& [tier_index, ticket] : std::exchange(tickets_, {})) {
+    for (const auto& pending : std::exchange(tickets_, {})) {
       try {
-        tiers_->visit(tier_index, [&](auto& tr) { tr.wait(ticket); });
+        tiers_->visit(pending.first, [&](auto& tr) { tr.wait(pending.second); });
       } catch (...) {
         if (!error) error = std::current_exception();
       }

@@ -1,10 +1,9 @@
 // tier::FaultTier<Inner>: wraps a tier and injects faults, for tests of failure handling
 // (commit or nothing, Decision 8): read errors (EIO or a short read, each naming the page),
-// write errors (EIO or ENOSPC), read latency, bit flips on the medium (for inner tiers that
-// can flip a stored bit, such as SsdTier: the flip lands below the checksum), and power loss
-// (forwarded to inner tiers that simulate it). It presents itself as a slow, non-addressable
+// write errors (EIO or ENOSPC) and read latency. It presents itself as a slow, non-addressable
 // tier, so pages stored in it always go through the cache and fetch path. Batched writes are
-// passed on as batches, all or nothing.
+// passed on as batches, all or nothing. Faults below a tier (bit flips on the medium, power
+// loss, any failing file operation of SsdTier) are the File seam's: tests/fault_file.hpp.
 #pragma once
 
 #include <chrono>
@@ -50,16 +49,6 @@ class FaultTier {
     std::lock_guard lock(mutex_);
     writes_left_ = n;
     write_fault_ = kind;
-  }
-  /// Flips one bit of a stored page on the inner tier's medium (below its checksum).
-  void flip_stored_bit(const PageKey& key, std::size_t bit) {
-    static_assert(requires(Inner& i) { i.flip_stored_bit(key, bit); }, "the inner tier cannot flip a stored bit");
-    inner_.flip_stored_bit(key, bit);
-  }
-  /// The power goes at the inner tier's n-th write or sync from now.
-  void simulate_power_loss_after(std::uint64_t n) {
-    static_assert(requires(Inner& i) { i.simulate_power_loss_after(n); }, "the inner tier cannot simulate a power loss");
-    inner_.simulate_power_loss_after(n);
   }
   /// Each read batch sleeps this long before completing.
   void delay_reads(std::chrono::microseconds d) {

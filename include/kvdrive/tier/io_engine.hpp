@@ -4,7 +4,9 @@
 // io_uring is missing or refused (old kernels, seccomp in containers) it falls back to a thread
 // pool of pread() calls, and name() says which one runs. A read that returns fewer bytes than
 // asked (end of file) or fails reports it in its own result; only a broken ring throws (after
-// the reads it took have finished).
+// the reads it took have finished). Every call it makes to the system (preads, the ring's setup,
+// registrations and submissions, each completion's result) goes through its File
+// (tier/ssd/posix_file.hpp), so a test can fail any one of them.
 #pragma once
 
 #include <sys/uio.h>
@@ -21,14 +23,12 @@
 #include <span>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "kvdrive/core/error.hpp"
 #include "kvdrive/core/thread_pool.hpp"
-
-#if KVD_HAVE_LIBURING
-#include <liburing.h>
-#endif
+#include "kvdrive/tier/ssd/posix_file.hpp"
 
 namespace kvdrive::tier {
 
@@ -49,15 +49,16 @@ enum class IoBackend { automatic, io_uring, threads };
 /// Identifies a started batch of reads (IoEngine::start); 0 is never one.
 using IoToken = std::uint64_t;
 
-class IoEngine {
+template <SsdFile File = PosixFile>
+class BasicIoEngine {
  public:
   /// The most buffers one vectored read may name (Linux UIO_MAXIOV).
   static constexpr std::size_t kMaxIov = 1024;
 
-  IoEngine() = default;
-  IoEngine(const IoEngine&) = delete;
-  IoEngine& operator=(const IoEngine&) = delete;
-  ~IoEngine() { close(); }
+  explicit BasicIoEngine(File file = File()) : file_(std::move(file)) {}
+  BasicIoEngine(const BasicIoEngine&) = delete;
+  BasicIoEngine& operator=(const BasicIoEngine&) = delete;
+  ~BasicIoEngine() { close(); }
 
   /// want: automatic tries io_uring, then threads; io_uring fails if it is unavailable.
   void open(IoBackend want, unsigned queue_depth, unsigned threads) {
@@ -67,7 +68,7 @@ class IoEngine {
 #if KVD_HAVE_LIBURING
     if (want != IoBackend::threads) {
       ring_ = std::make_unique<io_uring>();
-      const int rc = io_uring_queue_init(queue_depth, ring_.get(), 0);
+      const int rc = file_.uring_init(queue_depth, ring_.get());
       if (rc == 0) {
         backend_ = IoBackend::io_uring;
         return;
@@ -108,7 +109,7 @@ class IoEngine {
     if (backend_ != IoBackend::io_uring || !ring_ || bytes == 0 || bytes > (std::size_t{1} << 30) || regions_.size() >= kMaxRegions)
       return false;
     if (!table_ready_) {
-      if (table_failed_ || io_uring_register_buffers_sparse(ring_.get(), kMaxRegions) < 0) {
+      if (table_failed_ || file_.uring_register_sparse(ring_.get(), kMaxRegions) < 0) {
         table_failed_ = true;
         return false;
       }
@@ -116,7 +117,7 @@ class IoEngine {
     }
     ::iovec iov{p, bytes};
     const auto index = static_cast<unsigned>(regions_.size());
-    if (io_uring_register_buffers_update_tag(ring_.get(), index, &iov, nullptr, 1) < 0) return false;
+    if (file_.uring_register_update(ring_.get(), index, &iov) < 0) return false;
     const Region r{p, bytes, index};
     regions_.insert(std::upper_bound(regions_.begin(), regions_.end(), r, [](const Region& a, const Region& b) { return a.base < b.base; }), r);
     registered_bytes_ += bytes;
@@ -198,16 +199,16 @@ class IoEngine {
     return n;
   }
 
-  static void pread_full(int fd, IoRead& r) {
+  void pread_full(int fd, IoRead& r) {
     std::size_t done = 0;
     IovArray rest;
     while (done < r.len) {
       ssize_t n;
       if (r.iov) {
         const unsigned count = resume_at(r, done, rest);
-        n = ::preadv(fd, rest.data(), static_cast<int>(count), static_cast<off_t>(r.offset + done));
+        n = file_.preadv(fd, rest.data(), static_cast<int>(count), static_cast<off_t>(r.offset + done));
       } else {
-        n = ::pread(fd, r.buf + done, r.len - done, static_cast<off_t>(r.offset + done));
+        n = file_.pread(fd, r.buf + done, r.len - done, static_cast<off_t>(r.offset + done));
       }
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) {
@@ -246,7 +247,7 @@ class IoEngine {
       if (job.next == job.reads.size()) pending_.pop_front();
     }
     // Submits everything queued (a busy or interrupted submit is retried) and maybe waits.
-    const int rc = wait && inflight_ > 0 ? io_uring_submit_and_wait(ring_.get(), 1) : io_uring_submit(ring_.get());
+    const int rc = file_.uring_submit(ring_.get(), wait && inflight_ > 0 ? 1 : 0);
     if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
       std::size_t taken = inflight_ - io_uring_sq_ready(ring_.get());
       while (taken > 0) {
@@ -275,7 +276,7 @@ class IoEngine {
     Job& job = jobs_.at(data / kMaxReadsPerToken);
     IoRead& r = job.reads[data % kMaxReadsPerToken];
     --job.outstanding;
-    r.result = res;
+    r.result = file_.uring_result(job.fd, r.offset, r.len, res);
     // A partial read (possible on some files) is finished synchronously.
     if (r.result > 0 && static_cast<std::size_t>(r.result) < r.len) {
       IoRead rest{r.offset + static_cast<std::uint64_t>(r.result), r.len - static_cast<std::size_t>(r.result), nullptr, 0};
@@ -294,7 +295,7 @@ class IoEngine {
   void drain() {
     // Entries queued but not yet submitted would never complete: submit them first.
     while (!broken_ && io_uring_sq_ready(ring_.get()) > 0) {
-      const int rc = io_uring_submit(ring_.get());
+      const int rc = file_.uring_submit(ring_.get(), 0);
       if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) break;
     }
     inflight_ -= std::min<std::size_t>(inflight_, io_uring_sq_ready(ring_.get()));  // left unsubmitted: never run
@@ -343,6 +344,7 @@ class IoEngine {
   };
   static constexpr std::uint64_t kMaxReadsPerToken = std::uint64_t{1} << 24;  // user_data = token x this + read
 
+  [[no_unique_address]] File file_;
   IoBackend backend_ = IoBackend::threads;
   unsigned depth_ = 1;
   std::unique_ptr<ThreadPool> pool_;
@@ -350,5 +352,7 @@ class IoEngine {
   IoToken tokens_ = 0;
   bool broken_ = false;
 };
+
+using IoEngine = BasicIoEngine<>;
 
 }  // namespace kvdrive::tier

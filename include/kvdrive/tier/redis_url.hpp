@@ -45,18 +45,7 @@ struct RedisUrl {
     const std::string_view url = shown;
     const std::string_view real = full;
     constexpr std::string_view tcp = "redis://", unix_scheme = "unix://";
-    if (real.starts_with(unix_scheme)) {
-      std::string_view rest = real.substr(unix_scheme.size());
-      if (const auto q = rest.find('?'); q != std::string_view::npos) {
-        const std::string_view query = rest.substr(q + 1);
-        rest = rest.substr(0, q);
-        KVD_EXPECT(query.starts_with("db="), "redis URL '{}': the only query a unix:// URL takes is ?db=N", url);
-        r.db = parse_number(query.substr(3), "db", url, 0, 1 << 20);
-      }
-      KVD_EXPECT(rest.starts_with('/'), "redis URL '{}': a unix:// URL needs an absolute socket path (unix:///path)", url);
-      r.socket_path = std::string(rest);
-      return r;
-    }
+    if (real.starts_with(unix_scheme)) return parse_unix(real.substr(unix_scheme.size()), url);
     KVD_EXPECT(!real.starts_with("rediss://"), "redis URL '{}': TLS (rediss://) is not supported", url);
     KVD_EXPECT(real.starts_with(tcp), "redis URL '{}': expected redis://[[user]:password@]host[:port][/db] or unix:///path", url);
     std::string_view rest = real.substr(tcp.size());
@@ -77,6 +66,27 @@ struct RedisUrl {
       const std::string_view db = rest.substr(slash + 1);
       if (!db.empty()) r.db = parse_number(db, "db", url, 0, 1 << 20);
     }
+    parse_host_port(hostport, url, r);
+    return r;
+  }
+
+ private:
+  /// unix:// URLs, after the scheme: /path[?db=N].
+  static RedisUrl parse_unix(std::string_view rest, std::string_view url) {
+    RedisUrl r;
+    if (const auto q = rest.find('?'); q != std::string_view::npos) {
+      const std::string_view query = rest.substr(q + 1);
+      rest = rest.substr(0, q);
+      KVD_EXPECT(query.starts_with("db="), "redis URL '{}': the only query a unix:// URL takes is ?db=N", url);
+      r.db = parse_number(query.substr(3), "db", url, 0, 1 << 20);
+    }
+    KVD_EXPECT(rest.starts_with('/'), "redis URL '{}': a unix:// URL needs an absolute socket path (unix:///path)", url);
+    r.socket_path = std::string(rest);
+    return r;
+  }
+
+  /// host[:port], or [v6 host][:port].
+  static void parse_host_port(std::string_view hostport, std::string_view url, RedisUrl& r) {
     std::string_view port;
     if (hostport.starts_with('[')) {
       const auto close = hostport.find(']');
@@ -92,10 +102,8 @@ struct RedisUrl {
     }
     KVD_EXPECT(!r.host.empty(), "redis URL '{}': no host", url);
     if (!port.empty() || hostport.ends_with(':')) r.port = parse_number(port, "port", url, 1, 65535);
-    return r;
   }
 
- private:
   static int parse_number(std::string_view s, const char* what, std::string_view url, int lo, int hi) {
     int v = 0;
     const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);

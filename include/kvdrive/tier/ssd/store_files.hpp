@@ -1,0 +1,164 @@
+// ssd::StoreFiles<File>: the two files of a store (PATH and PATH.log) and every operation on
+// them, made through the File seam (posix_file.hpp): opening with O_DIRECT where the file system
+// allows it, the direct-I/O alignment (statx), whole writes, syncs, sizes, cutting a file, the
+// header blocks (ssd_format::Header) and the directory sync that makes new files durable. Errors
+// throw kvdrive::Error naming the file.
+#pragma once
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "kvdrive/core/error.hpp"
+#include "kvdrive/tier/io_engine.hpp"
+#include "kvdrive/tier/page_key.hpp"
+#include "kvdrive/tier/ssd/layout.hpp"
+#include "kvdrive/tier/ssd/posix_file.hpp"
+#include "kvdrive/tier/ssd_format.hpp"
+
+namespace kvdrive::tier::ssd {
+
+template <SsdFile File>
+class StoreFiles {
+ public:
+  explicit StoreFiles(File file) : file_(std::move(file)) {}
+  StoreFiles(const StoreFiles&) = delete;
+  StoreFiles& operator=(const StoreFiles&) = delete;
+  ~StoreFiles() {
+    for (int fd : {data_, log_})
+      if (fd >= 0) file_.close(fd);
+  }
+
+  File& file() { return file_; }
+  const File& file() const { return file_; }
+  bool exists(const std::string& path) { return file_.access(path.c_str(), F_OK) == 0; }
+
+  /// Opens the data file, then the log (each made when it is not `existing`).
+  void open(const std::string& path, bool data_exists, bool log_exists, bool direct_io) {
+    data_ = open_file(path, data_exists, direct_io);
+    log_ = open_file(path + ".log", log_exists, direct_io);
+  }
+  bool is_open() const { return data_ >= 0; }
+  int data() const { return data_; }
+  int log() const { return log_; }
+  bool direct() const { return direct_; }
+
+  /// The data file's direct-I/O alignment: statx STATX_DIOALIGN, else 4096.
+  std::size_t dio_alignment() {
+#ifdef STATX_DIOALIGN
+    struct statx sx {};
+    if (file_.statx(data_, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN) && sx.stx_dio_offset_align > 0)
+      return std::max<std::size_t>({sx.stx_dio_offset_align, sx.stx_dio_mem_align, 512});
+#endif
+    return 4096;
+  }
+
+  /// Writes all of buf at offset; `key` names the page in the error (the disk full, or another).
+  void write_all(int fd, const std::byte* buf, std::size_t len, std::uint64_t offset, const std::string& name, const PageKey& key) {
+    std::size_t done = 0;
+    while (done < len) {
+      const ssize_t n = file_.pwrite(fd, buf + done, len - done, static_cast<off_t>(offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == ENOSPC) fail("SsdTier {}: the disk is full (writing page {}); the pages stored before stay readable", name, key);
+      KVD_EXPECT(n > 0, "SsdTier {}: write error at page {}: {}", name, key, n < 0 ? std::strerror(errno) : "no progress");
+      done += static_cast<std::size_t>(n);
+    }
+  }
+
+  void datasync(int fd, const std::string& name) {
+    KVD_EXPECT(file_.fdatasync(fd) == 0, "SsdTier {}: fdatasync failed: {}", name, std::strerror(errno));
+  }
+
+  std::uint64_t size(int fd, const std::string& name) {
+    struct stat st {};
+    KVD_EXPECT(file_.fstat(fd, &st) == 0, "{}: stat failed: {}", name, std::strerror(errno));
+    return static_cast<std::uint64_t>(st.st_size);
+  }
+
+  /// Cuts the file to `bytes` and syncs it; false (errno set) if either fails.
+  bool cut(int fd, std::uint64_t bytes) { return file_.ftruncate(fd, static_cast<off_t>(bytes)) == 0 && file_.fdatasync(fd) == 0; }
+
+  /// Writes a file's header block and syncs it.
+  void write_header(int fd, const char (&magic)[8], const Layout& l, const std::string& name) {
+    ssd_format::Header h;
+    std::memcpy(h.magic, magic, 8);
+    h.alignment = static_cast<std::uint32_t>(l.align);
+    h.page_bytes = l.page_bytes;
+    h.slot_bytes = l.slot_bytes;
+    h.checksum = h.compute_checksum();
+    AlignedBuffer block;
+    std::byte* buf = block.get(l.align, l.align);
+    std::memset(buf, 0, l.align);
+    std::memcpy(buf, &h, sizeof h);
+    write_all(fd, buf, l.align, 0, name, PageKey{});
+    datasync(fd, name);
+  }
+
+  /// Reads a file's header block (`align` bytes) and checks its magic, checksum, version and
+  /// page size.
+  ssd_format::Header read_header(int fd, const char (&magic)[8], std::size_t align, std::size_t page_bytes, const std::string& name) {
+    AlignedBuffer block;
+    std::byte* buf = block.get(align, align);
+    IoRead r{0, align, buf, 0};
+    read_once(fd, r);
+    KVD_EXPECT(r.result >= static_cast<std::int64_t>(sizeof(ssd_format::Header)), "{} is not a kvdrive store (too short: {} bytes)",
+               name, r.result < 0 ? 0 : r.result);
+    ssd_format::Header h;
+    std::memcpy(&h, buf, sizeof h);
+    KVD_EXPECT(std::memcmp(h.magic, magic, 8) == 0 && h.checksum == h.compute_checksum(), "{} is not a kvdrive store (bad header)",
+               name);
+    KVD_EXPECT(h.version == ssd_format::kVersion, "{}: store format version {}, this build reads version {}", name, h.version,
+               ssd_format::kVersion);
+    KVD_EXPECT(h.page_bytes == page_bytes, "{}: a store of {}-byte pages, opened for {}-byte pages (another model shape or page size)",
+               name, h.page_bytes, page_bytes);
+    return h;
+  }
+
+  /// One read, run to completion (the result in r.result), outside the tier's own engine.
+  void read_once(int fd, IoRead& r) {
+    BasicIoEngine<File> once(file_);
+    once.open(IoBackend::threads, 1, 1);
+    once.read_all(fd, std::span<IoRead>(&r, 1));
+  }
+
+  /// Makes the files' directory entries durable (best effort).
+  void sync_directory(const std::string& path) {
+    const std::size_t slash = path.find_last_of('/');
+    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    const int fd = file_.open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+    if (fd < 0) return;
+    file_.fsync(fd);
+    file_.close(fd);
+  }
+
+ private:
+  int open_file(const std::string& path, bool existing, bool direct_io) {
+    const int flags = O_RDWR | O_CLOEXEC | (existing ? 0 : O_CREAT | O_EXCL);
+    int fd = -1;
+    if (direct_io) {
+      fd = file_.open(path.c_str(), flags | O_DIRECT, 0644);
+      if (fd < 0 && errno == EINVAL) {  // the file system refuses O_DIRECT (tmpfs): buffered I/O
+        fd = file_.open(path.c_str(), flags, 0644);
+        direct_ = false;
+      } else {
+        direct_ = fd >= 0;
+      }
+    } else {
+      fd = file_.open(path.c_str(), flags, 0644);
+      direct_ = false;
+    }
+    KVD_EXPECT(fd >= 0, "SsdTier: cannot open {}: {}", path, std::strerror(errno));
+    return fd;
+  }
+
+  [[no_unique_address]] File file_;
+  int data_ = -1, log_ = -1;
+  bool direct_ = false;
+};
+
+}  // namespace kvdrive::tier::ssd
