@@ -1,4 +1,4 @@
-// Decoder: the Llama forward pass (RMSNorm, RoPE, GQA attention, SwiGLU, final norm, logits) with
+// Decoder: the Llama forward pass (forward.hpp: RMSNorm, RoPE, SwiGLU, final norm, logits) with
 // every attention of decoding done by a kvdrive::KvManager. One sequence per decoder.
 //
 // Prefill runs in chunks of tokens through all layers: projections as matrix products, causal
@@ -16,6 +16,9 @@
 // PrefillSnapshot, and prefill_from() hands a snapshot to another decoder's manager without
 // computing the prompt again, so that decoder continues exactly as if it had prefilled itself.
 // teacher_force() returns the logits at every position of a text.
+//
+// BatchDecoder decodes several Decoders' sequences together, through the same forward pass over
+// one row per sequence.
 #pragma once
 
 #include <chrono>
@@ -35,6 +38,7 @@
 #include "kvdrive/eval/trace.hpp"
 #include "kvdrive/index/row_store.hpp"
 #include "kvdrive/manager.hpp"
+#include "forward.hpp"
 #include "linear.hpp"
 #include "model.hpp"
 #include "prefill_attention.hpp"
@@ -42,15 +46,6 @@
 
 namespace kvdrive::llama {
 
-/// x / sqrt(mean(x^2) + eps) * w, for one row of n values.
-inline void rmsnorm(float* out, const float* x, const float* w, int n, float eps) {
-  float ss = 0.0f;
-  for (int i = 0; i < n; ++i) ss += x[i] * x[i];
-  const float inv = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
-  for (int i = 0; i < n; ++i) out[i] = w[i] * (inv * x[i]);
-}
-
-inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
 /// Wall time spent in each part of the forward pass, in milliseconds.
 struct DecoderTimes {
@@ -82,8 +77,7 @@ class Decoder {
   /// prefill_chunk: tokens per prefill chunk.
   Decoder(const Model& model, Manager& kv, ThreadPool& pool, int prefill_chunk = 256,
           std::optional<PrefixDigest> digest = std::nullopt)
-      : m_(model), c_(model.config), kv_(kv), pool_(pool), lin_(pool), chunk_(prefill_chunk),
-        rope_(c_.head_dim(), c_.rope_theta, c_.rope_layout, c_.rope_scaling, c_.rope_freq_factors) {
+      : c_(model.config), kv_(kv), pool_(pool), fwd_(model, pool), chunk_(prefill_chunk) {
     KVD_EXPECT(prefill_chunk >= 1, "prefill chunk {} must be >= 1", prefill_chunk);
     const auto& s = kv.config().shape;
     KVD_EXPECT(s.layers == c_.layers && s.q_heads == c_.heads && s.kv_heads == c_.kv_heads && s.head_dim == c_.head_dim(),
@@ -135,31 +129,10 @@ class Decoder {
   /// it) and a decoder of the same Linear policy; then this decoder continues as if it had
   /// prefilled the prompt itself.
   const std::vector<float>& prefill_from(const PrefillSnapshot& snap) {
-    KVD_EXPECT(pos_ == 0, "prefill_from: the decoder has already run {} tokens", pos_);
-    KVD_EXPECT(snap.tokens > 0 && snap.chunk > 0 && snap.k.size() == static_cast<std::size_t>(c_.layers) &&
-                   snap.v.size() == snap.k.size() && snap.logits.size() == logits_.size(),
-               "prefill_from: the snapshot ({} tokens, {} layers) does not fit this model ({} layers)", snap.tokens, snap.k.size(),
-               c_.layers);
-    KVD_EXPECT(snap.tokens <= c_.max_seq, "prefill_from: {} tokens exceed the model's context {}", snap.tokens, c_.max_seq);
-    // Prefill's attention saw the K/V rounded to the KV dtype: another dtype would have computed
-    // other later-layer K/V, so the snapshot would not be this decoder's own prefill.
-    KVD_EXPECT(snap.dtype == kv_.config().dtype, "prefill_from: the snapshot was taken with {} KV, this manager stores {}",
-               dtype_name(snap.dtype), dtype_name(kv_.config().dtype));
-    KVD_EXPECT(snap.observed >= 0 && snap.observed <= snap.tokens &&
-                   (snap.observed == 0 || snap.obs_q.size() == static_cast<std::size_t>(c_.layers)),
-               "prefill_from: the snapshot's {} warm-up queries do not fit its {} tokens and {} layers", snap.observed, snap.tokens, c_.layers);
-    for (const auto& q : snap.obs_q)
-      KVD_EXPECT(q.size() == static_cast<std::size_t>(snap.observed) * static_cast<std::size_t>(c_.heads) * static_cast<std::size_t>(c_.head_dim()),
-                 "prefill_from: a layer's warm-up queries hold the wrong number of values");
-    KVD_EXPECT(observed_ == 0 || snap.observed >= std::min<std::int64_t>(observed_, snap.tokens),
-               "prefill_from: this decoder warms up from {} queries, the snapshot kept {}", observed_, snap.observed);
+    check_snapshot(snap);
     const auto t0 = Clock::now();
     const int kvh = c_.kv_heads, d = c_.head_dim();
     const auto row = static_cast<std::size_t>(kvh) * d;
-    for (int l = 0; l < c_.layers; ++l)
-      KVD_EXPECT(snap.k[static_cast<std::size_t>(l)].size() == static_cast<std::size_t>(snap.tokens) * row &&
-                     snap.v[static_cast<std::size_t>(l)].size() == snap.k[static_cast<std::size_t>(l)].size(),
-                 "prefill_from: layer {} holds the wrong number of K/V values", l);
     for (std::int64_t p0 = 0; p0 < snap.tokens; p0 += snap.chunk) {
       const std::int64_t len = std::min<std::int64_t>(snap.chunk, snap.tokens - p0);
       for (int l = 0; l < c_.layers; ++l)
@@ -168,15 +141,7 @@ class Decoder {
     }
     pos_ = snap.tokens;
     const std::int64_t obs = std::min<std::int64_t>(observed_, snap.observed);
-    if (obs > 0) {
-      std::vector<std::vector<float>> q(static_cast<std::size_t>(c_.layers));
-      const auto qrow = static_cast<std::size_t>(c_.heads) * d;
-      for (int l = 0; l < c_.layers; ++l) {
-        const auto& src = snap.obs_q[static_cast<std::size_t>(l)];
-        q[static_cast<std::size_t>(l)].assign(src.end() - static_cast<std::ptrdiff_t>(static_cast<std::size_t>(obs) * qrow), src.end());
-      }
-      finish_prefill(std::move(q), obs);
-    }
+    if (obs > 0) finish_prefill(last_queries(snap, obs), obs);
     logits_ = snap.logits;
     times_.prefill_tokens += snap.tokens;
     times_.prefill_ms += ms_since(t0);
@@ -214,22 +179,13 @@ class Decoder {
     KVD_EXPECT(pos_ == 0, "prefill: the decoder has already run {} tokens", pos_);
     check_tokens(tokens);
     const auto t0 = Clock::now();
-    const int kvh = c_.kv_heads;
-    prompt_k_.assign(static_cast<std::size_t>(c_.layers) * kvh, {});
+    prompt_k_.assign(static_cast<std::size_t>(c_.layers) * c_.kv_heads, {});
     prompt_v_.assign(prompt_k_.size(), {});
     const auto n = static_cast<std::int64_t>(tokens.size());
     obs_first_ = n - std::min<std::int64_t>(observed_, n);
     obs_q_.assign(observed_ > 0 ? static_cast<std::size_t>(c_.layers) : 0, {});
     const std::int64_t loaded = load_shared_prefix(n);
-    if (snap_ != nullptr) {
-      KVD_EXPECT(loaded == 0, "keep_prefill: a prefix loaded from the remote tier is not recorded");
-      *snap_ = {};
-      snap_->tokens = n;
-      snap_->dtype = kv_.config().dtype;
-      snap_->chunk = chunk_;
-      snap_->k.assign(static_cast<std::size_t>(c_.layers), {});
-      snap_->v.assign(static_cast<std::size_t>(c_.layers), {});
-    }
+    if (snap_ != nullptr) begin_snapshot(n, loaded);
     for (std::int64_t p0 = loaded; p0 < n; p0 += chunk_) {
       const std::int64_t len = std::min<std::int64_t>(chunk_, n - p0);
       prefill_chunk(tokens.subspan(static_cast<std::size_t>(p0), static_cast<std::size_t>(len)), p0);
@@ -238,12 +194,7 @@ class Decoder {
     prompt_k_.clear();
     prompt_v_.clear();
     pos_ = n;  // the prompt is in the manager, whatever warm-up does
-    if (snap_ != nullptr) {
-      snap_->observed = observed_ > 0 ? n - obs_first_ : 0;
-      snap_->obs_q = obs_q_;
-      snap_->logits = logits_;
-      snap_ = nullptr;
-    }
+    if (snap_ != nullptr) end_snapshot(n);
     if (observed_ > 0) finish_prefill(std::exchange(obs_q_, {}), n - obs_first_);
     times_.prefill_tokens += n;
     times_.prefill_ms += ms_since(t0);
@@ -252,45 +203,20 @@ class Decoder {
 
   /// Decodes one token at the next position; returns the logits that follow it.
   const std::vector<float>& step(int token) {
-    check_tokens(std::span<const int>(&token, 1));
+    const std::span<const int> tokens(&token, 1);
+    check_tokens(tokens);
     const auto t0 = Clock::now();
-    const int dim = c_.dim, d = c_.head_dim(), kvd = c_.kv_dim();
-    x_.resize(static_cast<std::size_t>(dim));
-    embed_row(m_.token_embedding, token, x_.data());
-    xb_.resize(static_cast<std::size_t>(dim));
-    q_.resize(static_cast<std::size_t>(dim));
-    k_.resize(static_cast<std::size_t>(kvd));
-    v_.resize(static_cast<std::size_t>(kvd));
-    att_.resize(static_cast<std::size_t>(dim));
+    fwd_.embed(tokens);
     const SeqId batch[] = {seq_};
-    for (int l = 0; l < c_.layers; ++l) {
-      const LayerWeights& w = m_.layers[static_cast<std::size_t>(l)];
-      rmsnorm(xb_.data(), x_.data(), w.rms_att, dim, c_.rms_eps);
-      linear([&] {
-        lin_.matvec(w.wq, xb_.data(), q_.data());
-        lin_.matvec(w.wk, xb_.data(), k_.data());
-        lin_.matvec(w.wv, xb_.data(), v_.data());
-      });
-      rope_.rotate(q_.data(), c_.heads, pos_);
-      rope_.rotate(k_.data(), c_.kv_heads, pos_);
-      if (trace_) trace_->write(l, pos_, q_.data(), k_.data(), v_.data());
-      if constexpr (requires { kv_.tune(l, batch, make_view(q_, 1, c_.heads, d), make_view(k_, 1, c_.kv_heads, d),
-                                         make_view(v_, 1, c_.kv_heads, d), make_view(att_, 1, c_.heads, d)); }) {
-        if (tune_ && l == 0) {  // calibrate the pipeline on the first step, then decode with it
-          tune_ = false;
-          tuned_ = kv_.tune(l, batch, make_view(q_, 1, c_.heads, d), make_view(k_, 1, c_.kv_heads, d), make_view(v_, 1, c_.kv_heads, d),
-                            make_view(att_, 1, c_.heads, d))
-                       .micro_batch;
-        }
-      }
-      kv_.attend(l, batch, make_view(q_, 1, c_.heads, d), make_view(k_, 1, c_.kv_heads, d),
-                 make_view(v_, 1, c_.kv_heads, d), make_view(att_, 1, c_.heads, d));
-      residual(w.wo, att_.data(), 1);
-      ffn(w, 1);
-    }
-    final_logits(x_.data());
+    fwd_.layers([&](std::size_t) { return pos_; }, [&](int l) {
+      if (trace_) trace_->write(l, pos_, fwd_.q(0), fwd_.k(0), fwd_.v(0));
+      if (tune_ && l == 0) calibrate_pipeline(l, batch);
+      kv_.attend(l, batch, fwd_.q_view(), fwd_.k_view(), fwd_.v_view(), fwd_.att_view());
+    });
+    fwd_.logits(0, logits_.data());
     ++pos_;
     ++times_.decode_tokens;
+    times_.linear_ms += fwd_.take_linear_ms();
     times_.decode_ms += ms_since(t0);
     return logits_;
   }
@@ -322,50 +248,69 @@ class Decoder {
                "{} tokens at position {} exceed the model's context {}", tokens.size(), pos_, c_.max_seq);
   }
 
-  template <class F>
-  void linear(F&& f) {
-    const auto t0 = Clock::now();
-    f();
-    times_.linear_ms += ms_since(t0);
+  /// prefill_from's checks of a snapshot against this model, manager and decoder.
+  void check_snapshot(const PrefillSnapshot& snap) const {
+    KVD_EXPECT(pos_ == 0, "prefill_from: the decoder has already run {} tokens", pos_);
+    KVD_EXPECT(snap.tokens > 0 && snap.chunk > 0 && snap.k.size() == static_cast<std::size_t>(c_.layers) &&
+                   snap.v.size() == snap.k.size() && snap.logits.size() == logits_.size(),
+               "prefill_from: the snapshot ({} tokens, {} layers) does not fit this model ({} layers)", snap.tokens, snap.k.size(),
+               c_.layers);
+    KVD_EXPECT(snap.tokens <= c_.max_seq, "prefill_from: {} tokens exceed the model's context {}", snap.tokens, c_.max_seq);
+    // Prefill's attention saw the K/V rounded to the KV dtype: another dtype would have computed
+    // other later-layer K/V, so the snapshot would not be this decoder's own prefill.
+    KVD_EXPECT(snap.dtype == kv_.config().dtype, "prefill_from: the snapshot was taken with {} KV, this manager stores {}",
+               dtype_name(snap.dtype), dtype_name(kv_.config().dtype));
+    KVD_EXPECT(snap.observed >= 0 && snap.observed <= snap.tokens &&
+                   (snap.observed == 0 || snap.obs_q.size() == static_cast<std::size_t>(c_.layers)),
+               "prefill_from: the snapshot's {} warm-up queries do not fit its {} tokens and {} layers", snap.observed, snap.tokens, c_.layers);
+    for (const auto& q : snap.obs_q)
+      KVD_EXPECT(q.size() == static_cast<std::size_t>(snap.observed) * static_cast<std::size_t>(c_.heads) * static_cast<std::size_t>(c_.head_dim()),
+                 "prefill_from: a layer's warm-up queries hold the wrong number of values");
+    KVD_EXPECT(observed_ == 0 || snap.observed >= std::min<std::int64_t>(observed_, snap.tokens),
+               "prefill_from: this decoder warms up from {} queries, the snapshot kept {}", observed_, snap.observed);
+    const auto row = static_cast<std::size_t>(c_.kv_heads) * static_cast<std::size_t>(c_.head_dim());
+    for (int l = 0; l < c_.layers; ++l)
+      KVD_EXPECT(snap.k[static_cast<std::size_t>(l)].size() == static_cast<std::size_t>(snap.tokens) * row &&
+                     snap.v[static_cast<std::size_t>(l)].size() == snap.k[static_cast<std::size_t>(l)].size(),
+                 "prefill_from: layer {} holds the wrong number of K/V values", l);
   }
 
-  /// x[n][dim] += in[n][in_dim] W^T (W is [dim][in_dim]).
-  void residual(const Matrix& w, const float* in, std::int64_t n) {
-    tmp_.resize(static_cast<std::size_t>(n) * c_.dim);
-    linear([&] {
-      if (n == 1)
-        lin_.matvec(w, in, tmp_.data());
-      else
-        lin_.matmul(w, in, tmp_.data(), static_cast<std::size_t>(n));
-    });
-    for (std::size_t i = 0; i < tmp_.size(); ++i) x_[i] += tmp_[i];
+  /// The snapshot's last `obs` warm-up queries of every layer.
+  std::vector<std::vector<float>> last_queries(const PrefillSnapshot& snap, std::int64_t obs) const {
+    std::vector<std::vector<float>> q(static_cast<std::size_t>(c_.layers));
+    const auto qrow = static_cast<std::size_t>(c_.heads) * static_cast<std::size_t>(c_.head_dim());
+    for (int l = 0; l < c_.layers; ++l) {
+      const auto& src = snap.obs_q[static_cast<std::size_t>(l)];
+      q[static_cast<std::size_t>(l)].assign(src.end() - static_cast<std::ptrdiff_t>(static_cast<std::size_t>(obs) * qrow), src.end());
+    }
+    return q;
   }
 
-  /// x[n][dim] += W2 (silu(W1 rmsnorm(x)) * W3 rmsnorm(x)), row by row.
-  void ffn(const LayerWeights& w, std::int64_t n) {
-    const int dim = c_.dim, hid = c_.hidden_dim;
-    xb_.resize(static_cast<std::size_t>(n) * dim);
-    for (std::int64_t i = 0; i < n; ++i)
-      rmsnorm(xb_.data() + i * dim, x_.data() + i * dim, w.rms_ffn, dim, c_.rms_eps);
-    h1_.resize(static_cast<std::size_t>(n) * hid);
-    h3_.resize(h1_.size());
-    linear([&] {
-      if (n == 1) {
-        lin_.matvec(w.w1, xb_.data(), h1_.data());
-        lin_.matvec(w.w3, xb_.data(), h3_.data());
-      } else {
-        lin_.matmul(w.w1, xb_.data(), h1_.data(), static_cast<std::size_t>(n));
-        lin_.matmul(w.w3, xb_.data(), h3_.data(), static_cast<std::size_t>(n));
-      }
-    });
-    for (std::size_t i = 0; i < h1_.size(); ++i) h1_[i] = silu(h1_[i]) * h3_[i];
-    residual(w.w2, h1_.data(), n);
+  /// keep_prefill: a fresh record of an n-token prefill (its K/V are appended chunk by chunk).
+  void begin_snapshot(std::int64_t n, std::int64_t loaded) {
+    KVD_EXPECT(loaded == 0, "keep_prefill: a prefix loaded from the remote tier is not recorded");
+    *snap_ = {};
+    snap_->tokens = n;
+    snap_->dtype = kv_.config().dtype;
+    snap_->chunk = chunk_;
+    snap_->k.assign(static_cast<std::size_t>(c_.layers), {});
+    snap_->v.assign(static_cast<std::size_t>(c_.layers), {});
   }
 
-  void final_logits(const float* x_row) {
-    xb_.resize(static_cast<std::size_t>(c_.dim));
-    rmsnorm(xb_.data(), x_row, m_.rms_final, c_.dim, c_.rms_eps);
-    linear([&] { lin_.matvec(m_.classifier, xb_.data(), logits_.data()); });
+  /// keep_prefill: the warm-up queries and the last logits, and the record is done.
+  void end_snapshot(std::int64_t n) {
+    snap_->observed = observed_ > 0 ? n - obs_first_ : 0;
+    snap_->obs_q = obs_q_;
+    snap_->logits = logits_;
+    snap_ = nullptr;
+  }
+
+  /// tune_pipeline: calibrates the pipeline on this step's layer (then decodes with it).
+  void calibrate_pipeline(int l, std::span<const SeqId> batch) {
+    if constexpr (requires { kv_.tune(l, batch, fwd_.q_view(), fwd_.k_view(), fwd_.v_view(), fwd_.att_view()); }) {
+      tune_ = false;
+      tuned_ = kv_.tune(l, batch, fwd_.q_view(), fwd_.k_view(), fwd_.v_view(), fwd_.att_view()).micro_batch;
+    }
   }
 
   /// Loads what it can of the prompt from the remote tier; returns the tokens loaded. It leaves
@@ -395,93 +340,99 @@ class Decoder {
     }
   }
 
+  /// The chunk tokens at positions [p0, p0 + n): every layer with causal attention over the
+  /// prompt so far, its K/V into the manager; the logits after the last (and, teacher-forcing,
+  /// after every) token.
   void prefill_chunk(std::span<const int> tokens, std::int64_t p0) {
-    const int dim = c_.dim, d = c_.head_dim(), kvd = c_.kv_dim(), kvh = c_.kv_heads;
     const auto n = static_cast<std::int64_t>(tokens.size());
-    x_.resize(static_cast<std::size_t>(n) * dim);
-    for (std::int64_t i = 0; i < n; ++i) embed_row(m_.token_embedding, tokens[static_cast<std::size_t>(i)], x_.data() + i * dim);
-    xb_.resize(x_.size());
-    q_.resize(x_.size());
-    k_.resize(static_cast<std::size_t>(n) * kvd);
-    v_.resize(k_.size());
-    att_.resize(x_.size());
-    for (int l = 0; l < c_.layers; ++l) {
-      const LayerWeights& w = m_.layers[static_cast<std::size_t>(l)];
-      for (std::int64_t i = 0; i < n; ++i) rmsnorm(xb_.data() + i * dim, x_.data() + i * dim, w.rms_att, dim, c_.rms_eps);
-      linear([&] {
-        lin_.matmul(w.wq, xb_.data(), q_.data(), static_cast<std::size_t>(n));
-        lin_.matmul(w.wk, xb_.data(), k_.data(), static_cast<std::size_t>(n));
-        lin_.matmul(w.wv, xb_.data(), v_.data(), static_cast<std::size_t>(n));
-      });
-      for (std::int64_t i = 0; i < n; ++i) {
-        rope_.rotate(q_.data() + i * dim, c_.heads, p0 + i);
-        rope_.rotate(k_.data() + i * kvd, kvh, p0 + i);
-        if (trace_) trace_->write(l, p0 + i, q_.data() + i * dim, k_.data() + i * kvd, v_.data() + i * kvd);
-        if (!obs_q_.empty() && p0 + i >= obs_first_) {
-          auto& oq = obs_q_[static_cast<std::size_t>(l)];
-          oq.insert(oq.end(), q_.data() + i * dim, q_.data() + (i + 1) * dim);
-        }
-      }
-      // The prompt so far, per KV head, contiguous [tokens][head_dim] for the attention kernel,
-      // as the cache stores it (rounded to the KV dtype), so that a prefix read back from a
-      // remote tier (load_shared_prefix) is attended exactly as a computed one.
-      for (int h = 0; h < kvh; ++h) {
-        auto& pk = prompt_k_[static_cast<std::size_t>(l) * kvh + h];
-        auto& pv = prompt_v_[static_cast<std::size_t>(l) * kvh + h];
-        const std::size_t at = pk.size();
-        for (std::int64_t i = 0; i < n; ++i) {
-          pk.insert(pk.end(), k_.data() + i * kvd + h * d, k_.data() + i * kvd + (h + 1) * d);
-          pv.insert(pv.end(), v_.data() + i * kvd + h * d, v_.data() + i * kvd + (h + 1) * d);
-        }
-        index::round_to_dtype(kv_.config().dtype, pk.data() + at, pk.size() - at);
-        index::round_to_dtype(kv_.config().dtype, pv.data() + at, pv.size() - at);
-      }
+    fwd_.embed(tokens);
+    fwd_.layers([p0](std::size_t i) { return p0 + static_cast<std::int64_t>(i); }, [&](int l) {
+      keep_queries(l, p0, n);
+      keep_prompt_kv(l, n);
       const auto ta = Clock::now();
-      CausalAttentionArgs ca;
-      ca.q = q_.data();
-      ca.out = att_.data();
-      ca.keys = &prompt_k_;
-      ca.values = &prompt_v_;
-      ca.head_offset = static_cast<std::size_t>(l) * kvh;
-      ca.p0 = p0;
-      ca.tokens = n;
-      ca.heads = c_.heads;
-      ca.kv_heads = kvh;
-      ca.head_dim = d;
-      ca.scale = kv_.config().scale();
-      causal_attention(pool_, ca);
+      causal(l, p0, n);
       times_.prefill_attention_ms += ms_since(ta);
-      kv_.prefill(seq_, l, make_view(k_.data(), n, kvh, d), make_view(v_.data(), n, kvh, d));
-      if (snap_ != nullptr) {
-        auto& sk = snap_->k[static_cast<std::size_t>(l)];
-        auto& sv = snap_->v[static_cast<std::size_t>(l)];
-        sk.insert(sk.end(), k_.begin(), k_.begin() + n * kvd);
-        sv.insert(sv.end(), v_.begin(), v_.begin() + n * kvd);
-      }
-      residual(w.wo, att_.data(), n);
-      ffn(w, n);
-    }
+      kv_.prefill(seq_, l, fwd_.k_view(), fwd_.v_view());
+      if (snap_ != nullptr) snapshot_kv(l, n);
+    });
     if (keep_all_logits_)
       for (std::int64_t i = 0; i + 1 < n; ++i) {
-        final_logits(x_.data() + i * dim);
+        fwd_.logits(static_cast<std::size_t>(i), logits_.data());
         all_logits_.push_back(logits_);
       }
-    final_logits(x_.data() + (n - 1) * dim);
+    fwd_.logits(static_cast<std::size_t>(n - 1), logits_.data());
     if (keep_all_logits_) all_logits_.push_back(logits_);
+    times_.linear_ms += fwd_.take_linear_ms();
   }
 
-  const Model& m_;
+  /// The chunk's Q, K and V of layer l to the trace, and its warm-up observation queries.
+  void keep_queries(int l, std::int64_t p0, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto r = static_cast<std::size_t>(i);
+      if (trace_) trace_->write(l, p0 + i, fwd_.q(r), fwd_.k(r), fwd_.v(r));
+      if (!obs_q_.empty() && p0 + i >= obs_first_) {
+        auto& oq = obs_q_[static_cast<std::size_t>(l)];
+        oq.insert(oq.end(), fwd_.q(r), fwd_.q(r) + c_.dim);
+      }
+    }
+  }
+
+  /// The prompt so far, per KV head, contiguous [tokens][head_dim] for the attention kernel, as
+  /// the cache stores it (rounded to the KV dtype), so that a prefix read back from a remote tier
+  /// (load_shared_prefix) is attended exactly as a computed one.
+  void keep_prompt_kv(int l, std::int64_t n) {
+    const int kvh = c_.kv_heads, d = c_.head_dim();
+    for (int h = 0; h < kvh; ++h) {
+      auto& pk = prompt_k_[static_cast<std::size_t>(l) * kvh + h];
+      auto& pv = prompt_v_[static_cast<std::size_t>(l) * kvh + h];
+      const std::size_t at = pk.size();
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float* k = fwd_.k(static_cast<std::size_t>(i)) + h * d;
+        const float* v = fwd_.v(static_cast<std::size_t>(i)) + h * d;
+        pk.insert(pk.end(), k, k + d);
+        pv.insert(pv.end(), v, v + d);
+      }
+      index::round_to_dtype(kv_.config().dtype, pk.data() + at, pk.size() - at);
+      index::round_to_dtype(kv_.config().dtype, pv.data() + at, pv.size() - at);
+    }
+  }
+
+  /// att = the chunk's causal attention over the prompt so far (layer l).
+  void causal(int l, std::int64_t p0, std::int64_t n) {
+    CausalAttentionArgs ca;
+    ca.q = fwd_.q(0);
+    ca.out = fwd_.att(0);
+    ca.keys = &prompt_k_;
+    ca.values = &prompt_v_;
+    ca.head_offset = static_cast<std::size_t>(l) * c_.kv_heads;
+    ca.p0 = p0;
+    ca.tokens = n;
+    ca.heads = c_.heads;
+    ca.kv_heads = c_.kv_heads;
+    ca.head_dim = c_.head_dim();
+    ca.scale = kv_.config().scale();
+    causal_attention(pool_, ca);
+  }
+
+  /// keep_prefill: the chunk's K/V of layer l appended to the record.
+  void snapshot_kv(int l, std::int64_t n) {
+    const auto values = static_cast<std::size_t>(n) * static_cast<std::size_t>(c_.kv_dim());
+    auto& sk = snap_->k[static_cast<std::size_t>(l)];
+    auto& sv = snap_->v[static_cast<std::size_t>(l)];
+    sk.insert(sk.end(), fwd_.k(0), fwd_.k(0) + values);
+    sv.insert(sv.end(), fwd_.v(0), fwd_.v(0) + values);
+  }
+
   const LlamaConfig& c_;
   Manager& kv_;
   ThreadPool& pool_;
-  Linear lin_;
+  Forward<Linear> fwd_;
   int chunk_;
-  Rope rope_;
   SeqId seq_ = 0;
   std::int64_t pos_ = 0;
   DecoderTimes times_;
   eval::TraceWriter* trace_ = nullptr;
-  std::vector<float> x_, xb_, q_, k_, v_, att_, tmp_, h1_, h3_, logits_;
+  std::vector<float> logits_;
   std::vector<std::vector<float>> prompt_k_, prompt_v_;  ///< [layer][kv_head] while prefilling
   int observed_ = 0;                      ///< warm-up observation queries (0: none)
   bool tune_ = false;                      ///< tune the pipeline at the next step
@@ -500,14 +451,14 @@ class Decoder {
 /// for the whole batch and the projections as matrix products over it (each weight read once
 /// per step, not once per sequence). With CpuLinear, row i of a step's logits is bit for bit what
 /// sequence i's own Decoder::step would give: the manager's output does not depend on the batch
-/// (Decision 2) and a matrix product's row equals the vector product of its input (cuBLAS's
-/// GEMM and GEMV do not promise that, and each decoder there holds its own copy of the weights).
+/// (Decision 2), and the forward pass is Decoder's own, over a row per sequence (forward.hpp)
+/// (cuBLAS's GEMM and GEMV do not promise that, and each decoder there holds its own copy of the
+/// weights).
 template <class Manager, class Linear = CpuLinear>
 class BatchDecoder {
  public:
   BatchDecoder(const Model& model, Manager& kv, ThreadPool& pool, int prefill_chunk = 256)
-      : m_(model), c_(model.config), kv_(kv), pool_(pool), lin_(pool), chunk_(prefill_chunk),
-        rope_(c_.head_dim(), c_.rope_theta, c_.rope_layout, c_.rope_scaling, c_.rope_freq_factors) {}
+      : m_(model), kv_(kv), pool_(pool), fwd_(model, pool), chunk_(prefill_chunk) {}
 
   /// A new sequence, with its own Decoder (prefill it, or prefill_from a snapshot, through it).
   Decoder<Manager, Linear>& add(std::optional<PrefixDigest> digest = std::nullopt) {
@@ -520,54 +471,25 @@ class BatchDecoder {
   /// Decodes tokens[i] for every sequence i at its next position; returns the logits
   /// [sequence][vocab] that follow.
   const std::vector<std::vector<float>>& step(std::span<const int> tokens) {
-    const std::size_t b = seqs_.size();
-    KVD_EXPECT(b > 0 && tokens.size() == b, "batch step: {} tokens for {} sequences", tokens.size(), b);
-    for (std::size_t i = 0; i < b; ++i) {
-      KVD_EXPECT(seqs_[i]->position() > 0, "batch step: sequence {} has no prompt yet", i);
-      seqs_[i]->check_tokens(tokens.subspan(i, 1));
-    }
+    check(tokens);
     const auto t0 = Clock::now();
-    const int dim = c_.dim, d = c_.head_dim(), kvd = c_.kv_dim();
-    const auto n = static_cast<std::int64_t>(b);
-    x_.resize(b * static_cast<std::size_t>(dim));
-    for (std::size_t i = 0; i < b; ++i) embed_row(m_.token_embedding, tokens[i], x_.data() + i * dim);
-    xb_.resize(x_.size());
-    q_.resize(x_.size());
-    k_.resize(b * static_cast<std::size_t>(kvd));
-    v_.resize(k_.size());
-    att_.resize(x_.size());
+    const std::size_t b = seqs_.size();
     ids_.resize(b);
     for (std::size_t i = 0; i < b; ++i) ids_[i] = seqs_[i]->sequence();
-    for (int l = 0; l < c_.layers; ++l) {
-      const LayerWeights& w = m_.layers[static_cast<std::size_t>(l)];
-      for (std::size_t i = 0; i < b; ++i) rmsnorm(xb_.data() + i * dim, x_.data() + i * dim, w.rms_att, dim, c_.rms_eps);
-      linear([&] {
-        product(w.wq, xb_.data(), q_.data(), b);
-        product(w.wk, xb_.data(), k_.data(), b);
-        product(w.wv, xb_.data(), v_.data(), b);
-      });
-      for (std::size_t i = 0; i < b; ++i) {
-        rope_.rotate(q_.data() + i * dim, c_.heads, seqs_[i]->position());
-        rope_.rotate(k_.data() + i * kvd, c_.kv_heads, seqs_[i]->position());
-      }
-      kv_.attend(l, ids_, make_view(q_.data(), n, c_.heads, d), make_view(k_.data(), n, c_.kv_heads, d),
-                 make_view(v_.data(), n, c_.kv_heads, d), make_view(att_.data(), n, c_.heads, d));
-      residual(w.wo, att_.data(), b);
-      ffn(w, b);
-    }
+    fwd_.embed(tokens);
+    fwd_.layers([&](std::size_t i) { return seqs_[i]->position(); }, [&](int l) {
+      kv_.attend(l, ids_, fwd_.q_view(), fwd_.k_view(), fwd_.v_view(), fwd_.att_view());
+    });
     logits_.resize(b);
     for (std::size_t i = 0; i < b; ++i) {
-      xb_.resize(static_cast<std::size_t>(dim));
-      rmsnorm(xb_.data(), x_.data() + i * dim, m_.rms_final, dim, c_.rms_eps);
-      logits_[i].resize(static_cast<std::size_t>(c_.vocab));
-      linear([&] { lin_.matvec(m_.classifier, xb_.data(), logits_[i].data()); });
+      logits_[i].resize(static_cast<std::size_t>(m_.config.vocab));
+      fwd_.logits(i, logits_[i].data());
     }
     for (auto& s : seqs_) {
       ++s->pos_;
       ++s->times_.decode_tokens;
     }
-    const double ms = Decoder<Manager, Linear>::ms_since(t0);
-    step_ms_ += ms;
+    step_ms_ += Decoder<Manager, Linear>::ms_since(t0);
     ++steps_;
     return logits_;
   }
@@ -575,56 +497,30 @@ class BatchDecoder {
   /// Batch steps so far, their wall time and the part in the projections.
   std::int64_t steps() const { return steps_; }
   double step_ms() const { return step_ms_; }
-  double linear_ms() const { return linear_ms_; }
+  double linear_ms() const { return fwd_.linear_ms(); }
 
  private:
   using Clock = std::chrono::steady_clock;
 
-  template <class F>
-  void linear(F&& f) {
-    const auto t0 = Clock::now();
-    f();
-    linear_ms_ += Decoder<Manager, Linear>::ms_since(t0);
-  }
-  void product(const Matrix& w, const float* in, float* out, std::size_t b) {
-    if (b == 1)
-      lin_.matvec(w, in, out);
-    else
-      lin_.matmul(w, in, out, b);
-  }
-  /// x[b][dim] += in W^T.
-  void residual(const Matrix& w, const float* in, std::size_t b) {
-    tmp_.resize(b * static_cast<std::size_t>(c_.dim));
-    linear([&] { product(w, in, tmp_.data(), b); });
-    for (std::size_t i = 0; i < tmp_.size(); ++i) x_[i] += tmp_[i];
-  }
-  void ffn(const LayerWeights& w, std::size_t b) {
-    const int dim = c_.dim, hid = c_.hidden_dim;
-    xb_.resize(b * static_cast<std::size_t>(dim));
-    for (std::size_t i = 0; i < b; ++i) rmsnorm(xb_.data() + i * dim, x_.data() + i * dim, w.rms_ffn, dim, c_.rms_eps);
-    h1_.resize(b * static_cast<std::size_t>(hid));
-    h3_.resize(h1_.size());
-    linear([&] {
-      product(w.w1, xb_.data(), h1_.data(), b);
-      product(w.w3, xb_.data(), h3_.data(), b);
-    });
-    for (std::size_t i = 0; i < h1_.size(); ++i) h1_[i] = silu(h1_[i]) * h3_[i];
-    residual(w.w2, h1_.data(), b);
+  void check(std::span<const int> tokens) const {
+    const std::size_t b = seqs_.size();
+    KVD_EXPECT(b > 0 && tokens.size() == b, "batch step: {} tokens for {} sequences", tokens.size(), b);
+    for (std::size_t i = 0; i < b; ++i) {
+      KVD_EXPECT(seqs_[i]->position() > 0, "batch step: sequence {} has no prompt yet", i);
+      seqs_[i]->check_tokens(tokens.subspan(i, 1));
+    }
   }
 
   const Model& m_;
-  const LlamaConfig& c_;
   Manager& kv_;
   ThreadPool& pool_;
-  Linear lin_;
+  Forward<Linear> fwd_;
   int chunk_;
-  Rope rope_;
   std::vector<std::unique_ptr<Decoder<Manager, Linear>>> seqs_;
   std::vector<SeqId> ids_;
-  std::vector<float> x_, xb_, q_, k_, v_, att_, tmp_, h1_, h3_;
   std::vector<std::vector<float>> logits_;
   std::int64_t steps_ = 0;
-  double step_ms_ = 0, linear_ms_ = 0;
+  double step_ms_ = 0;
 };
 
 }  // namespace kvdrive::llama

@@ -59,10 +59,8 @@ bool is_gguf(const std::string& path) {
   char magic[4] = {};
   return f.read(magic, 4) && std::string_view(magic, 4) == "GGUF";
 }
-
-int main(int argc, char** argv) {
-  RunOptions o;
-  CLI::App app{"kvd-llama: a Llama decoder whose attention runs through kvdrive::KvManager"};
+/// The model: a file, the cached SmolLM2 or a synthetic one (with its shape), and a tokenizer.
+void add_model_options(CLI::App& app, RunOptions& o) {
   app.add_option("--model", o.model, "GGUF file (its tokenizer and chat template included), smollm2 (the cached SmolLM2-135M-Instruct; "
                  "scripts/get-model), llama2.c checkpoint (.bin), Hugging Face folder (config.json + safetensors), or "
                  "synthetic:NAME[:seed=N] (tiny, small, smollm2-shape, llama3-8b, llama3-8b-layer)");
@@ -73,6 +71,10 @@ int main(int argc, char** argv) {
   app.add_option("--hidden", o.shape.hidden, "synthetic models: FFN width")->check(CLI::Range(1, 1 << 20));
   app.add_option("--vocab", o.shape.vocab, "synthetic models: vocabulary size")->check(CLI::Range(4, 1 << 24));
   app.add_option("--tokenizer", o.tokenizer, "llama2.c tokenizer.bin or Llama-3 tokenizer.model (tiktoken); a GGUF model brings its own");
+}
+
+/// The prompt: text, a file, a chat turn, a needle task, ids or a synthetic prompt; --batch.
+void add_prompt_options(CLI::App& app, RunOptions& o) {
   app.add_option("--prompt", o.prompt, "prompt text (needs a tokenizer)");
   app.add_option("--prompt-file", o.prompt_file, "the prompt text from a file");
   app.add_flag("--chat", o.chat, "wrap the prompt in the model's chat template (GGUF models: ChatML, Llama-3 or Llama-2) as the user's turn");
@@ -91,10 +93,18 @@ int main(int argc, char** argv) {
   app.add_option("--prompt-ids", o.prompt_ids, "prompt as space-separated token ids");
   app.add_option("--prompt-len", o.prompt_len, "a seeded synthetic prompt of N tokens (BOS first), for long-context runs")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24));
+}
+
+/// How many tokens to generate, and how to sample them.
+void add_sampling_options(CLI::App& app, RunOptions& o) {
   app.add_option("--steps", o.steps, "tokens to generate (at most: generation ends at an end-of-generation token)")->check(CLI::Range(0, 1 << 24));
   app.add_option("--temperature", o.temperature, "sampling temperature; 0 is greedy")->check(CLI::Range(0.0, 100.0));
   app.add_option("--top-p", o.top_p, "nucleus sampling mass in (0, 1]");
   app.add_option("--seed", o.seed, "sampling and synthetic-prompt seed");
+}
+
+/// The attention's mode and index, the tiers of tiered mode, the threads, weights and device.
+void add_attention_options(CLI::App& app, RunOptions& o, std::string& weights) {
   app.add_option("--mode", o.mode, "dense, sparse (KV in DRAM) or tiered (sparse, KV on fast DRAM + optional DRAM tier + SSD)")
       ->check(CLI::IsMember({"dense", "sparse", "tiered"}));
   app.add_option("--fast-bytes", o.fast_bytes, "tiered: fast-tier bytes (sink, local, staging, lookahead cache)")
@@ -115,13 +125,16 @@ int main(int argc, char** argv) {
   app.add_option("--index", o.index, "sparse index: hierarchical (KVDrive), quest, mean-key, centroid, simhash, product-quant, oracle, oracle-mass")
       ->check(CLI::IsMember({"hierarchical", "quest", "mean-key", "centroid", "simhash", "product-quant", "oracle", "oracle-mass", "dense"}));
   app.add_option("--threads", o.threads, "CPU threads (0: all)");
-  std::string weights = "blocks";
   app.add_option("--weights", weights, "blocks: compute from the GGUF blocks (activations quantized per block, as llama.cpp does); "
                  "f32: decode every matrix to float first (exact, slower, more memory)")
       ->check(CLI::IsMember({"blocks", "f32"}));
   app.add_option("--device", o.device, "cpu, or cuda: the KV cache in GPU memory (cuda::DeviceTier, attention by backend::Cuda) "
                  "and the projections in cuBLAS; modes dense, sparse and tiered (SSD behind), index hierarchical")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+}
+
+/// What is written besides the reply, and the KV cache's dtype and pages.
+void add_output_options(CLI::App& app, RunOptions& o) {
   app.add_flag("--print-ids", o.print_ids, "print only the generated ids, space-separated, on one line of stdout");
   app.add_option("--stats-json", o.stats_json, "write the closing summary as JSON to this file");
   app.add_option("--record-trace", o.record_trace, "write Q, K (after RoPE) and V per layer and position to this file (docs/trace-format.md)");
@@ -130,6 +143,10 @@ int main(int argc, char** argv) {
   app.add_option("--sink-tokens", o.sink_tokens, "always-attended first tokens")->check(CLI::Range(0, 1 << 20));
   app.add_option("--local-tokens", o.local_tokens, "always-attended last tokens")->check(CLI::Range(0, 1 << 20));
   app.add_option("--prefill-chunk", o.prefill_chunk, "prompt tokens per prefill chunk")->check(CLI::Range(1, 1 << 16));
+}
+
+/// Sharing the prompt's prefix through a Redis server.
+void add_remote_options(CLI::App& app, RunOptions& o) {
   app.add_option("--remote", o.remote, "share the prompt's prefix with other engines through a Redis server: "
                  "redis://[[user]:password@]host[:port][/db] or unix:///path; prefill reads the pages another engine published "
                  "instead of computing them, and publishes its own (docs/remote.md)");
@@ -137,7 +154,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
   app.add_option("--shared-prefix", o.shared_prefix, "--remote: the first N prompt tokens form the shared prefix (default: the whole prompt)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
-  CLI11_PARSE(app, argc, argv);
+}
+
+/// Options that apply only with another: 0, or 2 (kvd-llama's usage error) after saying why.
+int check_option_pairs(const CLI::App& app, const RunOptions& o) {
   if (o.needle_tokens == 0 && (app.count("--needle-depth") + app.count("--needle-seed")) > 0) {
     fmt::print(stderr, "kvd-llama: --needle-depth and --needle-seed apply with --needle\n");
     return 2;
@@ -146,44 +166,74 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "kvd-llama: --remote-ttl and --shared-prefix apply with --remote\n");
     return 2;
   }
+  return 0;
+}
+
+/// --model's model (o.model becomes the cached file's path for smollm2), with --weights f32
+/// decoded to float.
+Model load_model(RunOptions& o, const std::string& weights, ThreadPool& pool) {
+  Model model;
+  if (auto spec = parse_synthetic(o.model)) {
+    model = make_synthetic(*spec, o.shape, pool);
+  } else {
+    KVD_EXPECT(!o.shape.layers && !o.shape.heads && !o.shape.kv_heads && !o.shape.head_dim && !o.shape.hidden && !o.shape.vocab,
+               "--layers/--heads/--kv-heads/--head-dim/--hidden/--vocab apply to synthetic models only");
+    if (o.model == "smollm2") o.model = smollm2_path();
+    model = std::filesystem::is_directory(o.model) ? load_hf(o.model) : is_gguf(o.model) ? load_gguf(o.model) : load_llama2c(o.model);
+  }
+  if (weights == "f32") model = with_f32_weights(std::move(model));
+  return model;
+}
+
+/// --mode tiered: the fast tier, an optional DRAM tier and the SSD, with Hierarchical or Quest.
+int run_tiered(const RunOptions& o, const Model& model, ThreadPool& pool) {
+  KVD_EXPECT(o.index != "dense", "--mode tiered is sparse: choose a sparse --index");
+  using Ssd = Tiers<tier::HostTier, tier::SsdTier>;
+  using HostSsd = Tiers<tier::HostTier, tier::HostTier, tier::SsdTier>;
+  const bool host = o.host_bytes > 0;
+  KVD_EXPECT(o.index == "hierarchical" || o.pipeline == "serial", "--pipeline elastic runs with --index hierarchical (KVDrive)");
+  if (o.index == "quest") return host ? run_cpu<index::Quest, HostSsd>(o, model, pool) : run_cpu<index::Quest, Ssd>(o, model, pool);
+  KVD_EXPECT(o.index == "hierarchical", "--mode tiered runs the hierarchical (KVDrive) and quest indices");
+  if (o.pipeline == "elastic")
+    return host ? run_cpu<index::Hierarchical, HostSsd, pipeline::Elastic>(o, model, pool)
+                : run_cpu<index::Hierarchical, Ssd, pipeline::Elastic>(o, model, pool);
+  return host ? run_cpu<index::Hierarchical, HostSsd>(o, model, pool) : run_cpu<index::Hierarchical, Ssd>(o, model, pool);
+}
+
+/// --mode dense or sparse: the KV cache in DRAM, with --index's policy.
+int run_in_dram(const RunOptions& o, const Model& model, ThreadPool& pool) {
+  if (o.mode == "dense" || o.index == "dense") return run_cpu<index::Dense>(o, model, pool);
+  if (o.index == "oracle-mass") return run_cpu<index::OracleMass>(o, model, pool);
+  if (o.index == "quest") return run_cpu<index::Quest>(o, model, pool);
+  if (o.index == "mean-key") return run_cpu<index::MeanKey>(o, model, pool);
+  if (o.index == "hierarchical") return run_cpu<index::Hierarchical>(o, model, pool);
+  if (o.index == "centroid") return run_cpu<index::Centroid>(o, model, pool);
+  if (o.index == "simhash") return run_cpu<index::SimHash>(o, model, pool);
+  if (o.index == "product-quant") return run_cpu<index::ProductQuant>(o, model, pool);
+  return run_cpu<index::Oracle>(o, model, pool);
+}
+
+int main(int argc, char** argv) {
+  RunOptions o;
+  std::string weights = "blocks";
+  CLI::App app{"kvd-llama: a Llama decoder whose attention runs through kvdrive::KvManager"};
+  add_model_options(app, o);
+  add_prompt_options(app, o);
+  add_sampling_options(app, o);
+  add_attention_options(app, o, weights);
+  add_output_options(app, o);
+  add_remote_options(app, o);
+  CLI11_PARSE(app, argc, argv);
+  if (const int rc = check_option_pairs(app, o); rc != 0) return rc;
 
   try {
     ThreadPool pool(o.threads);
-    Model model;
-    if (auto spec = parse_synthetic(o.model)) {
-      model = make_synthetic(*spec, o.shape, pool);
-    } else {
-      KVD_EXPECT(!o.shape.layers && !o.shape.heads && !o.shape.kv_heads && !o.shape.head_dim && !o.shape.hidden && !o.shape.vocab,
-                 "--layers/--heads/--kv-heads/--head-dim/--hidden/--vocab apply to synthetic models only");
-      if (o.model == "smollm2") o.model = smollm2_path();
-      model = std::filesystem::is_directory(o.model) ? load_hf(o.model) : is_gguf(o.model) ? load_gguf(o.model) : load_llama2c(o.model);
-    }
-    if (weights == "f32") model = with_f32_weights(std::move(model));
-    KVD_EXPECT(o.mode == "tiered" || (app.count("--fast-bytes") + app.count("--host-bytes") + app.count("--ssd-path") + app.count("--warm-up") + app.count("--pipeline") + app.count("--tune")) == 0,
+    const Model model = load_model(o, weights, pool);
+    KVD_EXPECT(o.mode == "tiered" || (app.count("--fast-bytes") + app.count("--host-bytes") + app.count("--ssd-path") + app.count("--warm-up") +
+                                      app.count("--pipeline") + app.count("--tune")) == 0,
                "--fast-bytes, --host-bytes, --ssd-path, --warm-up, --pipeline and --tune apply to --mode tiered");
     if (o.device == "cuda") return run_on_cuda(o, model, pool);
-    if (o.mode == "tiered") {
-      KVD_EXPECT(o.index != "dense", "--mode tiered is sparse: choose a sparse --index");
-      using Ssd = Tiers<tier::HostTier, tier::SsdTier>;
-      using HostSsd = Tiers<tier::HostTier, tier::HostTier, tier::SsdTier>;
-      const bool host = o.host_bytes > 0;
-      KVD_EXPECT(o.index == "hierarchical" || o.pipeline == "serial", "--pipeline elastic runs with --index hierarchical (KVDrive)");
-      if (o.index == "quest") return host ? run_cpu<index::Quest, HostSsd>(o, model, pool) : run_cpu<index::Quest, Ssd>(o, model, pool);
-      KVD_EXPECT(o.index == "hierarchical", "--mode tiered runs the hierarchical (KVDrive) and quest indices");
-      if (o.pipeline == "elastic")
-        return host ? run_cpu<index::Hierarchical, HostSsd, pipeline::Elastic>(o, model, pool)
-                    : run_cpu<index::Hierarchical, Ssd, pipeline::Elastic>(o, model, pool);
-      return host ? run_cpu<index::Hierarchical, HostSsd>(o, model, pool) : run_cpu<index::Hierarchical, Ssd>(o, model, pool);
-    }
-    if (o.mode == "dense" || o.index == "dense") return run_cpu<index::Dense>(o, model, pool);
-    if (o.index == "oracle-mass") return run_cpu<index::OracleMass>(o, model, pool);
-    if (o.index == "quest") return run_cpu<index::Quest>(o, model, pool);
-    if (o.index == "mean-key") return run_cpu<index::MeanKey>(o, model, pool);
-    if (o.index == "hierarchical") return run_cpu<index::Hierarchical>(o, model, pool);
-    if (o.index == "centroid") return run_cpu<index::Centroid>(o, model, pool);
-    if (o.index == "simhash") return run_cpu<index::SimHash>(o, model, pool);
-    if (o.index == "product-quant") return run_cpu<index::ProductQuant>(o, model, pool);
-    return run_cpu<index::Oracle>(o, model, pool);
+    return o.mode == "tiered" ? run_tiered(o, model, pool) : run_in_dram(o, model, pool);
   } catch (const Error& e) {
     fmt::print(stderr, "kvd-llama: error: {}\n", e.what());
     return 1;

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -29,6 +30,7 @@
 #include "model.hpp"
 #include "needle.hpp"
 #include "sampler.hpp"
+#include "summary.hpp"
 #include "synthetic.hpp"
 #include "tokenizer.hpp"
 
@@ -273,8 +275,223 @@ inline std::optional<Tokenizer> make_tokenizer(const RunOptions& o, const Model&
   return t;
 }
 
-/// --tune on: cache windows may grow to this W (or the planned W, if larger) over the first steps.
-constexpr int kGrowWindowTo = 8, kGrowSteps = 16;
+/// What a sequence decodes: the prompt's text (prompt_text) and its ids (make_prompt).
+struct PromptInput {
+  PromptText text;
+  std::vector<int> ids;
+};
+
+inline PromptInput prompt_input(const RunOptions& o, const Model& model, const std::optional<Tokenizer>& tokenizer) {
+  PromptInput in;
+  in.text = prompt_text(o, model, tokenizer ? &*tokenizer : nullptr);
+  in.ids = make_prompt(o, model.config, tokenizer, in.text);
+  return in;
+}
+
+/// The ids of the tokens that end generation: the tokenizer's, unless --ignore-eos.
+inline std::vector<int> stop_tokens(const RunOptions& o, const std::optional<Tokenizer>& tokenizer) {
+  std::vector<int> stops;
+  if (tokenizer && !o.ignore_eos) stops = tokenizer->stops();
+  return stops;
+}
+
+/// Bytes each slower tier served per decoded token: what they served since `before` (prefill's
+/// warm-up reads are kept apart), over `tokens` decoded tokens.
+template <class TierList>
+std::vector<TierReads> tier_reads(const Stats& s, const std::array<std::uint64_t, kMaxTiers>& before, double tokens) {
+  std::vector<TierReads> reads;
+  for (std::size_t i = 1; i < TierList::kCount; ++i)
+    reads.push_back({i + 1 == TierList::kCount ? "ssd" : "host", static_cast<double>(s.bytes_read[i] - before[i]) / tokens / 1024});
+  return reads;
+}
+
+/// --remote: the remote tier that shares the prompt's prefix (it outlives the manager that
+/// reads and publishes through it) and the digest of the shared prefix. With Remote =
+/// tier::NoRemote, sharing is not built in and --remote is refused.
+template <class Remote>
+struct PrefixShare {
+  static constexpr bool kBuiltIn = !std::is_same_v<Remote, tier::NoRemote>;
+  std::conditional_t<kBuiltIn, std::optional<Remote>, int> remote{};
+  std::optional<PrefixDigest> digest;
+
+  static void check(const RunOptions& o) {
+    KVD_EXPECT(kBuiltIn || o.remote.empty(), "--remote: prefix sharing is not built into this run ({}; it needs hiredis, and --device cpu)",
+               o.device);
+    KVD_EXPECT(o.shared_prefix >= -1, "--shared-prefix {}: expected a token count, or -1 for the whole prompt", o.shared_prefix);
+  }
+
+  /// Connects to --remote, if given, and shares its prefixes with `kv`.
+  template <class Manager>
+  void connect(const RunOptions& o, const Model& model, Manager& kv, const std::vector<int>& prompt) {
+    if constexpr (kBuiltIn) {
+      if (o.remote.empty()) return;
+      typename Remote::Params rp;
+      rp.url = o.remote;
+      rp.ttl_ms = o.remote_ttl_ms;
+      rp.model = model_digest(model);
+      remote.emplace(std::move(rp));
+      kv.share_prefixes(*remote);
+      const std::size_t shared = o.shared_prefix < 0 ? prompt.size() : std::min<std::size_t>(prompt.size(), o.shared_prefix);
+      digest = PrefixDigest::of_tokens(std::span<const int>(prompt.data(), shared));
+    } else {
+      (void)o, (void)model, (void)kv, (void)prompt;
+    }
+  }
+
+  /// The summary's account of the sharing (none without --remote).
+  std::optional<RemoteSummary> summary() const {
+    if constexpr (kBuiltIn) {
+      if (!remote) return std::nullopt;
+      const tier::RemoteStats rs = remote->remote_stats();
+      return RemoteSummary{remote->url().describe(), digest->tokens, rs.hits, rs.missing, rs.corrupt, rs.errors + rs.lookup_errors,
+                           rs.written, rs.write_errors + rs.over_budget + rs.dropped};
+    } else {
+      return std::nullopt;
+    }
+  }
+};
+
+/// Tiered runs: placement after prefill from --warm-up queries, and with --tune on the three
+/// tuned values (cluster size, cache windows, micro-batch).
+template <class Index, class Pipeline, class Manager, class Dec>
+void set_up_tiered(const RunOptions& o, const TierPlan& plan, Manager& kv, Dec& decoder) {
+  decoder.warm_up_after_prefill(o.warm_up);
+  if (o.tune != "on") return;
+  if constexpr (index::HasClusterSize<Index>)
+    if (o.warm_up > 0) decoder.tune_clusters();
+  kv.grow_windows({std::max(plan.window, kGrowWindowTo), kGrowSteps});
+  if constexpr (!std::is_same_v<Pipeline, pipeline::Serial>) decoder.tune_pipeline();
+}
+
+/// The lines before prefill: the model, the task (if any), the attention and the prompt.
+template <class Index, class Linear>
+void print_run_header(const RunOptions& o, const Model& model, const Config& cfg, const PromptInput& in, unsigned threads) {
+  const LlamaConfig& c = model.config;
+  fmt::print("kvd-llama: {} ({}, vocab {}, {:.1f}M parameters, weights {})\n", model.source, shape_text(c), c.vocab,
+             static_cast<double>(model.parameters()) / 1e6, weights_text(model));
+  if (!in.text.what.empty()) fmt::print("{}\n", in.text.what);
+  fmt::print("attention: {} ({}) on {}, {} KV, {}-token pages, sink {}, local {}, {} threads; projections: {}; prompt {} tokens, {} steps\n",
+             o.mode, Index::name(), o.device, dtype_name(cfg.dtype), cfg.page_tokens, cfg.sink_tokens, cfg.local_tokens, threads,
+             Linear::name(), in.ids.size(), o.steps);
+}
+
+/// What decoding gave: the ids, the reply's text (with a tokenizer), and whether an
+/// end-of-generation token ended it.
+struct Decoded {
+  std::vector<int> generated;
+  std::string reply;
+  bool ended = false;
+};
+
+/// Samples up to --steps tokens from `logits` (prefill's) on. With a tokenizer, the reply is
+/// printed as it is generated, and generation ends at an end-of-generation token (EOS, EOT; not
+/// printed) unless --ignore-eos.
+template <class Dec>
+Decoded decode(const RunOptions& o, const std::optional<Tokenizer>& tokenizer, const PromptInput& in, Dec& decoder,
+               const std::vector<float>* logits) {
+  Progress decode_bar("decode");
+  Sampler sampler(o.temperature, o.top_p, o.seed);
+  const bool stream = tokenizer && !o.print_ids;
+  const std::vector<int> stops = stop_tokens(o, tokenizer);
+  Decoded out;
+  if (stream) fmt::print("reply: {}", in.text.reply_prefix), std::fflush(stdout);
+  for (int s = 0; s < o.steps; ++s) {
+    const int next = sampler.sample(*logits);
+    if (std::find(stops.begin(), stops.end(), next) != stops.end()) {
+      out.ended = true;
+      break;
+    }
+    out.generated.push_back(next);
+    if (tokenizer) {
+      const std::string piece = tokenizer->decode(out.generated.size() > 1 ? out.generated[out.generated.size() - 2] : in.ids.back(), next);
+      out.reply += piece;
+      if (stream) fmt::print("{}", piece), std::fflush(stdout);
+    }
+    if (!stream) decode_bar.update(s + 1, o.steps);  // a bar would overwrite the streamed reply
+    if (s + 1 < o.steps) logits = &decoder.step(next);
+  }
+  if (stream) fmt::print("{}\n", out.ended ? "" : fmt::format(" [{} tokens, no end-of-generation token]", out.generated.size()));
+  return out;
+}
+
+inline void print_ids_line(const std::vector<int>& generated) {
+  std::string line;
+  for (std::size_t i = 0; i < generated.size(); ++i) line += fmt::format("{}{}", i ? " " : "", generated[i]);
+  fmt::print("{}\n", line);
+}
+
+inline ReplySummary reply_summary(const Decoded& out, const PromptText& text, bool tokenizer) {
+  ReplySummary r;
+  r.generated = out.generated;
+  if (tokenizer) r.text = text.reply_prefix + out.reply;
+  r.expected = text.expect;
+  r.correct = !text.expect.empty() && reply_has(out.reply, text.expect);
+  return r;
+}
+
+/// The tiered run's tuning: what was chosen, and the windows now.
+template <class Manager, class Dec>
+TuningSummary tuning_summary(const RunOptions& o, const TierPlan& plan, const Manager& kv, const Dec& decoder) {
+  const auto& shape = kv.config().shape;
+  TuningSummary tu;
+  tu.enabled = o.tune == "on";
+  tu.clusters = decoder.cluster_choice();
+  for (int l = 0; l < shape.layers; ++l) {
+    if (tu.enabled) tu.grown += kv.window_grown()[static_cast<std::size_t>(l)];  // kept only while windows grow (--tune on)
+    for (int h = 0; h < shape.kv_heads; ++h) tu.windows.push_back(kv.window_of(l, h));
+  }
+  tu.planned_window = plan.window;
+  tu.micro_batch = decoder.tuned_micro_batch();
+  return tu;
+}
+
+/// The tiered run's tiers, and what the slower ones served per decoded token.
+template <class TierList, class Manager>
+TierSummary tier_summary(const RunOptions& o, const TierPlan& plan, Manager& kv, const Stats& prefill, std::int64_t decoded) {
+  const Config& cfg = kv.config();
+  const double mib = 1 << 20;
+  const auto& ssd = kv.tiers().template get<TierList::kCount - 1>();
+  TierSummary ts;
+  ts.fast_mib = static_cast<double>(plan.fast_pages * cfg.page_bytes()) / mib;
+  ts.window = plan.window;
+  if constexpr (TierList::kCount == 3) {
+    ts.host_mib = static_cast<double>(plan.host_pages * cfg.page_bytes()) / mib;
+    ts.host_pages = kv.tiers().template get<1>().stored_pages();
+  }
+  ts.ssd_path = o.ssd_path;
+  ts.ssd_io = std::string(ssd.io_name());
+  ts.direct_io = ssd.direct_io();
+  ts.ssd_pages = ssd.stored_pages();
+  ts.reads = tier_reads<TierList>(kv.total_stats(), prefill.bytes_read, static_cast<double>(std::max<std::uint64_t>(1, decoded)));
+  ts.warm_up = o.warm_up;
+  return ts;
+}
+
+/// The summary of a run: the decoder's times, the manager's totals and the reply.
+template <class Index, class TierList, class Pipeline, class Linear, class Manager, class Dec, class Share>
+RunSummary run_summary(const RunOptions& o, const Model& model, unsigned threads, const TierPlan& plan, Manager& kv, const Dec& decoder,
+                       const Stats& prefill, const Share& share) {
+  RunSummary r;
+  r.model = model.source;
+  r.mode = o.mode;
+  r.device = o.device;
+  r.linear = Linear::name();
+  r.index = std::string(Index::name());
+  r.pipeline = std::string(Pipeline::name());
+  r.budget = o.budget;
+  r.threads = threads;
+  r.times = decoder.times();
+  r.stats = kv.total_stats();
+  r.index_bytes = kv.index_bytes();
+  if constexpr (TierList::kCount > 1) {
+    r.tuning = tuning_summary(o, plan, kv, decoder);
+    r.tiers = tier_summary<TierList>(o, plan, kv, prefill, r.times.decode_tokens);
+  }
+  if constexpr (!std::is_same_v<Pipeline, pipeline::Serial>)
+    r.overlapped = PipelineSummary{kv.pipeline_policy().micro_batch_for(static_cast<std::size_t>(kv.config().shape.kv_heads)), o.tune == "on"};
+  r.remote = share.summary();
+  return r;
+}
 
 /// One kvd-llama run: the prompt, prefill, `steps` decoded tokens and the summary, with the
 /// attention of a KvManager<Index, Lookahead, TierList, Pipeline, Backend, Remote> and the
@@ -290,257 +507,42 @@ int run_batch(const RunOptions& o, const Model& model, ThreadPool& pool, Backend
 template <class Index, class TierList, class Pipeline, class Backend, class Linear, class Remote>
 int run(const RunOptions& o, const Model& model, ThreadPool& pool, Backend backend) {
   if (o.batch > 1) return run_batch<Index, TierList, Pipeline, Backend, Linear>(o, model, pool, std::move(backend));
-  const LlamaConfig& c = model.config;
-  const Config cfg = manager_config(o, c);
-  std::optional<Tokenizer> tokenizer = make_tokenizer(o, model);
-  const PromptText text = prompt_text(o, model, tokenizer ? &*tokenizer : nullptr);
-  const std::vector<int> prompt = make_prompt(o, c, tokenizer, text);
+  // Load: the prompt, the tiers, the manager and the decoder.
+  const Config cfg = manager_config(o, model.config);
+  const std::optional<Tokenizer> tokenizer = make_tokenizer(o, model);
+  const PromptInput in = prompt_input(o, model, tokenizer);
   constexpr bool tiered = TierList::kCount > 1;
   TierPlan plan;
-  if constexpr (tiered) plan = plan_tiers(o, cfg, static_cast<std::int64_t>(prompt.size()) + o.steps);
+  if constexpr (tiered) plan = plan_tiers(o, cfg, static_cast<std::int64_t>(in.ids.size()) + o.steps);
   using Manager = KvManager<Index, eviction::Lookahead, TierList, Pipeline, Backend, Remote>;
-  constexpr bool can_share = !std::is_same_v<Remote, tier::NoRemote>;
-  KVD_EXPECT(can_share || o.remote.empty(), "--remote: prefix sharing is not built into this run ({}; it needs hiredis, and --device cpu)",
-             o.device);
-  KVD_EXPECT(o.shared_prefix >= -1, "--shared-prefix {}: expected a token count, or -1 for the whole prompt", o.shared_prefix);
-  std::optional<PrefixDigest> digest;
-  [[maybe_unused]] std::conditional_t<can_share, std::optional<Remote>, int> remote{};  // outlives kv
+  PrefixShare<Remote>::check(o);
+  PrefixShare<Remote> share;  // outlives kv
   Manager kv(cfg, {}, eviction::Lookahead{plan.window}, make_tiers<TierList>(o, plan), {}, std::move(backend));
-  if constexpr (can_share) {
-    if (!o.remote.empty()) {
-      typename Remote::Params rp;
-      rp.url = o.remote;
-      rp.ttl_ms = o.remote_ttl_ms;
-      rp.model = model_digest(model);
-      remote.emplace(std::move(rp));
-      kv.share_prefixes(*remote);
-      const std::size_t shared = o.shared_prefix < 0 ? prompt.size() : std::min<std::size_t>(prompt.size(), o.shared_prefix);
-      digest = PrefixDigest::of_tokens(std::span<const int>(prompt.data(), shared));
-    }
-  }
-  Decoder<Manager, Linear> decoder(model, kv, pool, o.prefill_chunk, digest);
-  if constexpr (tiered) {
-    decoder.warm_up_after_prefill(o.warm_up);
-    if (o.tune == "on") {  // the three tuned values: cluster size, cache windows, micro-batch
-      if constexpr (index::HasClusterSize<Index>)
-        if (o.warm_up > 0) decoder.tune_clusters();
-      kv.grow_windows({std::max(plan.window, kGrowWindowTo), kGrowSteps});
-      if constexpr (!std::is_same_v<Pipeline, pipeline::Serial>) decoder.tune_pipeline();
-    }
-  }
+  share.connect(o, model, kv, in.ids);
+  Decoder<Manager, Linear> decoder(model, kv, pool, o.prefill_chunk, share.digest);
+  if constexpr (tiered) set_up_tiered<Index, Pipeline>(o, plan, kv, decoder);
   std::optional<eval::TraceWriter> trace;
   if (!o.record_trace.empty()) {
     trace.emplace(o.record_trace, cfg.shape, cfg.dtype);
     decoder.record(&*trace);
   }
+  if (!o.print_ids) print_run_header<Index, Linear>(o, model, cfg, in, pool.threads());
 
-  if (!o.print_ids)
-    fmt::print("kvd-llama: {} ({} layers, dim {}, {}/{} heads, head_dim {}, vocab {}, {:.1f}M parameters, weights {})\n", model.source,
-               c.layers, c.dim, c.heads, c.kv_heads, c.head_dim(), c.vocab, static_cast<double>(model.parameters()) / 1e6,
-               model.weight_types.empty() ? "F32" : model.weight_types);
-  if (!o.print_ids && !text.what.empty()) fmt::print("{}\n", text.what);
-  if (!o.print_ids)
-    fmt::print("attention: {} ({}) on {}, {} KV, {}-token pages, sink {}, local {}, {} threads; projections: {}; prompt {} tokens, {} steps\n",
-               o.mode, Index::name(), o.device, dtype_name(cfg.dtype), cfg.page_tokens, cfg.sink_tokens, cfg.local_tokens,
-               pool.threads(), Linear::name(), prompt.size(), o.steps);
-
-  Progress prefill_bar("prefill"), decode_bar("decode");
-  const std::vector<float>* logits = &decoder.prefill(prompt, [&](std::int64_t d, std::int64_t t) { prefill_bar.update(d, t); });
-  const auto prefill_bytes_read = kv.total_stats().bytes_read;  // warm-up reads, kept apart from decoding's
-  Sampler sampler(o.temperature, o.top_p, o.seed);
-  std::vector<int> generated;
-  // With a tokenizer, the reply is printed as it is generated, and generation ends at an
-  // end-of-generation token (EOS, EOT; not printed) unless --ignore-eos.
-  const bool stream = tokenizer && !o.print_ids;
-  std::vector<int> stops;
-  if (tokenizer && !o.ignore_eos) stops = tokenizer->stops();
-  std::string reply;
-  if (stream) fmt::print("reply: {}", text.reply_prefix), std::fflush(stdout);
-  bool ended = false;
-  for (int s = 0; s < o.steps; ++s) {
-    const int next = sampler.sample(*logits);
-    if (std::find(stops.begin(), stops.end(), next) != stops.end()) {
-      ended = true;
-      break;
-    }
-    generated.push_back(next);
-    if (tokenizer) {
-      const std::string piece = tokenizer->decode(generated.size() > 1 ? generated[generated.size() - 2] : prompt.back(), next);
-      reply += piece;
-      if (stream) fmt::print("{}", piece), std::fflush(stdout);
-    }
-    if (!stream) decode_bar.update(s + 1, o.steps);  // a bar would overwrite the streamed reply
-    if (s + 1 < o.steps) logits = &decoder.step(next);
-  }
-  if (stream) fmt::print("{}\n", ended ? "" : fmt::format(" [{} tokens, no end-of-generation token]", generated.size()));
-  const bool answered = !text.expect.empty() && reply_has(reply, text.expect);
-
+  // Prefill, then decode.
+  Progress prefill_bar("prefill");
+  const std::vector<float>& first = decoder.prefill(in.ids, [&](std::int64_t d, std::int64_t t) { prefill_bar.update(d, t); });
+  const Stats prefill = kv.total_stats();  // warm-up reads, kept apart from decoding's
+  const Decoded out = decode(o, tokenizer, in, decoder, &first);
   if (trace) trace->close();
-  if (o.print_ids) {
-    std::string line;
-    for (std::size_t i = 0; i < generated.size(); ++i) line += fmt::format("{}{}", i ? " " : "", generated[i]);
-    fmt::print("{}\n", line);
-  }
+  if (o.print_ids) print_ids_line(out.generated);
 
-  // Summary.
-  const DecoderTimes& t = decoder.times();
-  const Stats& s = kv.total_stats();
-  const double steps = static_cast<double>(std::max<std::uint64_t>(1, s.steps));
-  nlohmann::json j;
-  j["model"] = model.source;
-  j["mode"] = o.mode;
-  j["device"] = o.device;
-  j["linear"] = Linear::name();
-  j["index"] = std::string(Index::name());
-  j["budget"] = o.budget;
-  j["threads"] = pool.threads();
-  j["prompt_tokens"] = t.prefill_tokens;
-  j["decode_tokens"] = t.decode_tokens;
-  j["prefill_tokens_per_s"] = t.prefill_ms > 0 ? 1000.0 * static_cast<double>(t.prefill_tokens) / t.prefill_ms : 0.0;
-  j["decode_tokens_per_s"] = t.decode_ms > 0 ? 1000.0 * static_cast<double>(t.decode_tokens) / t.decode_ms : 0.0;
-  j["time_ms"] = {{"prefill", t.prefill_ms},
-                  {"prefill_attention", t.prefill_attention_ms},
-                  {"warm_up", t.warm_up_ms},
-                  {"decode", t.decode_ms},
-                  {"linear", t.linear_ms},
-                  {"select", s.time.select_ms},
-                  {"classify", s.time.classify_ms},
-                  {"fetch", s.time.fetch_ms},
-                  {"compute", s.time.compute_ms},
-                  {"commit", s.time.commit_ms},
-                  {"classify_wait", s.time.classify_wait_ms},
-                  {"fetch_wait", s.time.fetch_wait_ms},
-                  {"overlap", s.time.overlap_ms},
-                  {"attention_wall", s.time.wall_ms}};
-  j["pipeline"] = std::string(Pipeline::name());
-  if constexpr (tiered) {
-    nlohmann::json windows = nlohmann::json::array();
-    for (int l = 0; l < cfg.shape.layers; ++l)
-      for (int h = 0; h < cfg.shape.kv_heads; ++h) windows.push_back(kv.window_of(l, h));
-    j["tuning"] = {{"enabled", o.tune == "on"},
-                   {"pages_per_cluster", decoder.cluster_choice().pages_per_cluster},
-                   {"windows", windows},
-                   {"micro_batch", decoder.tuned_micro_batch()}};
-  }
-  j["attention"] = {{"steps", s.steps},
-                    {"streams", s.streams},
-                    {"candidate_pages", s.candidates},
-                    {"selected_pages", s.selected},
-                    {"attended_tokens", s.attended_tokens},
-                    {"hits", s.hits},
-                    {"misses", s.misses},
-                    {"evictions", s.evictions},
-                    {"warmed_pages", s.warmed},
-                    {"placed_pages", s.placed},
-                    {"hit_rate", s.hit_rate()},
-                    {"index_bytes", kv.index_bytes()}};
-  if constexpr (can_share) {
-    if (remote) {
-      const tier::RemoteStats rs = remote->remote_stats();
-      j["remote"] = {{"url", remote->url().describe()},
-                     {"shared_prefix_tokens", digest->tokens},
-                     {"loaded_tokens", t.prefix_loaded_tokens},
-                     {"load_ms", t.prefix_load_ms},
-                     {"page_hits", rs.hits},
-                     {"page_missing", rs.missing},
-                     {"page_corrupt", rs.corrupt},
-                     {"errors", rs.errors + rs.lookup_errors},
-                     {"pages_published", rs.written},
-                     {"publish_failed", rs.write_errors + rs.over_budget + rs.dropped}};
-    }
-  }
-  j["generated"] = generated;
-  if (tokenizer) j["reply"] = text.reply_prefix + reply;
-  j["ended_at_eos"] = ended;
-  if (!text.expect.empty()) j["answer"] = {{"expected", text.expect}, {"correct", answered}};
-  if (!o.stats_json.empty()) {
-    std::ofstream f(o.stats_json);
-    KVD_EXPECT(f.good(), "--stats-json: cannot write {}", o.stats_json);
-    f << j.dump(2) << "\n";
-  }
-  if (!o.print_ids) {
-    std::string ids;
-    for (std::size_t i = 0; i < generated.size() && i < 32; ++i) ids += fmt::format("{} ", generated[i]);
-    fmt::print("generated ids: {}{}\n", ids, generated.size() > 32 ? "..." : "");
-    fmt::print("\n");
-    fmt::print("summary\n");
-    fmt::print("  prefill: {} tokens in {:.1f} s = {:.1f} tokens/s (causal attention {:.1f} s)\n", t.prefill_tokens,
-               t.prefill_ms / 1000, j["prefill_tokens_per_s"].get<double>(), t.prefill_attention_ms / 1000);
-    fmt::print("  decode:  {} tokens in {:.2f} s = {:.2f} tokens/s\n", t.decode_tokens, t.decode_ms / 1000,
-               j["decode_tokens_per_s"].get<double>());
-    fmt::print("  decode attention per layer step: select {:.3f} ms, classify {:.3f}, fetch {:.3f}, compute {:.3f}, commit {:.3f}; "
-               "{:.3f} ms wall ({})\n",
-               s.time.select_ms / steps, s.time.classify_ms / steps, s.time.fetch_ms / steps, s.time.compute_ms / steps,
-               s.time.commit_ms / steps, s.time.wall_ms / steps, Pipeline::name());
-    if constexpr (tiered) {
-      if (o.tune == "on") {
-        std::string clusters = "not tuned (no warm-up queries, or an index without clusters)";
-        if (const auto& cc = decoder.cluster_choice(); !cc.cases.empty()) {
-          clusters = fmt::format("{} pages per cluster, of", cc.pages_per_cluster);
-          for (const auto& r : cc.cases)
-            clusters += fmt::format(" {} ({:.1f} us, recall {:.3f})", r.pages_per_cluster, r.select_us, r.mass_recall);
-        }
-        int grown = 0, w_min = 1 << 30, w_max = 0;
-        for (int l = 0; l < cfg.shape.layers; ++l) {
-          grown += kv.window_grown()[static_cast<std::size_t>(l)];
-          for (int h = 0; h < cfg.shape.kv_heads; ++h) {
-            w_min = std::min(w_min, kv.window_of(l, h));
-            w_max = std::max(w_max, kv.window_of(l, h));
-          }
-        }
-        fmt::print("  tuning: cluster size {}; cache windows grew {} times over the first {} steps, W now {}..{} (from {}){}\n", clusters,
-                   grown, kGrowSteps, w_min, w_max, plan.window,
-                   std::is_same_v<Pipeline, pipeline::Serial> ? std::string()
-                                                              : fmt::format("; micro-batch {} streams", decoder.tuned_micro_batch()));
-      }
-    }
-    if constexpr (!std::is_same_v<Pipeline, pipeline::Serial>)
-      fmt::print("  pipeline: micro-batches of {} streams{}; select, classify and fetch overlap for {:.3f} ms per layer step; "
-                 "bubbles select {:.2f}, classify {:.2f}, fetch {:.2f}; classify waited {:.3f} ms, fetch {:.3f}\n",
-                 kv.pipeline_policy().micro_batch_for(static_cast<std::size_t>(cfg.shape.kv_heads)), o.tune == "on" ? " (tuned)" : "",
-                 s.time.overlap_ms / steps,
-                 s.time.select_bubble(), s.time.classify_bubble(), s.time.fetch_bubble(), s.time.classify_wait_ms / steps,
-                 s.time.fetch_wait_ms / steps);
-    fmt::print("  linear layers (prefill + decode): {:.2f} s\n", t.linear_ms / 1000);
-    if (j.contains("remote")) {
-      const auto& r = j["remote"];
-      fmt::print("  remote {}: {} of the {}-token shared prefix read instead of computed ({:.1f} s); pages: {} read, {} missing, "
-                 "{} corrupt, {} errors; {} published ({} not)\n",
-                 r["url"].get<std::string>(), t.prefix_loaded_tokens, digest->tokens, t.prefix_load_ms / 1000, r["page_hits"].get<std::uint64_t>(),
-                 r["page_missing"].get<std::uint64_t>(), r["page_corrupt"].get<std::uint64_t>(), r["errors"].get<std::uint64_t>(),
-                 r["pages_published"].get<std::uint64_t>(), r["publish_failed"].get<std::uint64_t>());
-    }
-    if (s.streams > 0)
-      fmt::print("  pages selected per stream and step: {:.1f} of {:.1f} candidates; tokens attended {:.0f}\n",
-                 static_cast<double>(s.selected) / static_cast<double>(s.streams),
-                 static_cast<double>(s.candidates) / static_cast<double>(s.streams),
-                 static_cast<double>(s.attended_tokens) / static_cast<double>(s.streams));
-    fmt::print("  fast-tier cache: hit rate {:.1f}% ({} hits, {} misses, {} evictions); index {:.1f} MiB\n",
-               100 * s.hit_rate(), s.hits, s.misses, s.evictions, static_cast<double>(kv.index_bytes()) / (1 << 20));
-    if constexpr (tiered) {
-      const auto& ssd = kv.tiers().template get<TierList::kCount - 1>();
-      const double mib = 1 << 20;
-      fmt::print("  tiers: fast {:.1f} MiB (lookahead W = {}), {}ssd {} ({}, {}, {} pages stored)\n",
-                 static_cast<double>(plan.fast_pages * cfg.page_bytes()) / mib, plan.window,
-                 TierList::kCount == 3 ? fmt::format("host {:.1f} MiB ({} pages stored), ",
-                                                     static_cast<double>(plan.host_pages * cfg.page_bytes()) / mib,
-                                                     kv.tiers().template get<1>().stored_pages())
-                                       : std::string(),
-                 o.ssd_path, ssd.io_name(), ssd.direct_io() ? "O_DIRECT" : "buffered", ssd.stored_pages());
-      std::string per_tier;
-      for (std::size_t i = 1; i < TierList::kCount; ++i)
-        per_tier += fmt::format("{}{} {:.1f} KiB", i > 1 ? ", " : "", i + 1 == TierList::kCount ? "ssd" : "host",
-                                static_cast<double>(s.bytes_read[i] - prefill_bytes_read[i]) /
-                                    static_cast<double>(std::max<std::uint64_t>(1, t.decode_tokens)) / 1024);
-      fmt::print("  bytes read per decoded token (misses, every layer): {}\n", per_tier);
-      if (o.warm_up > 0)
-        fmt::print("  placement after prefill ({} observation queries, {:.1f} s): {} pages warmed into the cache{}\n", o.warm_up,
-                   t.warm_up_ms / 1000, s.warmed, TierList::kCount == 3 ? fmt::format(", {} copied to host", s.placed) : std::string());
-    }
-    if (!text.expect.empty())
-      fmt::print("  answer: {} (expected {} in the reply)\n", answered ? "correct" : "WRONG", text.expect);
-  }
-  return text.expect.empty() || answered ? 0 : kWrongAnswer;
+  // Summary: gathered once, written as JSON and printed as text.
+  RunSummary summary = run_summary<Index, TierList, Pipeline, Linear>(o, model, pool.threads(), plan, kv, decoder, prefill, share);
+  summary.reply = reply_summary(out, in.text, tokenizer.has_value());
+  summary.ended_at_eos = out.ended;
+  write_stats_json(o.stats_json, run_json(summary));
+  if (!o.print_ids) print_run_summary(summary);
+  return summary.reply.expected.empty() || summary.reply.correct ? 0 : kWrongAnswer;
 }
 
 }  // namespace kvdrive::llama

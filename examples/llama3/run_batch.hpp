@@ -8,16 +8,18 @@
 #pragma once
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
+#include <chrono>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "decoder.hpp"
 #include "run.hpp"
+#include "summary.hpp"
 
 namespace kvdrive::llama {
 
@@ -45,127 +47,127 @@ inline std::vector<RunOptions> batch_members(const RunOptions& o) {
   return out;
 }
 
+/// The prompts of a --batch run: a text and ids per member (batch_members).
+struct BatchInput {
+  std::vector<PromptInput> prompts;
+  std::int64_t longest = 0, total = 0;  ///< prompt tokens: the longest prompt's, all of them
+};
+
+inline BatchInput batch_input(const RunOptions& o, const Model& model, const std::optional<Tokenizer>& tokenizer) {
+  BatchInput in;
+  for (const RunOptions& p : batch_members(o)) {
+    in.prompts.push_back(prompt_input(p, model, tokenizer));
+    const auto tokens = static_cast<std::int64_t>(in.prompts.back().ids.size());
+    in.longest = std::max(in.longest, tokens);
+    in.total += tokens;
+  }
+  return in;
+}
+
+inline void print_batch_header(const RunOptions& o, const Model& model, const Config& cfg, const BatchInput& in, std::string_view index,
+                               unsigned threads) {
+  const auto shortest = std::min_element(in.prompts.begin(), in.prompts.end(), [](const auto& x, const auto& y) { return x.ids.size() < y.ids.size(); });
+  fmt::print("kvd-llama: {} ({}, weights {}); batch of {} sequences, {} to {} prompt tokens\n", model.source, shape_text(model.config),
+             weights_text(model), in.prompts.size(), shortest->ids.size(), in.longest);
+  fmt::print("attention: {} ({}) on {}, {} KV, {}-token pages, {} threads\n", o.mode, index, o.device, dtype_name(cfg.dtype), cfg.page_tokens,
+             threads);
+}
+
+/// What greedy decoding of the batch gave: each sequence's ids, and the tokens decoded for
+/// sequences not yet ended (which the throughput counts).
+struct BatchDecoded {
+  std::vector<std::vector<int>> generated;
+  std::int64_t live_tokens = 0;
+};
+
+/// Up to --steps greedy tokens for every sequence from its prefill's logits `first` on; a
+/// sequence ends at a token of `stops`, and keeps decoding its last token, ignored, until all
+/// have ended.
+template <class Batch>
+BatchDecoded decode_batch(int steps, const std::vector<int>& stops, Batch& batch, const std::vector<std::vector<float>>& first) {
+  const auto argmax = [](const std::vector<float>& l) { return static_cast<int>(std::max_element(l.begin(), l.end()) - l.begin()); };
+  const std::size_t n = first.size();
+  BatchDecoded out;
+  out.generated.resize(n);
+  std::vector<bool> ended(n, false);
+  std::vector<int> next(n);
+  for (std::size_t i = 0; i < n; ++i) next[i] = argmax(first[i]);
+  for (int s = 0; s < steps; ++s) {
+    bool all_ended = true;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!ended[i] && std::find(stops.begin(), stops.end(), next[i]) != stops.end()) ended[i] = true;
+      if (!ended[i]) out.generated[i].push_back(next[i]);
+      all_ended = all_ended && ended[i];
+    }
+    if (all_ended || s + 1 == steps) break;
+    for (std::size_t i = 0; i < n; ++i) out.live_tokens += !ended[i];
+    const auto& rows = batch.step(next);
+    for (std::size_t i = 0; i < n; ++i) next[i] = argmax(rows[i]);
+  }
+  return out;
+}
+
+/// Each sequence's reply: its ids decoded (with a tokenizer) and its answer checked.
+inline std::vector<BatchSequence> batch_sequences(const BatchInput& in, const BatchDecoded& out, const std::optional<Tokenizer>& tokenizer) {
+  std::vector<BatchSequence> seqs;
+  for (std::size_t i = 0; i < in.prompts.size(); ++i) {
+    const PromptInput& p = in.prompts[i];
+    std::string reply;
+    int prev = p.ids.back();
+    if (tokenizer)
+      for (int id : out.generated[i]) reply += tokenizer->decode(prev, id), prev = id;
+    seqs.push_back({p.ids.size(), reply_summary({out.generated[i], reply, false}, p.text, tokenizer.has_value())});
+  }
+  return seqs;
+}
+
 template <class Index, class TierList, class Pipeline, class Backend, class Linear>
 int run_batch(const RunOptions& o, const Model& model, ThreadPool& pool, Backend backend) {
   KVD_EXPECT(o.temperature == 0.0f && o.top_p == 1.0f, "--batch decodes greedily (--temperature 0, no --top-p)");
-  const LlamaConfig& c = model.config;
-  const Config cfg = manager_config(o, c);
+  // Load: the prompts, the tiers, the manager and the batch's decoder.
+  const Config cfg = manager_config(o, model.config);
   const std::optional<Tokenizer> tokenizer = make_tokenizer(o, model);
-  const std::vector<RunOptions> members = batch_members(o);
-  std::vector<PromptText> texts;
-  std::vector<std::vector<int>> prompts;
-  std::int64_t longest = 0, total = 0;
-  for (const RunOptions& p : members) {
-    texts.push_back(prompt_text(p, model, tokenizer ? &*tokenizer : nullptr));
-    prompts.push_back(make_prompt(p, c, tokenizer, texts.back()));
-    longest = std::max<std::int64_t>(longest, static_cast<std::int64_t>(prompts.back().size()));
-    total += static_cast<std::int64_t>(prompts.back().size());
-  }
+  const BatchInput in = batch_input(o, model, tokenizer);
   constexpr bool tiered = TierList::kCount > 1;
   TierPlan plan;
-  if constexpr (tiered) plan = plan_tiers(o, cfg, longest + o.steps, members.size());
+  if constexpr (tiered) plan = plan_tiers(o, cfg, in.longest + o.steps, in.prompts.size());
   using Manager = KvManager<Index, eviction::Lookahead, TierList, Pipeline, Backend>;
   Manager kv(cfg, {}, eviction::Lookahead{plan.window}, make_tiers<TierList>(o, plan), {}, std::move(backend));
   BatchDecoder<Manager, Linear> batch(model, kv, pool, o.prefill_chunk);
-  fmt::print("kvd-llama: {} ({} layers, dim {}, {}/{} heads, head_dim {}, weights {}); batch of {} sequences, {} to {} prompt tokens\n",
-             model.source, c.layers, c.dim, c.heads, c.kv_heads, c.head_dim(), model.weight_types.empty() ? "F32" : model.weight_types,
-             members.size(), std::min_element(prompts.begin(), prompts.end(), [](const auto& x, const auto& y) { return x.size() < y.size(); })->size(),
-             longest);
-  fmt::print("attention: {} ({}) on {}, {} KV, {}-token pages, {} threads\n", o.mode, Index::name(), o.device, dtype_name(cfg.dtype),
-             cfg.page_tokens, pool.threads());
+  print_batch_header(o, model, cfg, in, Index::name(), pool.threads());
 
+  // Prefill, each sequence on its own; then decode them together.
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::vector<float>> first;
-  for (std::size_t i = 0; i < members.size(); ++i) {
+  for (const PromptInput& p : in.prompts) {
     auto& d = batch.add();
     if constexpr (tiered) d.warm_up_after_prefill(o.warm_up);
-    first.push_back(d.prefill(prompts[i]));
+    first.push_back(d.prefill(p.ids));
   }
-  const double prefill_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  const auto prefill_bytes_read = kv.total_stats().bytes_read;
+  BatchSummary summary;
+  summary.prefill_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const Stats prefill = kv.total_stats();
+  const BatchDecoded out = decode_batch(o.steps, stop_tokens(o, tokenizer), batch, first);
 
-  std::vector<int> stops;
-  if (tokenizer && !o.ignore_eos) stops = tokenizer->stops();
-  const auto argmax = [](const std::vector<float>& l) { return static_cast<int>(std::max_element(l.begin(), l.end()) - l.begin()); };
-  std::vector<std::vector<int>> generated(members.size());
-  std::vector<bool> ended(members.size(), false);
-  std::vector<int> next(members.size());
-  std::int64_t live_tokens = 0;  // tokens of sequences not yet ended, which the throughput counts
-  for (std::size_t i = 0; i < members.size(); ++i) next[i] = argmax(first[i]);
-  for (int s = 0; s < o.steps; ++s) {
-    bool all_ended = true;
-    for (std::size_t i = 0; i < members.size(); ++i) {
-      if (!ended[i] && std::find(stops.begin(), stops.end(), next[i]) != stops.end()) ended[i] = true;
-      if (!ended[i]) generated[i].push_back(next[i]);
-      all_ended = all_ended && ended[i];
-    }
-    if (all_ended || s + 1 == o.steps) break;
-    for (std::size_t i = 0; i < members.size(); ++i) live_tokens += !ended[i];
-    const auto& rows = batch.step(next);  // an ended sequence keeps decoding its last token, ignored
-    for (std::size_t i = 0; i < members.size(); ++i) next[i] = argmax(rows[i]);
-  }
-
-  nlohmann::json j;
-  j["model"] = model.source;
-  j["mode"] = o.mode;
-  j["index"] = std::string(Index::name());
-  j["batch"] = members.size();
-  j["prompt_tokens"] = total;
-  j["prefill_tokens_per_s"] = prefill_ms > 0 ? 1000.0 * static_cast<double>(total) / prefill_ms : 0.0;
-  const double steps = static_cast<double>(batch.steps());
-  j["batch_steps"] = batch.steps();
-  j["decode_tokens_per_s"] = batch.step_ms() > 0 ? 1000.0 * static_cast<double>(live_tokens) / batch.step_ms() : 0.0;
-  j["decode_tokens"] = live_tokens;
-  j["decode_step_ms"] = steps > 0 ? batch.step_ms() / steps : 0.0;
-  int correct = 0, checked = 0;
-  nlohmann::json seqs = nlohmann::json::array();
-  for (std::size_t i = 0; i < members.size(); ++i) {
-    std::string reply;
-    int prev = prompts[i].back();
-    if (tokenizer)
-      for (int id : generated[i]) reply += tokenizer->decode(prev, id), prev = id;
-    nlohmann::json sj = {{"prompt_tokens", prompts[i].size()}, {"generated", generated[i]}};
-    if (tokenizer) sj["reply"] = texts[i].reply_prefix + reply;
-    std::string verdict;
-    if (!texts[i].expect.empty()) {
-      const bool ok = reply_has(reply, texts[i].expect);
-      correct += ok;
-      ++checked;
-      sj["answer"] = {{"expected", texts[i].expect}, {"correct", ok}};
-      verdict = fmt::format(" [{}: expected {}]", ok ? "correct" : "WRONG", texts[i].expect);
-    }
-    seqs.push_back(sj);
-    std::string shown = texts[i].reply_prefix + reply;
-    std::replace(shown.begin(), shown.end(), '\n', ' ');
-    if (shown.size() > 100) shown = shown.substr(0, 100) + "...";
-    fmt::print("sequence {} ({} tokens): {}{}\n", i, prompts[i].size(), tokenizer ? shown : fmt::format("{} ids", generated[i].size()),
-               verdict);
-  }
-  j["sequences"] = seqs;
-  const Stats& st = kv.total_stats();
-  j["hit_rate"] = st.hit_rate();
-  if (!o.stats_json.empty()) {
-    std::ofstream f(o.stats_json);
-    KVD_EXPECT(f.good(), "--stats-json: cannot write {}", o.stats_json);
-    f << j.dump(2) << "\n";
-  }
-  fmt::print("\nsummary\n");
-  fmt::print("  prefill: {} tokens of {} sequences in {:.1f} s = {:.1f} tokens/s\n", total, members.size(), prefill_ms / 1000,
-             j["prefill_tokens_per_s"].get<double>());
-  fmt::print("  decode:  {} batch steps of {} sequences ({} tokens of sequences not ended) in {:.2f} s = {:.2f} tokens/s ({:.1f} ms a step; "
-             "projections {:.2f} s)\n",
-             batch.steps(), members.size(), live_tokens, batch.step_ms() / 1000, j["decode_tokens_per_s"].get<double>(), j["decode_step_ms"].get<double>(),
-             batch.linear_ms() / 1000);
-  fmt::print("  fast-tier cache: hit rate {:.1f}% ({} hits, {} misses)\n", 100 * st.hit_rate(), st.hits, st.misses);
-  if constexpr (tiered) {
-    std::string per_tier;
-    for (std::size_t i = 1; i < TierList::kCount; ++i)
-      per_tier += fmt::format("{}{} {:.1f} KiB", i > 1 ? ", " : "", i + 1 == TierList::kCount ? "ssd" : "host",
-                              static_cast<double>(st.bytes_read[i] - prefill_bytes_read[i]) / std::max(1.0, steps * static_cast<double>(members.size())) / 1024);
-    fmt::print("  bytes read per decoded token (misses, every layer): {}\n", per_tier);
-  }
-  if (checked > 0) fmt::print("  answers: {} of {} correct\n", correct, checked);
-  return correct == checked ? 0 : kWrongAnswer;
+  // Summary: gathered once, written as JSON and printed as text.
+  summary.model = model.source;
+  summary.mode = o.mode;
+  summary.index = std::string(Index::name());
+  summary.prompt_tokens = in.total;
+  summary.steps = batch.steps();
+  summary.step_ms = batch.step_ms();
+  summary.linear_ms = batch.linear_ms();
+  summary.live_tokens = out.live_tokens;
+  summary.sequences = batch_sequences(in, out, tokenizer);
+  summary.stats = kv.total_stats();
+  if constexpr (tiered)
+    summary.reads = tier_reads<TierList>(summary.stats, prefill.bytes_read,
+                                         std::max(1.0, static_cast<double>(summary.steps) * static_cast<double>(in.prompts.size())));
+  print_batch_sequences(summary);
+  write_stats_json(o.stats_json, batch_json(summary));
+  print_batch_summary(summary);
+  const AnswerCount answers = count_answers(summary);
+  return answers.correct == answers.checked ? 0 : kWrongAnswer;
 }
 
 }  // namespace kvdrive::llama
