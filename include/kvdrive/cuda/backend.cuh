@@ -109,12 +109,37 @@ class Cuda {
     if (b.size() < n) b = cuda::DeviceBuffer<T>(std::max(n, b.size() * 2));
   }
 
-  /// Streams [first, last) of d in one launch.
+  /// Streams [first, last) of d in one launch: their inputs go up, the kernel runs, and the
+  /// outputs come back before it returns.
   template <class T>
   void run(const PagedDecode& d, std::size_t first, std::size_t last) {
     Scratch& s = *scratch_;
     const std::size_t streams = last - first, page0 = d.offsets[first], pages = d.offsets[last] - page0,
                       g = static_cast<std::size_t>(d.group), hd = static_cast<std::size_t>(d.head_dim);
+    const std::size_t max_splits = stage_page_lists(d, first, last);
+    reserve(streams, pages, max_splits, g, hd);
+    const cudaStream_t st = s.compute.get();
+    const auto h2d = [&](void* dst, const void* src, std::size_t bytes) {
+      if (bytes) KVD_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st));
+    };
+    h2d(s.q.data(), d.q + first * g * hd, streams * g * hd * sizeof(float));
+    h2d(s.offsets.data(), s.h_offsets.data(), (streams + 1) * sizeof(std::int64_t));
+    h2d(s.page_k.data(), s.h_k.data(), pages * sizeof(const void*));
+    h2d(s.page_v.data(), s.h_v.data(), pages * sizeof(const void*));
+    h2d(s.tokens.data(), d.tokens.data() + page0, pages * sizeof(int));
+    KVD_CUDA_CHECK(cuda::sparse_decode(kernel_params<T>(d, streams, max_splits), st));
+    KVD_CUDA_CHECK(cudaMemcpyAsync(d.out + first * g * hd, s.out.data(), streams * g * hd * sizeof(float), cudaMemcpyDeviceToHost, st));
+    KVD_CUDA_CHECK(cudaMemcpyAsync(d.lse + first * g, s.lse.data(), streams * g * sizeof(float), cudaMemcpyDeviceToHost, st));
+    if (pages)
+      KVD_CUDA_CHECK(cudaMemcpyAsync(d.page_lse + page0 * g, s.page_lse.data(), pages * g * sizeof(float), cudaMemcpyDeviceToHost, st));
+    KVD_CUDA_CHECK(cudaStreamSynchronize(st));
+  }
+
+  /// The page lists of streams [first, last) in host scratch (offsets from the first page, K and
+  /// V addresses, checked token counts); returns the most splits a stream has.
+  std::size_t stage_page_lists(const PagedDecode& d, std::size_t first, std::size_t last) {
+    Scratch& s = *scratch_;
+    const std::size_t streams = last - first, page0 = d.offsets[first], pages = d.offsets[last] - page0;
     std::size_t max_splits = 1;
     s.h_offsets.resize(streams + 1);
     for (std::size_t i = 0; i <= streams; ++i) s.h_offsets[i] = static_cast<std::int64_t>(d.offsets[first + i] - page0);
@@ -129,6 +154,12 @@ class Cuda {
       s.h_k[i] = d.pages[page0 + i];
       s.h_v[i] = d.pages[page0 + i] + d.block_bytes;
     }
+    return max_splits;
+  }
+
+  /// Device scratch for a launch of this size.
+  void reserve(std::size_t streams, std::size_t pages, std::size_t max_splits, std::size_t g, std::size_t hd) {
+    Scratch& s = *scratch_;
     ensure(s.q, streams * g * hd);
     ensure(s.out, streams * g * hd);
     ensure(s.lse, streams * g);
@@ -139,16 +170,12 @@ class Cuda {
     ensure(s.page_k, std::max<std::size_t>(1, pages));
     ensure(s.page_v, std::max<std::size_t>(1, pages));
     ensure(s.tokens, std::max<std::size_t>(1, pages));
-    const cudaStream_t st = s.compute.get();
-    const auto h2d = [&](void* dst, const void* src, std::size_t bytes) {
-      if (bytes) KVD_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st));
-    };
-    h2d(s.q.data(), d.q + first * g * hd, streams * g * hd * sizeof(float));
-    h2d(s.offsets.data(), s.h_offsets.data(), (streams + 1) * sizeof(std::int64_t));
-    h2d(s.page_k.data(), s.h_k.data(), pages * sizeof(const void*));
-    h2d(s.page_v.data(), s.h_v.data(), pages * sizeof(const void*));
-    h2d(s.tokens.data(), d.tokens.data() + page0, pages * sizeof(int));
+  }
 
+  /// The kernel's arguments over the device scratch.
+  template <class T>
+  cuda::SparseDecodeParams<T> kernel_params(const PagedDecode& d, std::size_t streams, std::size_t max_splits) {
+    Scratch& s = *scratch_;
     cuda::SparseDecodeParams<T> p;
     p.q = s.q.data();
     p.page_k = reinterpret_cast<const T* const*>(s.page_k.data());
@@ -166,12 +193,7 @@ class Cuda {
     p.group = d.group;
     p.head_dim = d.head_dim;
     p.scale = d.scale;
-    KVD_CUDA_CHECK(cuda::sparse_decode(p, st));
-    KVD_CUDA_CHECK(cudaMemcpyAsync(d.out + first * g * hd, s.out.data(), streams * g * hd * sizeof(float), cudaMemcpyDeviceToHost, st));
-    KVD_CUDA_CHECK(cudaMemcpyAsync(d.lse + first * g, s.lse.data(), streams * g * sizeof(float), cudaMemcpyDeviceToHost, st));
-    if (pages)
-      KVD_CUDA_CHECK(cudaMemcpyAsync(d.page_lse + page0 * g, s.page_lse.data(), pages * g * sizeof(float), cudaMemcpyDeviceToHost, st));
-    KVD_CUDA_CHECK(cudaStreamSynchronize(st));
+    return p;
   }
 
   int device_ = 0;

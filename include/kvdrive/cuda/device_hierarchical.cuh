@@ -170,9 +170,7 @@ class DeviceHierarchical {
            std::span<std::vector<std::uint32_t>* const> all_outs) const {
     // A budget that covers every candidate takes them all, as index::Hierarchical::select does,
     // without the GPU; the others go to the kernel.
-    std::vector<const State*> states;
-    std::vector<index::IndexQuery> queries;
-    std::vector<std::vector<std::uint32_t>*> outs;
+    Batch<T> b;
     for (std::size_t i = 0; i < all_states.size(); ++i) {
       const index::IndexQuery& iq = all_queries[i];
       if (iq.budget_pages >= iq.candidates()) {
@@ -180,52 +178,79 @@ class DeviceHierarchical {
         for (std::int64_t p = iq.first_candidate; p < iq.end_candidate; ++p) all_outs[i]->push_back(static_cast<std::uint32_t>(p));
         continue;
       }
-      states.push_back(all_states[i]);
-      queries.push_back(iq);
-      outs.push_back(all_outs[i]);
+      b.add(*this, *all_states[i], iq, all_outs[i]);
     }
-    if (states.empty()) return;
+    if (b.outs.empty()) return;
     Scratch& sc = *shared_->scratch;
-    const std::size_t n = states.size();
-    const int g = queries[0].group, d = queries[0].head_dim;
-    std::vector<HierarchicalDeviceIndex<T>> views(n);
+    const cudaStream_t st = sc.stream.get();
+    upload(b, sc);
+    KVD_CUDA_CHECK(hierarchical_select(kernel_params(b, sc), st));
+    const auto un = b.outs.size();
+    std::vector<std::uint32_t> out(un * static_cast<std::size_t>(b.max_k));
+    std::vector<int> count(un);
+    KVD_CUDA_CHECK(cudaMemcpyAsync(out.data(), sc.out.data(), out.size() * sizeof(std::uint32_t), cudaMemcpyDeviceToHost, st));
+    KVD_CUDA_CHECK(cudaMemcpyAsync(count.data(), sc.out_count.data(), un * sizeof(int), cudaMemcpyDeviceToHost, st));
+    sc.stream.synchronize();
+    for (std::size_t i = 0; i < un; ++i) {
+      const auto* o = out.data() + i * static_cast<std::size_t>(b.max_k);
+      b.outs[i]->assign(o, o + std::clamp(count[i], 0, static_cast<int>(b.max_k)));
+    }
+  }
+
+  /// The streams of one launch, gathered on the host: each one's device view, query, candidate
+  /// range and budget, and the largest scratch any of them needs.
+  template <class T>
+  struct Batch {
+    std::vector<HierarchicalDeviceIndex<T>> views;
     std::vector<float> q;
-    std::vector<std::int64_t> first(n), end(n), budget(n);
+    std::vector<std::int64_t> first, end, budget;
+    std::vector<std::vector<std::uint32_t>*> outs;
+    int group = 0, head_dim = 0;
     std::int64_t stride = 1, words = 1, max_k = 1;
-    for (std::size_t i = 0; i < n; ++i) {
-      const State& s = *states[i];
-      const index::IndexQuery& iq = queries[i];
-      KVD_EXPECT(iq.group == g && iq.head_dim == d, "DeviceHierarchical: queries of different shapes in one batch");
-      refresh(s, sc.stream.get());
-      views[i] = s.device->template view<T>();
-      q.insert(q.end(), iq.q, iq.q + static_cast<std::size_t>(g) * d);
-      first[i] = iq.first_candidate;
-      end[i] = iq.end_candidate;
-      budget[i] = std::min(iq.budget_pages, iq.candidates());
+
+    void add(const DeviceHierarchical& ix, const State& s, const index::IndexQuery& iq, std::vector<std::uint32_t>* out) {
+      if (outs.empty()) group = iq.group, head_dim = iq.head_dim;
+      KVD_EXPECT(iq.group == group && iq.head_dim == head_dim, "DeviceHierarchical: queries of different shapes in one batch");
+      ix.refresh(s, ix.shared_->scratch->stream.get());
+      views.push_back(s.device->template view<T>());
+      q.insert(q.end(), iq.q, iq.q + static_cast<std::size_t>(group) * head_dim);
+      first.push_back(iq.first_candidate);
+      end.push_back(iq.end_candidate);
+      budget.push_back(std::min(iq.budget_pages, iq.candidates()));
+      outs.push_back(out);
       stride = std::max(stride, s.device->clusters + s.device->members);
       words = std::max(words, iq.end_candidate / 32 + 1);
-      max_k = std::max(max_k, budget[i]);
+      max_k = std::max(max_k, budget.back());
     }
-    const auto un = static_cast<std::size_t>(n);
+  };
+
+  /// Device scratch for the batch, and its inputs copied up.
+  template <class T>
+  void upload(const Batch<T>& b, Scratch& sc) const {
+    const auto un = b.outs.size();
     ensure(sc.views, un * sizeof(HierarchicalDeviceIndex<T>));
-    ensure(sc.q, q.size());
-    ensure(sc.est, un * static_cast<std::size_t>(g) * static_cast<std::size_t>(stride));
+    ensure(sc.q, b.q.size());
+    ensure(sc.est, un * static_cast<std::size_t>(b.group) * static_cast<std::size_t>(b.stride));
     ensure(sc.first, un);
     ensure(sc.end, un);
     ensure(sc.budget, un);
-    ensure(sc.count, un * static_cast<std::size_t>(stride));
-    ensure(sc.bitmap, un * static_cast<std::size_t>(words));
-    ensure(sc.out, un * static_cast<std::size_t>(max_k));
+    ensure(sc.count, un * static_cast<std::size_t>(b.stride));
+    ensure(sc.bitmap, un * static_cast<std::size_t>(b.words));
+    ensure(sc.out, un * static_cast<std::size_t>(b.max_k));
     ensure(sc.out_count, un);
     const cudaStream_t st = sc.stream.get();
     const auto h2d = [&](void* dst, const void* src, std::size_t bytes) {
       KVD_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st));
     };
-    h2d(sc.views.data(), views.data(), un * sizeof(HierarchicalDeviceIndex<T>));
-    h2d(sc.q.data(), q.data(), q.size() * sizeof(float));
-    h2d(sc.first.data(), first.data(), un * sizeof(std::int64_t));
-    h2d(sc.end.data(), end.data(), un * sizeof(std::int64_t));
-    h2d(sc.budget.data(), budget.data(), un * sizeof(std::int64_t));
+    h2d(sc.views.data(), b.views.data(), un * sizeof(HierarchicalDeviceIndex<T>));
+    h2d(sc.q.data(), b.q.data(), b.q.size() * sizeof(float));
+    h2d(sc.first.data(), b.first.data(), un * sizeof(std::int64_t));
+    h2d(sc.end.data(), b.end.data(), un * sizeof(std::int64_t));
+    h2d(sc.budget.data(), b.budget.data(), un * sizeof(std::int64_t));
+  }
+
+  template <class T>
+  HierarchicalSelectParams<T> kernel_params(const Batch<T>& b, Scratch& sc) const {
     HierarchicalSelectParams<T> p;
     p.index = reinterpret_cast<const HierarchicalDeviceIndex<T>*>(sc.views.data());
     p.q = sc.q.data();
@@ -237,24 +262,15 @@ class DeviceHierarchical {
     p.scratch_est = sc.est.data();
     p.scratch_count = sc.count.data();
     p.scratch_bitmap = sc.bitmap.data();
-    p.scratch_stride = stride;
-    p.bitmap_words = words;
+    p.scratch_stride = b.stride;
+    p.bitmap_words = b.words;
     p.out = sc.out.data();
     p.out_count = sc.out_count.data();
-    p.streams = static_cast<int>(n);
-    p.group = g;
-    p.head_dim = d;
-    p.max_k = static_cast<int>(max_k);
-    KVD_CUDA_CHECK(hierarchical_select(p, st));
-    std::vector<std::uint32_t> out(un * static_cast<std::size_t>(max_k));
-    std::vector<int> count(un);
-    KVD_CUDA_CHECK(cudaMemcpyAsync(out.data(), sc.out.data(), out.size() * sizeof(std::uint32_t), cudaMemcpyDeviceToHost, st));
-    KVD_CUDA_CHECK(cudaMemcpyAsync(count.data(), sc.out_count.data(), un * sizeof(int), cudaMemcpyDeviceToHost, st));
-    sc.stream.synchronize();
-    for (std::size_t i = 0; i < n; ++i) {
-      const auto* o = out.data() + i * static_cast<std::size_t>(max_k);
-      outs[i]->assign(o, o + std::clamp(count[i], 0, static_cast<int>(max_k)));
-    }
+    p.streams = static_cast<int>(b.outs.size());
+    p.group = b.group;
+    p.head_dim = b.head_dim;
+    p.max_k = static_cast<int>(b.max_k);
+    return p;
   }
 
   struct Shared {
