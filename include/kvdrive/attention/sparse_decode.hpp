@@ -50,70 +50,98 @@ inline void prefetch_page(const PageRef& page, int row_bytes) {
   }
 }
 
-/// Attention of one stream over its pages, K/V of element type T, accumulated in float.
-template <class T>
-void sparse_decode(const DecodeArgs& a) {
-  const int g = a.group, d = a.head_dim;
-  int max_rows = 0;
-  for (const PageRef& p : a.pages) max_rows = std::max(max_rows, padded_rows(p.tokens));
+namespace detail {
 
+/// sparse_decode's running softmax state for the group's heads, carved out of one per-thread
+/// buffer: the weighted value sums acc [group][head_dim], the page's scores (then weights)
+/// [group][max_rows], and per head the running max m and sum l, a page's fold factors keep and
+/// take, and its row max and row sum.
+struct DecodeState {
+  float *acc, *s, *m, *l, *keep, *take, *row_max, *row_sum;
+};
+
+/// The state for `g` heads of head_dim d and pages of up to max_rows (padded) rows, started: no
+/// tokens seen (acc 0, m -inf, l 0).
+inline DecodeState start_decode(int g, int d, int max_rows) {
   thread_local std::vector<float> scratch;
   const std::size_t gd = static_cast<std::size_t>(g) * d;
   const std::size_t need = gd                                              // acc
                            + static_cast<std::size_t>(g) * max_rows        // scores, then weights
                            + 6 * static_cast<std::size_t>(g);  // m, l, keep, take, row max, row sum
   if (scratch.size() < need) scratch.resize(need);
-  float* acc = scratch.data();
-  float* s = acc + gd;
-  float* m = s + static_cast<std::size_t>(g) * max_rows;
-  float* l = m + g;
-  float* keep = l + g;
-  float* take = keep + g;
-  float* row_max = take + g;
-  float* row_sum = row_max + g;
-  std::fill(acc, acc + gd, 0.0f);
-  std::fill(m, m + g, neg_inf());
-  std::fill(l, l + g, 0.0f);
+  DecodeState st;
+  st.acc = scratch.data();
+  st.s = st.acc + gd;
+  st.m = st.s + static_cast<std::size_t>(g) * max_rows;
+  st.l = st.m + g;
+  st.keep = st.l + g;
+  st.take = st.keep + g;
+  st.row_max = st.take + g;
+  st.row_sum = st.row_max + g;
+  std::fill(st.acc, st.acc + gd, 0.0f);
+  std::fill(st.m, st.m + g, neg_inf());
+  std::fill(st.l, st.l + g, 0.0f);
+  return st;
+}
 
+/// Attends page p (at least one token): folds it into the running state, writes its page_lse.
+template <class T>
+inline void attend_page(const DecodeArgs& a, std::size_t p, const DecodeState& st) {
+  const int g = a.group, d = a.head_dim, t_n = a.pages[p].tokens;
+  const int rows = padded_rows(t_n);
+  page_scores(a.q, g, static_cast<const T*>(a.pages[p].k), t_n, d, a.scale, st.s);
+  for (int h = 0; h < g; ++h) {
+    const RowSoftmax row = softmax_row(st.s + static_cast<std::size_t>(h) * rows, t_n, rows);
+    st.row_max[h] = row.max;
+    st.row_sum[h] = row.sum;
+  }
+  // Fold this page into the running state (the online form of merge_partial): the old
+  // accumulator is scaled by keep, the page's weights by take. Loops over the heads are kept
+  // branch-free so they vectorise; before the first page m is -inf, so keep is 0.
+  for (int h = 0; h < g; ++h) {
+    const float mn = st.m[h] > st.row_max[h] ? st.m[h] : st.row_max[h];
+    st.keep[h] = exp_shifted(st.m[h] - mn);
+    st.take[h] = exp_shifted(st.row_max[h] - mn);
+    st.l[h] = st.l[h] * st.keep[h] + st.row_sum[h] * st.take[h];
+    st.m[h] = mn;
+  }
+  if (a.page_lse)
+    for (int h = 0; h < g; ++h) a.page_lse[p * g + h] = st.row_max[h] + log_positive(st.row_sum[h]);
+  page_accumulate(st.acc, st.keep, st.take, st.s, static_cast<const T*>(a.pages[p].v), g, t_n, d);
+}
+
+/// Writes the output (acc / l) and the log-sum-exp of every head.
+inline void finish_decode(const DecodeArgs& a, const DecodeState& st) {
+  const int d = a.head_dim;
+  for (int h = 0; h < a.group; ++h) {
+    const float inv = st.l[h] > 0.0f ? 1.0f / st.l[h] : 0.0f;
+    const float* acc_h = st.acc + static_cast<std::size_t>(h) * d;
+    float* out_h = a.out + static_cast<std::size_t>(h) * d;
+    for (int j = 0; j < d; ++j) out_h[j] = acc_h[j] * inv;
+    if (a.lse) a.lse[h] = partial_lse(st.m[h], st.l[h]);
+  }
+}
+
+}  // namespace detail
+
+/// Attention of one stream over its pages, K/V of element type T, accumulated in float.
+template <class T>
+void sparse_decode(const DecodeArgs& a) {
+  const int g = a.group, row_bytes = a.head_dim * static_cast<int>(sizeof(T));
+  int max_rows = 0;
+  for (const PageRef& p : a.pages) max_rows = std::max(max_rows, padded_rows(p.tokens));
+  const detail::DecodeState st = detail::start_decode(g, a.head_dim, max_rows);
   for (std::size_t p = 0; p < a.pages.size(); ++p) {
-    const PageRef& page = a.pages[p];
-    const int t_n = page.tokens;
-    if (t_n <= 0) {
+    if (a.pages[p].tokens <= 0) {  // an empty page: no mass
       if (a.page_lse)
         for (int h = 0; h < g; ++h) a.page_lse[p * g + h] = neg_inf();
       continue;
     }
-    if (p == 0 && a.pages.size() > 1) prefetch_page(a.pages[1], d * static_cast<int>(sizeof(T)));
-    if (p + 2 < a.pages.size()) prefetch_page(a.pages[p + 2], d * static_cast<int>(sizeof(T)));
-    const int rows = padded_rows(t_n);
-    page_scores(a.q, g, static_cast<const T*>(page.k), t_n, d, a.scale, s);
-    for (int h = 0; h < g; ++h) {
-      const RowSoftmax row = softmax_row(s + static_cast<std::size_t>(h) * rows, t_n, rows);
-      row_max[h] = row.max;
-      row_sum[h] = row.sum;
-    }
-    // Fold this page into the running state (the online form of merge_partial): the old
-    // accumulator is scaled by keep, the page's weights by take. Loops over the heads are kept
-    // branch-free so they vectorise; before the first page m is -inf, so keep is 0.
-    for (int h = 0; h < g; ++h) {
-      const float mn = m[h] > row_max[h] ? m[h] : row_max[h];
-      keep[h] = exp_shifted(m[h] - mn);
-      take[h] = exp_shifted(row_max[h] - mn);
-      l[h] = l[h] * keep[h] + row_sum[h] * take[h];
-      m[h] = mn;
-    }
-    if (a.page_lse)
-      for (int h = 0; h < g; ++h) a.page_lse[p * g + h] = row_max[h] + log_positive(row_sum[h]);
-    page_accumulate(acc, keep, take, s, static_cast<const T*>(page.v), g, t_n, d);
+    if (p == 0 && a.pages.size() > 1) prefetch_page(a.pages[1], row_bytes);
+    if (p + 2 < a.pages.size()) prefetch_page(a.pages[p + 2], row_bytes);
+    detail::attend_page<T>(a, p, st);
   }
-
-  for (int h = 0; h < g; ++h) {
-    const float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
-    const float* acc_h = acc + static_cast<std::size_t>(h) * d;
-    float* out_h = a.out + static_cast<std::size_t>(h) * d;
-    for (int j = 0; j < d; ++j) out_h[j] = acc_h[j] * inv;
-    if (a.lse) a.lse[h] = partial_lse(m[h], l[h]);
-  }
+  detail::finish_decode(a, st);
 }
 
 /// Pages per split of the split-KV form KvManager attends with (Decision 2): a stream's page

@@ -10,7 +10,8 @@
 //   out_err          ||sparse output - dense output|| / ||dense output|| over the group's heads
 //   select_us        wall time of the index's select() for the stream
 // Dense attention for the reference runs once per step and is shared by every index.
-// Policies are passed type-erased (AnyIndex) so a tool can compare a runtime list of them.
+// Policies are passed type-erased (AnyIndex, eval/any_index.hpp) so a tool can compare a
+// runtime list of them.
 #pragma once
 
 #include <algorithm>
@@ -26,6 +27,7 @@
 #include "kvdrive/core/config.hpp"
 #include "kvdrive/core/dtype.hpp"
 #include "kvdrive/core/page_ranges.hpp"
+#include "kvdrive/eval/any_index.hpp"
 #include "kvdrive/eval/cache_replay.hpp"
 #include "kvdrive/eval/metrics.hpp"
 #include "kvdrive/eval/stream_trace.hpp"
@@ -49,51 +51,6 @@ struct EvalSettings {
     (void)Budget::fraction(budget);
   }
 };
-
-/// A type-erased index policy with the state of one stream.
-class AnyIndex {
- public:
-  virtual ~AnyIndex() = default;
-  virtual std::string name() const = 0;
-  virtual void reset() = 0;  ///< a fresh state for the next stream
-  virtual void check(int head_dim) const = 0;  ///< throws if the policy does not fit head_dim
-  virtual void build(const index::PageKeys& k) = 0;
-  virtual void append(const index::PageKeys& k) = 0;
-  virtual void select(const index::IndexQuery& q, std::vector<std::uint32_t>& out) const = 0;
-  virtual std::size_t bytes() const = 0;
-  virtual std::unique_ptr<AnyIndex> clone() const = 0;  ///< same policy, fresh state
-  virtual bool ignores_budget() const = 0;              ///< Dense: every candidate
-};
-
-template <index::IndexPolicy I>
-class IndexAdapter final : public AnyIndex {
- public:
-  explicit IndexAdapter(I policy = {}, std::string label = {}) : policy_(std::move(policy)), label_(std::move(label)) {}
-  std::string name() const override { return label_.empty() ? std::string(I::name()) : label_; }
-  void reset() override { state_ = typename I::State{}; }
-  void check(int head_dim) const override { index::check_for_head_dim(policy_, head_dim); }
-  void build(const index::PageKeys& k) override { policy_.build(state_, k); }
-  void append(const index::PageKeys& k) override { policy_.append(state_, k); }
-  void select(const index::IndexQuery& q, std::vector<std::uint32_t>& out) const override { policy_.select(state_, q, out); }
-  std::size_t bytes() const override { return policy_.bytes(state_); }
-  std::unique_ptr<AnyIndex> clone() const override { return std::make_unique<IndexAdapter>(policy_, label_); }
-  bool ignores_budget() const override {
-    if constexpr (requires { I::kIgnoresBudget; }) return I::kIgnoresBudget;
-    return false;
-  }
-  const I& policy() const { return policy_; }
-  const typename I::State& state() const { return state_; }
-
- private:
-  I policy_;
-  std::string label_;
-  typename I::State state_{};
-};
-
-template <index::IndexPolicy I>
-std::unique_ptr<AnyIndex> make_any_index(I policy = {}, std::string label = {}) {
-  return std::make_unique<IndexAdapter<I>>(std::move(policy), std::move(label));
-}
 
 /// Sums of one index's per-step figures; mean() of each is sum / steps.
 struct IndexTally {
@@ -129,6 +86,169 @@ std::vector<T> to_dtype(const std::vector<float>& x) {
   for (std::size_t i = 0; i < x.size(); ++i) out[i] = from_float<T>(x[i]);
   return out;
 }
+
+/// Throws kvdrive::Error for a stream trace whose arrays do not match its shape.
+inline void check_trace(const StreamTrace& tr) {
+  KVD_EXPECT(tr.head_dim > 0 && tr.group > 0 && tr.steps >= 1 && tr.prefix >= 0, "eval: empty or malformed stream trace");
+  KVD_EXPECT(tr.keys.size() == static_cast<std::size_t>(tr.tokens()) * tr.head_dim &&
+                 tr.values.size() == tr.keys.size() &&
+                 tr.queries.size() == static_cast<std::size_t>(tr.steps) * tr.group * tr.head_dim,
+             "eval: stream trace arrays do not match its shape");
+}
+
+/// One stream replayed in KV dtype T, as evaluate_stream describes: the keys and values as the
+/// cache stores them, and what one step needs (the dense reference, each index's selection and
+/// sparse attention over it).
+template <class T>
+class StreamReplay {
+ public:
+  StreamReplay(const StreamTrace& tr, const EvalSettings& set)
+      : tr_(tr), set_(set), d_(tr.head_dim), g_(tr.group), pt_(set.page_tokens),
+        k_(to_dtype<T>(tr.keys)), v_(to_dtype<T>(tr.values)), kf_(k_.size()),
+        dense_out_(static_cast<std::size_t>(g_) * d_), sparse_out_(dense_out_.size()),
+        lse_(static_cast<std::size_t>(g_)), sparse_lse_(static_cast<std::size_t>(g_)) {
+    // The index sees the keys as the manager hands them over: float, in the KV dtype's precision.
+    for (std::size_t i = 0; i < k_.size(); ++i) kf_[i] = to_float(k_[i]);
+  }
+
+  /// Every step in order: the dense reference, then each index selects, attends and is scored;
+  /// the step's token is committed and a page it fills joins every index.
+  void run(std::vector<std::unique_ptr<AnyIndex>>& indices, std::vector<IndexTally>& tally, std::vector<SelectionLog>* logs) {
+    const std::int64_t sealed0 = tr_.prefix / pt_;
+    if (sealed0 > 0)
+      for (auto& ix : indices) ix->build(page_keys(0, sealed0));
+    const Budget budget = Budget::fraction(set_.budget);
+    for (std::int64_t s = 0; s < tr_.steps; ++s) {
+      const std::int64_t n = tr_.prefix + s + 1;
+      const PageRanges r = page_ranges(n, pt_, set_.sink_tokens, set_.local_tokens);
+      const std::int64_t want = r.candidates() > 0 ? budget.pages_for(r.candidates()) : 0;
+      reference(s, r, want);
+      const index::IndexQuery q = query(s, r, want);
+      for (std::size_t i = 0; i < indices.size(); ++i) {
+        select(*indices[i], q, tally[i]);
+        attend_selected(r, want, tally[i], logs ? &(*logs)[i] : nullptr);
+        IndexTally& t = tally[i];
+        t.index_bytes += static_cast<double>(indices[i]->bytes());
+        t.tokens += static_cast<double>(n);
+        ++t.steps;
+      }
+      if (n % pt_ == 0) seal(n / pt_ - 1, indices);
+    }
+  }
+
+ private:
+  index::PageKeys page_keys(std::int64_t first, std::int64_t n) const {
+    return index::PageKeys{kf_.data() + static_cast<std::size_t>(first) * pt_ * d_, first, n, pt_, d_, set_.dtype};
+  }
+
+  /// The query of step s, over the candidates of r.
+  index::IndexQuery query(std::int64_t s, const PageRanges& r, std::int64_t want) const {
+    index::IndexQuery q;
+    q.q = tr_.query(s);
+    q.group = g_;
+    q.head_dim = d_;
+    q.scale = scale();
+    q.first_candidate = r.sink_end;
+    q.end_candidate = r.local_begin;
+    q.budget_pages = want;
+    return q;
+  }
+
+  float scale() const { return 1.0f / std::sqrt(static_cast<float>(d_)); }
+
+  /// Step s's reference: dense attention over every page (dense_out_, lse_, page_lse_), and the
+  /// true top pages: the `want` candidates of largest attention mass summed over the group.
+  void reference(std::int64_t s, const PageRanges& r, std::int64_t want) {
+    const std::int64_t n = tr_.prefix + s + 1;
+    all_.clear();
+    for (std::int64_t p = 0; p < r.pages; ++p) {
+      const std::int64_t t0 = p * pt_;
+      const int tokens = static_cast<int>(std::min<std::int64_t>(pt_, n - t0));
+      all_.push_back({k_.data() + static_cast<std::size_t>(t0) * d_, v_.data() + static_cast<std::size_t>(t0) * d_, tokens});
+    }
+    page_lse_.resize(static_cast<std::size_t>(r.pages) * g_);
+    dense_ = attention::DecodeArgs{tr_.query(s), g_, d_, scale(), all_, dense_out_.data(), lse_.data(), page_lse_.data()};
+    attention::sparse_decode<T>(dense_);
+    mass_.assign(static_cast<std::size_t>(r.candidates()), 0.0f);
+    for (std::int64_t p = r.sink_end; p < r.local_begin; ++p)
+      for (int h = 0; h < g_; ++h)
+        mass_[static_cast<std::size_t>(p - r.sink_end)] += std::exp(page_lse_[static_cast<std::size_t>(p) * g_ + h] - lse_[static_cast<std::size_t>(h)]);
+    truth_.clear();
+    index::top_pages(mass_, r.sink_end, want, truth_);
+  }
+
+  /// ix's selection for q into selected_, timed into t, checked against the rules KvManager
+  /// enforces too: ascending unique candidates within the budget.
+  void select(const AnyIndex& ix, const index::IndexQuery& q, IndexTally& t) {
+    selected_.clear();
+    if (q.candidates() > 0) {
+      const auto t0 = std::chrono::steady_clock::now();
+      ix.select(q, selected_);
+      t.select_ns += std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+      ++t.selects;
+    }
+    for (std::size_t j = 0; j < selected_.size(); ++j)
+      KVD_EXPECT(selected_[j] >= q.first_candidate && selected_[j] < q.end_candidate && (j == 0 || selected_[j] > selected_[j - 1]),
+                 "eval: index {} selected page {} (position {}): not an ascending, unique candidate in [{}, {})", t.name,
+                 selected_[j], j, q.first_candidate, q.end_candidate);
+    KVD_EXPECT(ix.ignores_budget() || static_cast<std::int64_t>(selected_.size()) <= q.budget_pages,
+               "eval: index {} selected {} pages, over its budget of {}", t.name, selected_.size(), q.budget_pages);
+  }
+
+  /// Sparse attention over sink + selected_ + local, scored against the reference into t; with
+  /// a log, each selected page's mass in it, as KvManager scores it.
+  void attend_selected(const PageRanges& r, std::int64_t want, IndexTally& t, SelectionLog* log) {
+    attended_ids_.clear();
+    for (std::int64_t p = 0; p < r.sink_end; ++p) attended_ids_.push_back(static_cast<std::uint32_t>(p));
+    attended_ids_.insert(attended_ids_.end(), selected_.begin(), selected_.end());
+    for (std::int64_t p = r.local_begin; p < r.pages; ++p) attended_ids_.push_back(static_cast<std::uint32_t>(p));
+    attended_.clear();
+    for (std::uint32_t p : attended_ids_) attended_.push_back(all_[p]);
+    sparse_page_lse_.resize(attended_ids_.size() * static_cast<std::size_t>(g_));
+    attention::DecodeArgs sa = dense_;
+    sa.pages = attended_;
+    sa.out = sparse_out_.data();
+    sa.lse = sparse_lse_.data();
+    sa.page_lse = sparse_page_lse_.data();
+    attention::sparse_decode<T>(sa);
+    if (log) {
+      selected_mass_.clear();
+      for (std::size_t j = 0; j < selected_.size(); ++j) {
+        const float* pl = sparse_page_lse_.data() + (static_cast<std::size_t>(r.sink_end) + j) * g_;
+        float m = 0.0f;
+        for (int h = 0; h < g_; ++h) m += attention::page_mass(pl[h], sparse_lse_[static_cast<std::size_t>(h)]);
+        selected_mass_.push_back(m);
+      }
+      log->add_step(selected_, selected_mass_, want);
+    }
+    const MassRecall mr = mass_recall(page_lse_, lse_, g_, attended_ids_);
+    t.mass_recall += mr.mean;
+    t.mass_recall_min += mr.min;
+    t.topk_recall += topk_recall(selected_, truth_);
+    t.out_err += relative_error(sparse_out_, dense_out_);
+  }
+
+  /// Page `page` was sealed: it joins every index (the first page builds them).
+  void seal(std::int64_t page, std::vector<std::unique_ptr<AnyIndex>>& indices) const {
+    for (auto& ix : indices) {
+      if (page == 0)
+        ix->build(page_keys(0, 1));
+      else
+        ix->append(page_keys(page, 1));
+    }
+  }
+
+  const StreamTrace& tr_;
+  const EvalSettings& set_;
+  const int d_, g_, pt_;
+  const std::vector<T> k_, v_;
+  std::vector<float> kf_;
+  std::vector<attention::PageRef> all_, attended_;  ///< every page; the pages one index attends
+  attention::DecodeArgs dense_;                     ///< the step's dense attention
+  std::vector<float> dense_out_, sparse_out_, lse_, sparse_lse_, page_lse_, sparse_page_lse_;
+  std::vector<float> mass_, selected_mass_;  ///< per candidate (summed over the group); per selected page
+  std::vector<std::uint32_t> selected_, truth_, attended_ids_;
+};
 }  // namespace detail
 
 /// Replays one stream against every index (each reset first); returns one tally per index.
@@ -136,11 +256,7 @@ std::vector<T> to_dtype(const std::vector<float>& x) {
 inline std::vector<IndexTally> evaluate_stream(const StreamTrace& tr, std::vector<std::unique_ptr<AnyIndex>>& indices,
                                                const EvalSettings& set, std::vector<SelectionLog>* logs = nullptr) {
   set.validate();
-  KVD_EXPECT(tr.head_dim > 0 && tr.group > 0 && tr.steps >= 1 && tr.prefix >= 0, "eval: empty or malformed stream trace");
-  KVD_EXPECT(tr.keys.size() == static_cast<std::size_t>(tr.tokens()) * tr.head_dim &&
-                 tr.values.size() == tr.keys.size() &&
-                 tr.queries.size() == static_cast<std::size_t>(tr.steps) * tr.group * tr.head_dim,
-             "eval: stream trace arrays do not match its shape");
+  detail::check_trace(tr);
   std::vector<IndexTally> tally(indices.size());
   for (std::size_t i = 0; i < indices.size(); ++i) {
     tally[i].name = indices[i]->name();
@@ -150,121 +266,7 @@ inline std::vector<IndexTally> evaluate_stream(const StreamTrace& tr, std::vecto
   if (logs) logs->assign(indices.size(), SelectionLog{});
   dispatch_dtype(set.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const int d = tr.head_dim, g = tr.group, pt = set.page_tokens;
-    const std::vector<T> k = detail::to_dtype<T>(tr.keys), v = detail::to_dtype<T>(tr.values);
-    // The index sees the keys as the manager hands them over: float, in the KV dtype's precision.
-    std::vector<float> kf(k.size());
-    for (std::size_t i = 0; i < k.size(); ++i) kf[i] = to_float(k[i]);
-    const auto page_keys = [&](std::int64_t first, std::int64_t n) {
-      return index::PageKeys{kf.data() + static_cast<std::size_t>(first) * pt * d, first, n, pt, d, set.dtype};
-    };
-    const std::int64_t sealed0 = tr.prefix / pt;
-    if (sealed0 > 0)
-      for (auto& ix : indices) ix->build(page_keys(0, sealed0));
-    const Budget budget = Budget::fraction(set.budget);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-    std::vector<attention::PageRef> all, attended;
-    std::vector<float> dense_out(static_cast<std::size_t>(g) * d), sparse_out(dense_out.size());
-    std::vector<float> lse(static_cast<std::size_t>(g)), page_lse;
-    std::vector<float> sparse_lse(static_cast<std::size_t>(g)), sparse_page_lse, selected_mass;
-    std::vector<std::uint32_t> selected, truth, attended_ids;
-    std::vector<float> mass;
-    for (std::int64_t s = 0; s < tr.steps; ++s) {
-      const std::int64_t n = tr.prefix + s + 1;
-      const PageRanges r = page_ranges(n, pt, set.sink_tokens, set.local_tokens);
-      all.clear();
-      for (std::int64_t p = 0; p < r.pages; ++p) {
-        const std::int64_t t0 = p * pt;
-        const int tokens = static_cast<int>(std::min<std::int64_t>(pt, n - t0));
-        all.push_back({k.data() + static_cast<std::size_t>(t0) * d, v.data() + static_cast<std::size_t>(t0) * d, tokens});
-      }
-      page_lse.resize(static_cast<std::size_t>(r.pages) * g);
-      attention::DecodeArgs a;
-      a.q = tr.query(s);
-      a.group = g;
-      a.head_dim = d;
-      a.scale = scale;
-      a.pages = all;
-      a.out = dense_out.data();
-      a.lse = lse.data();
-      a.page_lse = page_lse.data();
-      attention::sparse_decode<T>(a);
-      // The true top pages: largest attention mass summed over the group, among candidates.
-      const std::int64_t want = r.candidates() > 0 ? budget.pages_for(r.candidates()) : 0;
-      mass.assign(static_cast<std::size_t>(r.candidates()), 0.0f);
-      for (std::int64_t p = r.sink_end; p < r.local_begin; ++p)
-        for (int h = 0; h < g; ++h)
-          mass[static_cast<std::size_t>(p - r.sink_end)] += std::exp(page_lse[static_cast<std::size_t>(p) * g + h] - lse[static_cast<std::size_t>(h)]);
-      truth.clear();
-      index::top_pages(mass, r.sink_end, want, truth);
-
-      index::IndexQuery q;
-      q.q = tr.query(s);
-      q.group = g;
-      q.head_dim = d;
-      q.scale = scale;
-      q.first_candidate = r.sink_end;
-      q.end_candidate = r.local_begin;
-      q.budget_pages = want;
-      for (std::size_t i = 0; i < indices.size(); ++i) {
-        selected.clear();
-        if (r.candidates() > 0) {
-          const auto t0 = std::chrono::steady_clock::now();
-          indices[i]->select(q, selected);
-          tally[i].select_ns += std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
-          ++tally[i].selects;
-        }
-        // The rules KvManager enforces too: ascending unique candidates within the budget.
-        for (std::size_t j = 0; j < selected.size(); ++j)
-          KVD_EXPECT(selected[j] >= q.first_candidate && selected[j] < q.end_candidate && (j == 0 || selected[j] > selected[j - 1]),
-                     "eval: index {} selected page {} (position {}): not an ascending, unique candidate in [{}, {})",
-                     tally[i].name, selected[j], j, q.first_candidate, q.end_candidate);
-        KVD_EXPECT(indices[i]->ignores_budget() || static_cast<std::int64_t>(selected.size()) <= want,
-                   "eval: index {} selected {} pages, over its budget of {}", tally[i].name, selected.size(), want);
-        attended_ids.clear();
-        for (std::int64_t p = 0; p < r.sink_end; ++p) attended_ids.push_back(static_cast<std::uint32_t>(p));
-        attended_ids.insert(attended_ids.end(), selected.begin(), selected.end());
-        for (std::int64_t p = r.local_begin; p < r.pages; ++p) attended_ids.push_back(static_cast<std::uint32_t>(p));
-        attended.clear();
-        for (std::uint32_t p : attended_ids) attended.push_back(all[p]);
-        attention::DecodeArgs sa = a;
-        sa.pages = attended;
-        sa.out = sparse_out.data();
-        sparse_page_lse.resize(attended_ids.size() * static_cast<std::size_t>(g));
-        sa.lse = sparse_lse.data();
-        sa.page_lse = sparse_page_lse.data();
-        attention::sparse_decode<T>(sa);
-        if (logs) {  // each selected page's mass in the sparse attention, as KvManager scores it
-          selected_mass.clear();
-          for (std::size_t j = 0; j < selected.size(); ++j) {
-            const float* pl = sparse_page_lse.data() + (static_cast<std::size_t>(r.sink_end) + j) * g;
-            float m = 0.0f;
-            for (int h = 0; h < g; ++h) m += attention::page_mass(pl[h], sparse_lse[static_cast<std::size_t>(h)]);
-            selected_mass.push_back(m);
-          }
-          (*logs)[i].add_step(selected, selected_mass, want);
-        }
-        const MassRecall mr = mass_recall(page_lse, lse, g, attended_ids);
-        IndexTally& t = tally[i];
-        t.mass_recall += mr.mean;
-        t.mass_recall_min += mr.min;
-        t.topk_recall += topk_recall(selected, truth);
-        t.out_err += relative_error(sparse_out, dense_out);
-        t.index_bytes += static_cast<double>(indices[i]->bytes());
-        t.tokens += static_cast<double>(n);
-        ++t.steps;
-      }
-      // The step's token is committed; a page it fills is sealed and joins every index.
-      if (n % pt == 0) {
-        const std::int64_t page = n / pt - 1;
-        for (auto& ix : indices) {
-          if (page == 0)
-            ix->build(page_keys(0, 1));
-          else
-            ix->append(page_keys(page, 1));
-        }
-      }
-    }
+    detail::StreamReplay<T>(tr, set).run(indices, tally, logs);
   });
   return tally;
 }

@@ -2,24 +2,9 @@
 // it: how the exact critical pages overlap from step to step, how concentrated and how spread
 // attention is. Works on any source with shape() and stream(layer, kv_head) -> StreamTrace
 // (SyntheticTrace, recorded traces), so synthetic and real traces are compared on equal terms.
+// The figures are defined, and computed for one stream, in eval/stream_stats.hpp; here they are
+// gathered over a source's streams, printed and written as JSON.
 //
-// Definitions (also in docs/synthetic-traces.md). For each stream and decode step s the query
-// attends to n = prefix + s + 1 tokens. Pages, sink, candidates and local follow
-// core/page_ranges.hpp (DESIGN Decision 3). With p_h(t) = softmax over all n tokens of
-// scale x q_h.k_t (scale = 1/sqrt(head_dim)) for query head h of the group:
-//   critical pages C_s  the OracleMass selection: the ceil(budget x candidates) candidate pages
-//                       (Budget::fraction rounding, at least 1) with the largest mass summed over
-//                       the group's heads, sum_h sum_{t in page} p_h(t); ties to the lower page id
-//   jaccard             |C_s ∩ C_{s-1}| / |C_s ∪ C_{s-1}|, mean over steps s >= 1
-//   coverage W          |C_s ∩ (C_{s-1} ∪ ... ∪ C_{s-W})| / |C_s|, mean over steps s >= W: the
-//                       hit rate of a cache holding exactly the last W steps' critical pages
-//   entropy             -sum_t p_h(t) ln p_h(t) in nats, per query head, mean over steps; also
-//                       divided by ln n (1 = uniform)
-//   top mass            mass of the ceil(budget x n) tokens with the largest p_h(t) (6.25% of the
-//                       tokens by default), per query head, mean over steps
-//   sink / local / critical mass   mass on the sink pages, the local pages and C_s, per query
-//                       head, mean over steps (their sum is what an exact index at this budget
-//                       attends: OracleMass's mass recall)
 // Per-stream figures are means over steps; layer and overall figures are means over the
 // measured streams (each stream weighs the same). Streams run in parallel on a thread pool;
 // each stream's arithmetic is sequential in a fixed order, so results do not depend on threads.
@@ -31,7 +16,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <functional>
 #include <limits>
 #include <string>
 #include <thread>
@@ -41,12 +25,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "kvdrive/attention/cpu_kernels.hpp"
-#include "kvdrive/attention/math.hpp"
 #include "kvdrive/core/config.hpp"
 #include "kvdrive/core/error.hpp"
-#include "kvdrive/core/page_ranges.hpp"
 #include "kvdrive/core/thread_pool.hpp"
+#include "kvdrive/eval/stream_stats.hpp"
 #include "kvdrive/eval/stream_trace.hpp"
 
 namespace kvdrive::eval {
@@ -56,37 +38,6 @@ template <class S>
 concept StreamSource = requires(const S& s, int layer, int kv_head) {
   { s.shape() } -> std::convertible_to<ModelShape>;
   { s.stream(layer, kv_head) } -> std::convertible_to<StreamTrace>;
-};
-
-struct TraceStatsOptions {
-  int page_tokens = 8;
-  int sink_tokens = 4;
-  int local_tokens = 64;
-  double budget = 0.0625;  ///< fraction of the candidate pages (and of the tokens, for top mass)
-  int max_window = 4;      ///< coverage is reported for W = 1 .. max_window
-  int streams = 0;         ///< 0 = all streams, else a deterministic spread subset of this many
-  int threads = 0;         ///< 0 = one per hardware thread
-
-  void validate() const {
-    KVD_EXPECT(page_tokens >= 1 && page_tokens <= 4096, "trace stats: page_tokens {} expected 1..4096", page_tokens);
-    KVD_EXPECT(sink_tokens >= 0 && local_tokens >= 0, "trace stats: sink_tokens {} local_tokens {} expected >= 0", sink_tokens,
-               local_tokens);
-    KVD_EXPECT(budget > 0.0 && budget <= 1.0 && std::isfinite(budget), "trace stats: budget {} is outside (0, 1]", budget);
-    KVD_EXPECT(max_window >= 1 && max_window <= 64, "trace stats: max_window {} expected 1..64", max_window);
-    KVD_EXPECT(streams >= 0, "trace stats: streams {} expected >= 0 (0 = all)", streams);
-    KVD_EXPECT(threads >= 0, "trace stats: threads {} expected >= 0 (0 = all cores)", threads);
-  }
-};
-
-/// One stream's figures, means over its steps (NaN where no step qualifies, e.g. coverage W
-/// with fewer than W + 1 steps). Per-head vectors have `group` entries.
-struct StreamStats {
-  int layer = 0, kv_head = 0, group = 0;
-  std::int64_t prefix = 0, steps = 0;
-  std::int64_t candidate_pages = 0, budget_pages = 0;  ///< at step 0
-  double jaccard = 0;
-  std::vector<double> coverage;  ///< [max_window]: W = 1 .. max_window
-  std::vector<double> entropy, entropy_norm, top_mass, sink_mass, local_mass, critical_mass;
 };
 
 /// Means over a set of streams (a layer, or all).
@@ -132,156 +83,6 @@ inline std::vector<std::pair<int, int>> trace_stats_streams(const ModelShape& sh
     out.emplace_back(static_cast<int>(j / shape.kv_heads), static_cast<int>(j % shape.kv_heads));
   }
   return out;
-}
-
-/// The k indices with the largest values (ties to the lower index), ascending.
-inline std::vector<std::uint32_t> top_indices(const std::vector<double>& value, std::size_t k) {
-  std::vector<std::uint32_t> order(value.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::uint32_t>(i);
-  k = std::min(k, order.size());
-  const auto better = [&](std::uint32_t a, std::uint32_t b) { return value[a] > value[b] || (value[a] == value[b] && a < b); };
-  std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(), better);
-  order.resize(k);
-  std::sort(order.begin(), order.end());
-  return order;
-}
-
-/// The figures of one stream; see the top of this file. When `critical` is given it receives
-/// each step's critical pages C_s (ascending page ids), e.g. to replay a cache against them.
-inline StreamStats stream_stats(const StreamTrace& tr, const TraceStatsOptions& o,
-                                std::vector<std::vector<std::uint32_t>>* critical = nullptr) {
-  o.validate();
-  const int G = tr.group, D = tr.head_dim, pt = o.page_tokens, W = o.max_window;
-  KVD_EXPECT(G >= 1 && D >= 1 && tr.prefix >= 0 && tr.steps >= 1, "trace stats: stream with group {} head_dim {} prefix {} steps {}",
-             G, D, tr.prefix, tr.steps);
-  KVD_EXPECT(tr.keys.size() == static_cast<std::size_t>(tr.tokens()) * D &&
-                 tr.queries.size() == static_cast<std::size_t>(tr.steps) * G * D,
-             "trace stats: stream ({}, {}) has {} key and {} query floats for {} tokens, {} steps", tr.layer, tr.kv_head,
-             tr.keys.size(), tr.queries.size(), tr.tokens(), tr.steps);
-  if (critical) critical->clear();
-  const Budget budget = Budget::fraction(o.budget);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const int rows = attention::padded_rows(pt);
-  const auto Gs = static_cast<std::size_t>(G);
-
-  StreamStats r;
-  r.layer = tr.layer;
-  r.kv_head = tr.kv_head;
-  r.group = G;
-  r.prefix = tr.prefix;
-  r.steps = tr.steps;
-  for (auto* v : {&r.entropy, &r.entropy_norm, &r.top_mass, &r.sink_mass, &r.local_mass, &r.critical_mass}) v->assign(Gs, 0.0);
-  std::vector<double> cover_sum(static_cast<std::size_t>(W), 0.0);
-  std::vector<std::int64_t> cover_n(static_cast<std::size_t>(W), 0);
-  double jaccard_sum = 0;
-  std::int64_t jaccard_n = 0;
-
-  const std::size_t n_max = static_cast<std::size_t>(tr.tokens());
-  std::vector<float> e(Gs * n_max), tok(Gs * static_cast<std::size_t>(rows)), sorted(n_max);
-  std::vector<double> page_mass, cand_mass;
-  // last_seen[p]: the last step whose critical set held page p, so p is in the union of the last
-  // W sets exactly when last_seen[p] >= s - W.
-  std::vector<std::int64_t> last_seen((n_max + static_cast<std::size_t>(pt) - 1) / static_cast<std::size_t>(pt),
-                                      std::numeric_limits<std::int64_t>::min() / 2);
-  std::size_t prev_size = 0;
-
-  for (std::int64_t s = 0; s < tr.steps; ++s) {
-    const std::int64_t n = tr.prefix + s + 1;
-    const PageRanges pr = page_ranges(n, pt, o.sink_tokens, o.local_tokens);
-    const auto pages = static_cast<std::size_t>(pr.pages);
-    const float* q = tr.query(s);
-    // Scaled scores of every token for every head, page by page (the CPU kernel's order).
-    for (std::size_t p = 0; p < pages; ++p) {
-      const std::int64_t first = static_cast<std::int64_t>(p) * pt;
-      const int count = static_cast<int>(std::min<std::int64_t>(pt, n - first));
-      attention::page_scores(q, G, tr.key(first), count, D, scale, tok.data());
-      for (std::size_t h = 0; h < Gs; ++h)
-        std::copy_n(tok.data() + h * static_cast<std::size_t>(rows), count, e.data() + h * n_max + static_cast<std::size_t>(first));
-    }
-    page_mass.assign(Gs * pages, 0.0);
-    const auto un = static_cast<std::size_t>(n);
-    for (std::size_t h = 0; h < Gs; ++h) {
-      float* x = e.data() + h * n_max;
-      float m = x[0];
-      for (std::size_t t = 1; t < un; ++t) m = std::max(m, x[t]);
-      double z = 0, zx = 0;  // sum of exp(x - m), and of exp(x - m) (x - m)
-      for (std::size_t t = 0; t < un; ++t) {
-        const float xm = x[t] - m, w = attention::exp_shifted(xm);
-        x[t] = w;
-        z += w;
-        zx += static_cast<double>(w) * xm;
-      }
-      const double h_nats = std::log(z) - zx / z;
-      r.entropy[h] += h_nats;
-      r.entropy_norm[h] += n > 1 ? h_nats / std::log(static_cast<double>(n)) : 0.0;
-      for (std::size_t p = 0; p < pages; ++p) {
-        double pm = 0;
-        const std::size_t end = std::min(un, (p + 1) * static_cast<std::size_t>(pt));
-        for (std::size_t t = p * static_cast<std::size_t>(pt); t < end; ++t) pm += x[t];
-        page_mass[h * pages + p] = pm / z;
-      }
-      // Mass of the top tokens.
-      const auto k = static_cast<std::size_t>(std::clamp<std::int64_t>(
-          static_cast<std::int64_t>(std::ceil(o.budget * static_cast<double>(n) - 1e-9)), 1, n));
-      std::copy_n(x, un, sorted.data());
-      std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(k - 1), sorted.begin() + static_cast<std::ptrdiff_t>(un),
-                       std::greater<float>());
-      double top = 0;
-      for (std::size_t i = 0; i < k; ++i) top += sorted[i];
-      r.top_mass[h] += top / z;
-      double sink = 0, local = 0;
-      for (std::size_t p = 0; p < static_cast<std::size_t>(pr.sink_end); ++p) sink += page_mass[h * pages + p];
-      for (std::size_t p = static_cast<std::size_t>(pr.local_begin); p < pages; ++p) local += page_mass[h * pages + p];
-      r.sink_mass[h] += sink;
-      r.local_mass[h] += local;
-    }
-    // The critical pages: OracleMass's rule on the candidates.
-    const std::int64_t cands = pr.candidates();
-    const std::int64_t want = budget.pages_for(cands);
-    if (s == 0) {
-      r.candidate_pages = cands;
-      r.budget_pages = want;
-    }
-    cand_mass.assign(static_cast<std::size_t>(cands), 0.0);
-    for (std::size_t h = 0; h < Gs; ++h)
-      for (std::int64_t i = 0; i < cands; ++i) cand_mass[static_cast<std::size_t>(i)] += page_mass[h * pages + static_cast<std::size_t>(pr.sink_end + i)];
-    std::vector<std::uint32_t> crit = top_indices(cand_mass, static_cast<std::size_t>(want));
-    for (auto& p : crit) p += static_cast<std::uint32_t>(pr.sink_end);
-    for (std::size_t h = 0; h < Gs; ++h) {
-      double c = 0;
-      for (std::uint32_t p : crit) c += page_mass[h * pages + p];
-      r.critical_mass[h] += c;
-    }
-    if (!crit.empty()) {
-      std::vector<std::size_t> hits(static_cast<std::size_t>(W), 0);
-      for (std::uint32_t p : crit) {
-        const std::int64_t age = s - last_seen[p];  // steps since p was last critical
-        for (int w = 1; w <= W; ++w) hits[static_cast<std::size_t>(w - 1)] += age <= w;
-      }
-      for (int w = 1; w <= W; ++w)
-        if (s >= w) {
-          cover_sum[static_cast<std::size_t>(w - 1)] += static_cast<double>(hits[static_cast<std::size_t>(w - 1)]) / static_cast<double>(crit.size());
-          ++cover_n[static_cast<std::size_t>(w - 1)];
-        }
-      if (s >= 1) {
-        const double inter = static_cast<double>(hits[0]);
-        jaccard_sum += inter / (static_cast<double>(crit.size() + prev_size) - inter);
-        ++jaccard_n;
-      }
-    }
-    for (std::uint32_t p : crit) last_seen[p] = s;
-    prev_size = crit.size();
-    if (critical) critical->push_back(std::move(crit));
-  }
-
-  const double steps = static_cast<double>(tr.steps);
-  for (auto* v : {&r.entropy, &r.entropy_norm, &r.top_mass, &r.sink_mass, &r.local_mass, &r.critical_mass})
-    for (double& x : *v) x /= steps;
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  r.jaccard = jaccard_n > 0 ? jaccard_sum / static_cast<double>(jaccard_n) : nan;
-  r.coverage.resize(static_cast<std::size_t>(W));
-  for (std::size_t w = 0; w < r.coverage.size(); ++w) r.coverage[w] = cover_n[w] > 0 ? cover_sum[w] / static_cast<double>(cover_n[w]) : nan;
-  return r;
 }
 
 namespace trace_stats_detail {

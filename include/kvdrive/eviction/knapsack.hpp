@@ -61,59 +61,62 @@ inline KnapsackSolution total(const std::vector<KnapsackClass>& classes, std::ve
   s.choice = std::move(choice);
   return s;
 }
-}  // namespace knapsack_detail
 
-inline KnapsackSolution solve_greedy(const std::vector<KnapsackClass>& classes, std::int64_t budget) {
-  knapsack_detail::check(classes, budget);
-  struct Step {
-    double ratio;
-    std::size_t cls, rank;  // rank: position along the class's hull
-    int to;                 // the item this step moves to
-    std::int64_t dcost;
-  };
-  std::vector<int> choice(classes.size());
-  std::vector<Step> steps;
-  for (std::size_t c = 0; c < classes.size(); ++c) {
-    const KnapsackClass& items = classes[c];
-    std::vector<int> order(items.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(), [&](int a, int b) {
-      const KnapsackItem &x = items[static_cast<std::size_t>(a)], &y = items[static_cast<std::size_t>(b)];
-      return x.cost != y.cost ? x.cost < y.cost : x.benefit > y.benefit;
-    });
-    // Upper convex hull of (cost, benefit) from the cheapest item, dominated items dropped.
-    std::vector<int> hull;
-    for (int i : order) {
-      const KnapsackItem& it = items[static_cast<std::size_t>(i)];
-      if (!hull.empty() && it.benefit <= items[static_cast<std::size_t>(hull.back())].benefit) continue;
-      while (hull.size() >= 2) {
-        const KnapsackItem& a = items[static_cast<std::size_t>(hull[hull.size() - 2])];
-        const KnapsackItem& b = items[static_cast<std::size_t>(hull.back())];
-        // b lies on or below the segment a -> it: drop it.
-        if ((b.benefit - a.benefit) * static_cast<double>(it.cost - a.cost) <= (it.benefit - a.benefit) * static_cast<double>(b.cost - a.cost))
-          hull.pop_back();
-        else
-          break;
-      }
-      hull.push_back(i);
-    }
-    choice[c] = hull.front();
-    for (std::size_t k = 1; k < hull.size(); ++k) {
-      const KnapsackItem& a = items[static_cast<std::size_t>(hull[k - 1])];
-      const KnapsackItem& b = items[static_cast<std::size_t>(hull[k])];
-      const std::int64_t dc = b.cost - a.cost;
-      const double db = b.benefit - a.benefit;
-      steps.push_back({dc > 0 ? db / static_cast<double>(dc) : std::numeric_limits<double>::infinity(), c, k, hull[k], dc});
-    }
-  }
-  std::stable_sort(steps.begin(), steps.end(), [](const Step& a, const Step& b) {
-    return a.ratio != b.ratio ? a.ratio > b.ratio : (a.cls != b.cls ? a.cls < b.cls : a.rank < b.rank);
+/// One move along a class's hull, from the item before it to `to`.
+struct HullStep {
+  double ratio;             // benefit per unit of cost
+  std::size_t cls, rank;    // rank: position along the class's hull
+  int to;                   // the item this step moves to
+  std::int64_t dcost;
+};
+
+/// The upper convex hull of a class's (cost, benefit) points from its cheapest item, dominated
+/// items dropped: item indices, cost ascending.
+inline std::vector<int> upper_hull(const KnapsackClass& items) {
+  std::vector<int> order(items.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    const KnapsackItem &x = items[static_cast<std::size_t>(a)], &y = items[static_cast<std::size_t>(b)];
+    return x.cost != y.cost ? x.cost < y.cost : x.benefit > y.benefit;
   });
+  std::vector<int> hull;
+  for (int i : order) {
+    const KnapsackItem& it = items[static_cast<std::size_t>(i)];
+    if (!hull.empty() && it.benefit <= items[static_cast<std::size_t>(hull.back())].benefit) continue;
+    while (hull.size() >= 2) {
+      const KnapsackItem& a = items[static_cast<std::size_t>(hull[hull.size() - 2])];
+      const KnapsackItem& b = items[static_cast<std::size_t>(hull.back())];
+      // b lies on or below the segment a -> it: drop it.
+      if ((b.benefit - a.benefit) * static_cast<double>(it.cost - a.cost) <= (it.benefit - a.benefit) * static_cast<double>(b.cost - a.cost))
+        hull.pop_back();
+      else
+        break;
+    }
+    hull.push_back(i);
+  }
+  return hull;
+}
+
+/// Appends the steps along class c's hull (one per hull item after the first) to `steps`.
+inline void add_hull_steps(std::size_t c, const KnapsackClass& items, const std::vector<int>& hull, std::vector<HullStep>& steps) {
+  for (std::size_t k = 1; k < hull.size(); ++k) {
+    const KnapsackItem& a = items[static_cast<std::size_t>(hull[k - 1])];
+    const KnapsackItem& b = items[static_cast<std::size_t>(hull[k])];
+    const std::int64_t dc = b.cost - a.cost;
+    const double db = b.benefit - a.benefit;
+    steps.push_back({dc > 0 ? db / static_cast<double>(dc) : std::numeric_limits<double>::infinity(), c, k, hull[k], dc});
+  }
+}
+
+/// Takes the steps (best ratio first) that still fit the budget, each class's in hull order,
+/// starting from `choice` (every class at its cheapest item).
+inline void take_steps(const std::vector<KnapsackClass>& classes, std::int64_t budget, const std::vector<HullStep>& steps,
+                       std::vector<int>& choice) {
   std::int64_t left = budget;
   for (std::size_t c = 0; c < classes.size(); ++c) left -= classes[c][static_cast<std::size_t>(choice[c])].cost;
   std::vector<std::size_t> taken(classes.size(), 0);  // hull steps taken per class
   std::vector<bool> closed(classes.size(), false);
-  for (const Step& s : steps) {
+  for (const HullStep& s : steps) {
     if (closed[s.cls] || taken[s.cls] + 1 != s.rank) continue;  // a class's steps go in hull order
     if (s.dcost > left) {
       closed[s.cls] = true;  // its later steps build on this one
@@ -123,6 +126,23 @@ inline KnapsackSolution solve_greedy(const std::vector<KnapsackClass>& classes, 
     choice[s.cls] = s.to;
     ++taken[s.cls];
   }
+}
+}  // namespace knapsack_detail
+
+inline KnapsackSolution solve_greedy(const std::vector<KnapsackClass>& classes, std::int64_t budget) {
+  using knapsack_detail::HullStep;
+  knapsack_detail::check(classes, budget);
+  std::vector<int> choice(classes.size());
+  std::vector<HullStep> steps;
+  for (std::size_t c = 0; c < classes.size(); ++c) {
+    const std::vector<int> hull = knapsack_detail::upper_hull(classes[c]);
+    choice[c] = hull.front();
+    knapsack_detail::add_hull_steps(c, classes[c], hull, steps);
+  }
+  std::stable_sort(steps.begin(), steps.end(), [](const HullStep& a, const HullStep& b) {
+    return a.ratio != b.ratio ? a.ratio > b.ratio : (a.cls != b.cls ? a.cls < b.cls : a.rank < b.rank);
+  });
+  knapsack_detail::take_steps(classes, budget, steps, choice);
   return knapsack_detail::total(classes, std::move(choice));
 }
 

@@ -3,32 +3,22 @@
 // when it re-enters after an eviction. It fills its whole capacity and ignores scores.
 #pragma once
 
-#include <cstddef>
-#include <cstdint>
 #include <string_view>
 #include <tuple>
-#include <vector>
 
 #include "kvdrive/eviction/cache_entries.hpp"
 #include "kvdrive/eviction/concept.hpp"
+#include "kvdrive/eviction/ranked_cache.hpp"
 
 namespace kvdrive::eviction {
 
-struct Lfu {
-  int window = 3;  ///< W without a window plan: capacity is W x budget pages
-
-  using State = CacheEntries;
-
-  static constexpr std::string_view name() { return "lfu"; }
-  int default_window() const { return window; }
-  bool contains(const State& s, std::uint32_t page) const { return s.contains(page); }
-  std::size_t size(const State& s) const { return s.size(); }
-
-  void update(State& s, const CacheUpdate& u, std::vector<std::uint32_t>& evicted) const {
-    s.touch(u);
-    s.drop_least(u.capacity, [](const CacheEntry& e) { return std::tuple(e.uses, e.last_step, ~e.page); }, evicted);
-  }
+/// Lfu's rank: the more often selected stays, then the more recent, then the lower page.
+struct FrequencyRank {
+  static constexpr std::string_view kName = "lfu";
+  static auto keep_key(const CacheEntry& e) { return std::tuple(e.uses, e.last_step, ~e.page); }
 };
+
+using Lfu = RankedCache<FrequencyRank>;  ///< Lfu{window}
 static_assert(EvictionPolicy<Lfu>);
 
 }  // namespace kvdrive::eviction

@@ -15,7 +15,6 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <numeric>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -71,11 +70,7 @@ struct Centroid {
 
   void append(State& s, const PageKeys& k) const {
     if (k.pages <= 0) return;
-    if (s.pages == 0) {
-      s.dtype = k.dtype;
-      s.head_dim = k.head_dim;
-      s.pending = RowStore(static_cast<std::size_t>(k.head_dim), k.dtype);
-    }
+    if (s.pages == 0) init(s, k);
     std::vector<float> mean(static_cast<std::size_t>(k.head_dim));
     for (std::int64_t p = 0; p < k.pages; ++p) {
       page_mean(k, p, mean.data());
@@ -91,11 +86,7 @@ struct Centroid {
   }
 
   void select(const State& s, const IndexQuery& q, std::vector<std::uint32_t>& out) const {
-    const std::int64_t cand = q.candidates();
-    if (q.budget_pages >= cand) {
-      for (std::int64_t p = q.first_candidate; p < q.end_candidate; ++p) out.push_back(static_cast<std::uint32_t>(p));
-      return;
-    }
+    if (select_all_within_budget(q, out)) return;
     const int g = q.group, d = q.head_dim;
     const std::size_t nc = s.clusters();
     // Items: eligible clusters (ids < nc) and candidate pending pages (nc + row), scored alike.
@@ -123,12 +114,7 @@ struct Centroid {
         est[static_cast<std::size_t>(h) * ni + i] = cest[static_cast<std::size_t>(h) * nc + items[i]];
     score.resize(ni);
     gqa_scores(est.data(), g, ni, score.data());
-    order.resize(ni);
-    std::iota(order.begin(), order.end(), 0u);
-    std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
-      const float ka = detail::rank_key(score[a]), kb = detail::rank_key(score[b]);
-      return ka > kb || (ka == kb && a < b);
-    });
+    order_by_score(score, order);
     const std::size_t at = out.size();
     const auto budget = static_cast<std::size_t>(q.budget_pages);
     for (std::size_t i = 0; i < ni && out.size() - at < budget; ++i) {
@@ -146,6 +132,13 @@ struct Centroid {
   }
 
  private:
+  /// The first pages fix the stream's dtype and head_dim.
+  static void init(State& s, const PageKeys& k) {
+    s.dtype = k.dtype;
+    s.head_dim = k.head_dim;
+    s.pending = RowStore(static_cast<std::size_t>(k.head_dim), k.dtype);
+  }
+
   /// Clusters the full pending segment with k-means and drops its means.
   void cluster_segment(State& s) const {
     const int d = s.head_dim;

@@ -88,12 +88,10 @@ inline double candidate_mass_recall(const ClusterCalibration& c, const float* q,
 /// Selection times this close to the fastest (as a fraction) count as equally fast.
 inline constexpr double kTimeTie = 0.10;
 
-/// Builds `base` at each size in `sizes` over `streams`, and picks the fastest size whose mean
-/// mass recall is at least the best size's minus `tolerance` (times within kTimeTie of the
-/// fastest tie, and the largest of the tied sizes wins). `base`'s other parameters are kept.
-template <HasClusterSize I>
-ClusterSizeChoice choose_cluster_size(const I& base, std::span<const ClusterCalibration> streams, std::span<const int> sizes,
-                                      double tolerance = 0.01) {
+namespace cluster_size_detail {
+
+/// Throws kvdrive::Error for arguments choose_cluster_size cannot use.
+inline void check(std::span<const ClusterCalibration> streams, std::span<const int> sizes, double tolerance) {
   KVD_EXPECT(!sizes.empty(), "choose_cluster_size: no cluster sizes to try");
   KVD_EXPECT(tolerance >= 0 && std::isfinite(tolerance), "choose_cluster_size: tolerance {} must be finite and >= 0", tolerance);
   KVD_EXPECT(!streams.empty(), "choose_cluster_size: no calibration streams");
@@ -104,59 +102,90 @@ ClusterSizeChoice choose_cluster_size(const I& base, std::span<const ClusterCali
     KVD_EXPECT(c.group >= 1 && c.queries.size() % (static_cast<std::size_t>(c.group) * c.keys.head_dim) == 0,
                "choose_cluster_size: {} query values are not whole groups of {} x {}", c.queries.size(), c.group, c.keys.head_dim);
   }
+}
+
+/// The query group at `at` of c.queries, as a selection request over c's candidates.
+inline IndexQuery calibration_query(const ClusterCalibration& c, std::size_t at) {
+  IndexQuery q;
+  q.q = c.queries.data() + at;
+  q.group = c.group;
+  q.head_dim = c.keys.head_dim;
+  q.scale = c.scale;
+  q.first_candidate = c.first_candidate;
+  q.end_candidate = c.end_candidate;
+  q.budget_pages = std::min(c.budget_pages, c.end_candidate - c.first_candidate);
+  return q;
+}
+
+/// One size's row: `index` (already at that size) built over every stream, each query group
+/// selected and timed, the recall and time averaged over all of them.
+template <HasClusterSize I>
+ClusterSizeCase measure(const I& index, std::span<const ClusterCalibration> streams, std::vector<std::uint32_t>& selected) {
+  ClusterSizeCase row{index.params.pages_per_cluster, 0, 0, 0};
+  double queries = 0, seconds = 0;
+  for (const ClusterCalibration& c : streams) {
+    typename I::State state;
+    index.build(state, c.keys);
+    row.index_bytes += index.bytes(state);
+    const std::size_t per_query = static_cast<std::size_t>(c.group) * c.keys.head_dim;
+    // One untimed selection first: the first size tried must not pay for cold caches and
+    // the index's scratch buffers growing.
+    bool warm = false;
+    for (std::size_t at = 0; at < c.queries.size(); at += per_query) {
+      const IndexQuery q = calibration_query(c, at);
+      if (!warm && q.candidates() > 0) {
+        index.select(state, q, selected);
+        warm = true;
+      }
+      selected.clear();
+      const auto t0 = std::chrono::steady_clock::now();
+      if (q.candidates() > 0) index.select(state, q, selected);
+      seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      row.mass_recall += q.candidates() > 0 ? candidate_mass_recall(c, q.q, selected) : 1.0;
+      queries += 1;
+    }
+  }
+  if (queries > 0) {
+    row.mass_recall /= queries;
+    row.select_us = 1e6 * seconds / queries;
+  }
+  return row;
+}
+
+/// The choice among measured cases: the fastest within `tolerance` of the best recall, times
+/// within kTimeTie of the fastest tied (timing noise must not decide), and among ties the
+/// largest clusters (the smallest index). 0 when no case measured a finite recall.
+inline int pick(const std::vector<ClusterSizeCase>& cases, double tolerance) {
+  double best = 0;
+  for (const ClusterSizeCase& r : cases) best = std::max(best, r.mass_recall);
+  double fastest = std::numeric_limits<double>::infinity();
+  for (const ClusterSizeCase& r : cases)
+    if (r.mass_recall >= best - tolerance) fastest = std::min(fastest, r.select_us);
+  int size = 0;
+  for (const ClusterSizeCase& r : cases)
+    if (r.mass_recall >= best - tolerance && r.select_us <= fastest * (1.0 + kTimeTie) && r.pages_per_cluster > size)
+      size = r.pages_per_cluster;
+  return size;
+}
+
+}  // namespace cluster_size_detail
+
+/// Builds `base` at each size in `sizes` over `streams`, and picks the fastest size whose mean
+/// mass recall is at least the best size's minus `tolerance` (times within kTimeTie of the
+/// fastest tie, and the largest of the tied sizes wins). `base`'s other parameters are kept.
+template <HasClusterSize I>
+ClusterSizeChoice choose_cluster_size(const I& base, std::span<const ClusterCalibration> streams, std::span<const int> sizes,
+                                      double tolerance = 0.01) {
+  cluster_size_detail::check(streams, sizes, tolerance);
   ClusterSizeChoice choice;
   std::vector<std::uint32_t> selected;
   for (int size : sizes) {
     I index = base;
     index.params.pages_per_cluster = size;
     index.params.validate();
-    ClusterSizeCase row{size, 0, 0, 0};
-    double queries = 0, seconds = 0;
-    for (const ClusterCalibration& c : streams) {
-      typename I::State state;
-      index.build(state, c.keys);
-      row.index_bytes += index.bytes(state);
-      const std::size_t per_query = static_cast<std::size_t>(c.group) * c.keys.head_dim;
-      // One untimed selection first: the first size tried must not pay for cold caches and
-      // the index's scratch buffers growing.
-      bool warm = false;
-      for (std::size_t at = 0; at < c.queries.size(); at += per_query) {
-        IndexQuery q;
-        q.q = c.queries.data() + at;
-        q.group = c.group;
-        q.head_dim = c.keys.head_dim;
-        q.scale = c.scale;
-        q.first_candidate = c.first_candidate;
-        q.end_candidate = c.end_candidate;
-        q.budget_pages = std::min(c.budget_pages, c.end_candidate - c.first_candidate);
-        if (!warm && q.candidates() > 0) {
-          index.select(state, q, selected);
-          warm = true;
-        }
-        selected.clear();
-        const auto t0 = std::chrono::steady_clock::now();
-        if (q.candidates() > 0) index.select(state, q, selected);
-        seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        row.mass_recall += q.candidates() > 0 ? candidate_mass_recall(c, q.q, selected) : 1.0;
-        queries += 1;
-      }
-    }
-    if (queries > 0) {
-      row.mass_recall /= queries;
-      row.select_us = 1e6 * seconds / queries;
-    }
-    choice.cases.push_back(row);
+    choice.cases.push_back(cluster_size_detail::measure(index, streams, selected));
   }
-  double best = 0;
-  for (const ClusterSizeCase& r : choice.cases) best = std::max(best, r.mass_recall);
-  double fastest = std::numeric_limits<double>::infinity();
-  for (const ClusterSizeCase& r : choice.cases)
-    if (r.mass_recall >= best - tolerance) fastest = std::min(fastest, r.select_us);
-  // Times within kTimeTie of the fastest are ties (timing noise must not decide), and among ties
-  // the largest clusters win: the smallest index.
-  for (const ClusterSizeCase& r : choice.cases)
-    if (r.mass_recall >= best - tolerance && r.select_us <= fastest * (1.0 + kTimeTie) && r.pages_per_cluster > choice.pages_per_cluster)
-      choice.pages_per_cluster = r.pages_per_cluster;
+  choice.pages_per_cluster = cluster_size_detail::pick(choice.cases, tolerance);
   KVD_EXPECT(choice.pages_per_cluster > 0, "choose_cluster_size: no size measured a finite recall (are the queries finite?)");
   return choice;
 }

@@ -24,7 +24,6 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <numeric>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -122,29 +121,37 @@ struct Hierarchical {
   }
 
   void select(const State& s, const IndexQuery& q, std::vector<std::uint32_t>& out) const {
-    const std::int64_t cand = q.candidates();
-    if (q.budget_pages >= cand) {
-      for (std::int64_t p = q.first_candidate; p < q.end_candidate; ++p) out.push_back(static_cast<std::uint32_t>(p));
-      return;
-    }
-    const int g = q.group, d = q.head_dim;
-    const std::size_t nc = s.clusters.size();
-    thread_local std::vector<float> cest, est, cscore, pest, pscore;
-    thread_local std::vector<std::uint32_t> order, ids;
-    // A cluster's candidate members are a contiguous run of its (ascending) member list, and so
-    // are their means: [first, last) per eligible cluster.
-    struct Span {
-      std::uint32_t cluster, first, last;
-    };
-    thread_local std::vector<Span> eligible;
-    // Level 1: centroids of the clusters that hold candidate pages.
-    cest.resize(static_cast<std::size_t>(g) * nc);
-    dispatch_dtype(s.dtype, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      dot_rows(q.q, g, reinterpret_cast<const T*>(s.centroids.data()), static_cast<std::int64_t>(nc), d, cest.data(), nc);
-    });
+    if (select_all_within_budget(q, out)) return;
+    SelectScratch& w = select_scratch();
+    eligible_clusters(s, q, w.eligible);
+    rank_clusters(s, q, w);
+    score_members(s, q, w);
+    top_pages_of(w.pscore, w.ids, q.budget_pages, out);
+  }
+
+ private:
+  /// The candidate members of one cluster: a contiguous run [first, last) of its (ascending)
+  /// member list, and so of its means.
+  struct Span {
+    std::uint32_t cluster, first, last;
+  };
+  /// select()'s buffers, kept per thread so that a decode step allocates nothing.
+  struct SelectScratch {
+    std::vector<Span> eligible;           ///< clusters holding candidates
+    std::vector<float> cest, est, cscore;  ///< level 1: per centroid, per eligible cluster
+    std::vector<std::uint32_t> order;     ///< eligible clusters, best first
+    std::vector<float> pest, pscore;      ///< level 2: per member of the expanded clusters
+    std::vector<std::uint32_t> ids;       ///< their page ids
+  };
+  static SelectScratch& select_scratch() {
+    thread_local SelectScratch w;
+    return w;
+  }
+
+  /// The clusters that hold candidate pages, with the run of their members that are.
+  static void eligible_clusters(const State& s, const IndexQuery& q, std::vector<Span>& eligible) {
     eligible.clear();
-    for (std::uint32_t c = 0; c < nc; ++c) {
+    for (std::uint32_t c = 0; c < s.clusters.size(); ++c) {
       const Cluster& cl = s.clusters[c];
       if (cl.max_page < q.first_candidate || cl.min_page >= q.end_candidate) continue;
       const auto lo = std::lower_bound(cl.pages.begin(), cl.pages.end(), static_cast<std::uint32_t>(q.first_candidate));
@@ -152,63 +159,66 @@ struct Hierarchical {
       if (lo != hi)
         eligible.push_back({c, static_cast<std::uint32_t>(lo - cl.pages.begin()), static_cast<std::uint32_t>(hi - cl.pages.begin())});
     }
-    const std::size_t ne = eligible.size();
-    est.resize(static_cast<std::size_t>(g) * ne);
+  }
+
+  /// Level 1: scores the eligible clusters' centroids (q . c + radius_weight |q| r per head, then
+  /// the GQA rule) and orders them best first (w.order).
+  void rank_clusters(const State& s, const IndexQuery& q, SelectScratch& w) const {
+    const int g = q.group, d = q.head_dim;
+    const std::size_t nc = s.clusters.size(), ne = w.eligible.size();
+    w.cest.resize(static_cast<std::size_t>(g) * nc);
+    dispatch_dtype(s.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      dot_rows(q.q, g, reinterpret_cast<const T*>(s.centroids.data()), static_cast<std::int64_t>(nc), d, w.cest.data(), nc);
+    });
+    w.est.resize(static_cast<std::size_t>(g) * ne);
     for (int h = 0; h < g; ++h) {
       const float* qh = q.q + static_cast<std::size_t>(h) * d;
       float norm = 0;
       for (int j = 0; j < d; ++j) norm += qh[j] * qh[j];
       const float reach = params.radius_weight * std::sqrt(norm);
       for (std::size_t e = 0; e < ne; ++e)
-        est[static_cast<std::size_t>(h) * ne + e] =
-            cest[static_cast<std::size_t>(h) * nc + eligible[e].cluster] + reach * s.radius[eligible[e].cluster];
+        w.est[static_cast<std::size_t>(h) * ne + e] =
+            w.cest[static_cast<std::size_t>(h) * nc + w.eligible[e].cluster] + reach * s.radius[w.eligible[e].cluster];
     }
-    cscore.resize(ne);
-    gqa_scores(est.data(), g, ne, cscore.data());
-    order.resize(ne);
-    std::iota(order.begin(), order.end(), 0u);
-    std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
-      const float ka = detail::rank_key(cscore[a]), kb = detail::rank_key(cscore[b]);
-      return ka > kb || (ka == kb && a < b);
-    });
-    // Level 2: the candidate members of the best clusters, until there are expand x budget of
-    // them (at least the budget, since expand >= 1).
+    w.cscore.resize(ne);
+    gqa_scores(w.est.data(), g, ne, w.cscore.data());
+    order_by_score(w.cscore, w.order);
+  }
+
+  /// Level 2: the candidate members of the best clusters, until there are expand x budget of
+  /// them (at least the budget, since expand >= 1), scored by their means (w.pscore, w.ids).
+  void score_members(const State& s, const IndexQuery& q, SelectScratch& w) const {
+    const int g = q.group, d = q.head_dim;
     const auto target = static_cast<std::size_t>(std::ceil(params.expand * static_cast<double>(q.budget_pages)));
     std::size_t take = 0, members = 0;
-    while (take < ne && members < target) {
-      const Span& sp = eligible[order[take++]];
+    while (take < w.eligible.size() && members < target) {
+      const Span& sp = w.eligible[w.order[take++]];
       members += sp.last - sp.first;
     }
-    pest.resize(static_cast<std::size_t>(g) * members);
-    ids.clear();
+    w.pest.resize(static_cast<std::size_t>(g) * members);
+    w.ids.clear();
     dispatch_dtype(s.dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
       for (std::size_t i = 0; i < take; ++i) {
-        const Span& sp = eligible[order[i]];
+        const Span& sp = w.eligible[w.order[i]];
         const Cluster& c = s.clusters[sp.cluster];
         dot_rows(q.q, g, reinterpret_cast<const T*>(c.means.data()) + static_cast<std::size_t>(sp.first) * d,
-                 static_cast<std::int64_t>(sp.last - sp.first), d, pest.data() + ids.size(), members);
-        ids.insert(ids.end(), c.pages.begin() + sp.first, c.pages.begin() + sp.last);
+                 static_cast<std::int64_t>(sp.last - sp.first), d, w.pest.data() + w.ids.size(), members);
+        w.ids.insert(w.ids.end(), c.pages.begin() + sp.first, c.pages.begin() + sp.last);
       }
     });
-    pscore.resize(members);
-    gqa_scores(pest.data(), g, members, pscore.data());
-    top_pages_of(pscore, ids, q.budget_pages, out);
+    w.pscore.resize(members);
+    gqa_scores(w.pest.data(), g, members, w.pscore.data());
   }
 
- private:
   /// Every page's mean as float, in page order.
   static std::vector<float> means_in_page_order(const State& s) {
     const auto d = static_cast<std::size_t>(s.head_dim);
+    const std::size_t row = d * dtype_size(s.dtype);
     std::vector<float> all(static_cast<std::size_t>(s.pages) * d);
-    dispatch_dtype(s.dtype, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      for (const Cluster& c : s.clusters) {
-        const T* rows = reinterpret_cast<const T*>(c.means.data());
-        for (std::size_t j = 0; j < c.pages.size(); ++j)
-          for (std::size_t i = 0; i < d; ++i) all[c.pages[j] * d + i] = to_float(rows[j * d + i]);
-      }
-    });
+    for (const Cluster& c : s.clusters)
+      for (std::size_t j = 0; j < c.pages.size(); ++j) load_row(s.dtype, c.means.data() + j * row, all.data() + c.pages[j] * d, d);
     return all;
   }
 
@@ -257,11 +267,7 @@ struct Hierarchical {
     const auto d = static_cast<std::size_t>(s.head_dim);
     const std::size_t n = cl.pages.size();
     std::vector<float> m(n * d), centroid(d, 0.0f);
-    dispatch_dtype(s.dtype, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      const T* rows = reinterpret_cast<const T*>(cl.means.data());
-      for (std::size_t i = 0; i < n * d; ++i) m[i] = to_float(rows[i]);
-    });
+    load_row(s.dtype, cl.means.data(), m.data(), n * d);
     for (std::size_t j = 0; j < n; ++j)
       for (std::size_t i = 0; i < d; ++i) centroid[i] += m[j * d + i];
     for (float& x : centroid) x /= static_cast<float>(n);
@@ -269,11 +275,7 @@ struct Hierarchical {
     store_row(s.dtype, centroid.data(), s.centroids.data() + c * row, d);
     // The radius is measured from the stored (rounded) centroid, so it bounds what is scored.
     std::vector<float> stored(d);
-    dispatch_dtype(s.dtype, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      const T* cr = reinterpret_cast<const T*>(s.centroids.data() + c * row);
-      for (std::size_t i = 0; i < d; ++i) stored[i] = to_float(cr[i]);
-    });
+    load_row(s.dtype, s.centroids.data() + c * row, stored.data(), d);
     float r2 = 0;
     for (std::size_t j = 0; j < n; ++j) r2 = std::max(r2, l2_squared(m.data() + j * d, stored.data(), static_cast<int>(d)));
     s.radius[c] = std::sqrt(r2) * (1.0f + 1e-6f);
@@ -302,11 +304,7 @@ struct Hierarchical {
     std::uint32_t best = 0;
     float best_d = INFINITY;
     for (std::uint32_t i = 0; i < s.clusters.size(); ++i) {
-      dispatch_dtype(s.dtype, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        const T* cr = reinterpret_cast<const T*>(s.centroids.data() + i * row);
-        for (std::size_t j = 0; j < d; ++j) c[j] = to_float(cr[j]);
-      });
+      load_row(s.dtype, s.centroids.data() + i * row, c.data(), d);
       const float dist = l2_squared(mean, c.data(), static_cast<int>(d));
       if (dist < best_d) best_d = dist, best = i;
     }
@@ -328,11 +326,7 @@ struct Hierarchical {
     Cluster old = std::move(s.clusters[c]);
     const std::size_t n = old.pages.size();
     std::vector<float> m(n * d);
-    dispatch_dtype(s.dtype, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      const T* rows = reinterpret_cast<const T*>(old.means.data());
-      for (std::size_t i = 0; i < n * d; ++i) m[i] = to_float(rows[i]);
-    });
+    load_row(s.dtype, old.means.data(), m.data(), n * d);
     std::vector<std::uint32_t> assign(n);
     for (std::size_t j = 0; j < n; ++j) assign[j] = j < n / 2 ? 0u : 1u;
     std::vector<float> centroids;

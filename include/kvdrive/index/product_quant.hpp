@@ -37,291 +37,29 @@
 // only at build(), which must not throw (the manager calls it after its point of no return), so
 // check(head_dim) throws for a caller that can check early, and build() with an M that does not
 // divide head_dim uses the largest divisor of head_dim below M instead (State::subspaces).
+//
+// Where the parts live: training, the codebook layout and encoding in pq_codebook.hpp (namespace
+// pq); the ADC page scores (pq_page_score, pq_rows) in pq_scoring.hpp; the policy here.
 #pragma once
 
 #include <algorithm>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
-#include <numeric>
 #include <string_view>
 #include <vector>
 
-#include "kvdrive/attention/cpu_kernels.hpp"
 #include "kvdrive/core/dtype.hpp"
 #include "kvdrive/core/error.hpp"
-#include "kvdrive/core/host_device.hpp"
-#include "kvdrive/core/random.hpp"
 #include "kvdrive/index/code_store.hpp"
 #include "kvdrive/index/concept.hpp"
 #include "kvdrive/index/page_summary.hpp"
+#include "kvdrive/index/pq_codebook.hpp"
+#include "kvdrive/index/pq_scoring.hpp"
 #include "kvdrive/index/row_store.hpp"
 #include "kvdrive/index/scoring.hpp"
 #include "kvdrive/index/selection.hpp"
 
 namespace kvdrive::index {
-
-/// ADC estimate of one page: sum over the M subspaces of lut[m * C + codes[m]], with
-/// lut[m * C + c] = q_m . codeword[m][c].
-KVD_HOST_DEVICE float pq_page_score(const float* lut, const std::uint8_t* codes, int M, int C) {
-  float part[4] = {0, 0, 0, 0};
-  for (int m = 0; m < M; ++m) part[m & 3] += lut[m * C + codes[m]];
-  return (part[0] + part[2]) + (part[1] + part[3]);
-}
-
-namespace detail {
-/// ADC estimates of n pages for G heads (G fixed: the accumulators stay in registers) from a
-/// head-interleaved table lut_g[(m * C + c) * G + h] = LUT_h[m * C + c]: each code is read once
-/// for all heads. Same additions in the same order as pq_page_score, so the same results.
-template <int G>
-inline void pq_rows_fixed(const float* lut_g, const std::uint8_t* codes, std::int64_t n, int M, int C, float* est,
-                          std::size_t stride) {
-  auto row = [&](const std::uint8_t* code, int m) { return lut_g + (static_cast<std::size_t>(m) * C + code[m]) * G; };
-  for (std::int64_t i = 0; i < n; ++i) {
-    const std::uint8_t* code = codes + static_cast<std::size_t>(i) * M;
-    float p0[G] = {}, p1[G] = {}, p2[G] = {}, p3[G] = {};  // part[m & 3], kept in registers
-    int m = 0;
-    for (; m + 4 <= M; m += 4) {
-      const float *r0 = row(code, m), *r1 = row(code, m + 1), *r2 = row(code, m + 2), *r3 = row(code, m + 3);
-      for (int h = 0; h < G; ++h) {
-        p0[h] += r0[h];
-        p1[h] += r1[h];
-        p2[h] += r2[h];
-        p3[h] += r3[h];
-      }
-    }
-    if (m < M)
-      for (int h = 0; h < G; ++h) p0[h] += row(code, m)[h];
-    if (m + 1 < M)
-      for (int h = 0; h < G; ++h) p1[h] += row(code, m + 1)[h];
-    if (m + 2 < M)
-      for (int h = 0; h < G; ++h) p2[h] += row(code, m + 2)[h];
-    for (int h = 0; h < G; ++h)
-      est[static_cast<std::size_t>(h) * stride + static_cast<std::size_t>(i)] = (p0[h] + p2[h]) + (p1[h] + p3[h]);
-  }
-}
-#if KVD_CPU_AVX2
-/// pq_rows_fixed for 4 or 8 heads with the heads in one SSE / AVX register (compilers leave the
-/// plain loop scalar).
-template <int G>
-struct Lanes;
-template <>
-struct Lanes<4> {
-  using V = __m128;
-  static V zero() { return _mm_setzero_ps(); }
-  static V load(const float* p) { return _mm_loadu_ps(p); }
-  static V add(V a, V b) { return _mm_add_ps(a, b); }
-  static void store(float* p, V a) { _mm_storeu_ps(p, a); }
-};
-template <>
-struct Lanes<8> {
-  using V = __m256;
-  static V zero() { return _mm256_setzero_ps(); }
-  static V load(const float* p) { return _mm256_loadu_ps(p); }
-  static V add(V a, V b) { return _mm256_add_ps(a, b); }
-  static void store(float* p, V a) { _mm256_storeu_ps(p, a); }
-};
-
-template <int G>
-inline void pq_rows_simd(const float* lut_g, const std::uint8_t* codes, std::int64_t n, int M, int C, float* est,
-                         std::size_t stride) {
-  using L = Lanes<G>;
-  using V = typename L::V;
-  auto load = [&](const std::uint8_t* code, int m) { return L::load(lut_g + (static_cast<std::size_t>(m) * C + code[m]) * G); };
-  for (std::int64_t i = 0; i < n; ++i) {
-    const std::uint8_t* code = codes + static_cast<std::size_t>(i) * M;
-    V p0 = L::zero(), p1 = L::zero(), p2 = L::zero(), p3 = L::zero();  // part[m & 3], a lane per head
-    int m = 0;
-    for (; m + 4 <= M; m += 4) {
-      p0 = L::add(p0, load(code, m));
-      p1 = L::add(p1, load(code, m + 1));
-      p2 = L::add(p2, load(code, m + 2));
-      p3 = L::add(p3, load(code, m + 3));
-    }
-    if (m < M) p0 = L::add(p0, load(code, m));
-    if (m + 1 < M) p1 = L::add(p1, load(code, m + 1));
-    if (m + 2 < M) p2 = L::add(p2, load(code, m + 2));
-    float sum[G];
-    L::store(sum, L::add(L::add(p0, p2), L::add(p1, p3)));
-    for (int h = 0; h < G; ++h) est[static_cast<std::size_t>(h) * stride + static_cast<std::size_t>(i)] = sum[h];
-  }
-}
-#endif
-}  // namespace detail
-
-/// est[h * stride + i] = pq_page_score for head h and page i, for n contiguous page codes [n][M];
-/// lut_g is head-interleaved: lut_g[(m * C + c) * group + h].
-inline void pq_rows(const float* lut_g, int group, const std::uint8_t* codes, std::int64_t n, int M, int C, float* est,
-                    std::size_t stride) {
-  switch (group) {
-    case 1: return detail::pq_rows_fixed<1>(lut_g, codes, n, M, C, est, stride);
-    case 2: return detail::pq_rows_fixed<2>(lut_g, codes, n, M, C, est, stride);
-#if KVD_CPU_AVX2
-    case 4: return detail::pq_rows_simd<4>(lut_g, codes, n, M, C, est, stride);
-    case 8: return detail::pq_rows_simd<8>(lut_g, codes, n, M, C, est, stride);
-#else
-    case 4: return detail::pq_rows_fixed<4>(lut_g, codes, n, M, C, est, stride);
-    case 8: return detail::pq_rows_fixed<8>(lut_g, codes, n, M, C, est, stride);
-#endif
-    default: break;
-  }
-  thread_local std::vector<float> lut;  // other group sizes: de-interleave, pq_page_score per head
-  const std::size_t mc = static_cast<std::size_t>(M) * C;
-  lut.resize(mc);
-  for (int h = 0; h < group; ++h) {
-    for (std::size_t j = 0; j < mc; ++j) lut[j] = lut_g[j * group + h];
-    for (std::int64_t i = 0; i < n; ++i)
-      est[static_cast<std::size_t>(h) * stride + static_cast<std::size_t>(i)] =
-          pq_page_score(lut.data(), codes + static_cast<std::size_t>(i) * M, M, C);
-  }
-}
-
-namespace pq {
-
-/// The largest PQ codebook: a code is one byte.
-inline constexpr int kMaxCodewords = 256;
-
-namespace detail {
-
-/// Nearest of C codewords (given transposed: cwt[j * C + c], sub channels) to x; ties go to the
-/// lower codeword. dist: C floats of scratch.
-inline int nearest(const float* cwt, int C, const float* x, int sub, float* dist) {
-  for (int c = 0; c < C; ++c) dist[c] = 0.0f;
-  for (int j = 0; j < sub; ++j) {
-    const float xj = x[j];
-    const float* row = cwt + static_cast<std::size_t>(j) * C;
-    for (int c = 0; c < C; ++c) {  // vectorises over codewords
-      const float diff = xj - row[c];
-      dist[c] += diff * diff;
-    }
-  }
-  int best = 0;
-  for (int c = 1; c < C; ++c) best = dist[c] < dist[best] ? c : best;
-  return best;
-}
-
-/// k-means of n points [n][sub] (contiguous) into C centroids written to cw [C][sub]. Requires
-/// 1 <= C <= n. Never throws but for allocation.
-inline void kmeans(const float* x, std::int64_t n, int sub, int C, int iterations, std::uint64_t seed, float* cw) {
-  const auto s = static_cast<std::size_t>(sub);
-  // Initial codewords: C distinct points, a seeded partial Fisher-Yates shuffle.
-  std::vector<std::int64_t> order(static_cast<std::size_t>(n));
-  std::iota(order.begin(), order.end(), std::int64_t{0});
-  SplitMix64 rng(seed);
-  for (int c = 0; c < C; ++c) {
-    const auto j = static_cast<std::size_t>(c) + static_cast<std::size_t>(rng.below(static_cast<std::uint64_t>(n - c)));
-    std::swap(order[static_cast<std::size_t>(c)], order[j]);
-    std::copy_n(x + static_cast<std::size_t>(order[static_cast<std::size_t>(c)]) * s, s, cw + static_cast<std::size_t>(c) * s);
-  }
-  std::vector<float> cwt(s * static_cast<std::size_t>(C)), dist(static_cast<std::size_t>(C));
-  std::vector<int> assign(static_cast<std::size_t>(n), -1);
-  std::vector<double> sum(s * static_cast<std::size_t>(C));
-  std::vector<std::int64_t> count(static_cast<std::size_t>(C));
-  for (int it = 0; it < iterations; ++it) {
-    for (int c = 0; c < C; ++c)
-      for (std::size_t j = 0; j < s; ++j) cwt[j * static_cast<std::size_t>(C) + static_cast<std::size_t>(c)] = cw[static_cast<std::size_t>(c) * s + j];
-    bool changed = false;
-    for (std::int64_t i = 0; i < n; ++i) {
-      const int a = nearest(cwt.data(), C, x + static_cast<std::size_t>(i) * s, sub, dist.data());
-      changed |= a != assign[static_cast<std::size_t>(i)];
-      assign[static_cast<std::size_t>(i)] = a;
-    }
-    if (!changed) break;
-    std::fill(sum.begin(), sum.end(), 0.0);
-    std::fill(count.begin(), count.end(), 0);
-    for (std::int64_t i = 0; i < n; ++i) {
-      const auto a = static_cast<std::size_t>(assign[static_cast<std::size_t>(i)]);
-      ++count[a];
-      for (std::size_t j = 0; j < s; ++j) sum[a * s + j] += x[static_cast<std::size_t>(i) * s + j];
-    }
-    for (std::size_t c = 0; c < static_cast<std::size_t>(C); ++c)
-      if (count[c] > 0)  // an empty cluster keeps its codeword
-        for (std::size_t j = 0; j < s; ++j) cw[c * s + j] = static_cast<float>(sum[c * s + j] / static_cast<double>(count[c]));
-  }
-}
-
-/// cwt[m][j][c] = codebook[m][c][j]: codebooks [M][C][dim / M] laid out channel by channel
-/// (dim rows of C), the layout encoding and the lookup tables stream.
-inline std::vector<float> transpose_codebook(const float* codebook, int dim, int M, int C) {
-  const int sub = dim / M;
-  std::vector<float> cwt(static_cast<std::size_t>(C) * static_cast<std::size_t>(dim));
-  for (int m = 0; m < M; ++m)
-    for (int j = 0; j < sub; ++j)
-      for (int c = 0; c < C; ++c)
-        cwt[(static_cast<std::size_t>(m) * sub + j) * C + c] = codebook[(static_cast<std::size_t>(m) * C + c) * sub + j];
-  return cwt;
-}
-
-/// Encodes vectors against transposed codebooks cwt[m][j][c]: the distances to all C codewords of
-/// a subspace accumulate in a loop over codewords that vectorises. Every encoding (the index's
-/// and pq::encode) goes through here, so their codes agree exactly.
-class Encoder {
- public:
-  Encoder(const float* cwt, int dim, int M, int C) : cwt_(cwt), M_(M), C_(C), sub_(dim / M), dist_(static_cast<std::size_t>(C)) {}
-  /// codes[m] = nearest codeword of subspace m to x (dim floats); ties to the lower codeword.
-  void encode(const float* x, std::uint8_t* codes) {
-    for (int m = 0; m < M_; ++m)
-      codes[m] = static_cast<std::uint8_t>(nearest(cwt_ + static_cast<std::size_t>(m) * sub_ * C_, C_,
-                                                   x + static_cast<std::size_t>(m) * sub_, sub_, dist_.data()));
-  }
-
- private:
-  const float* cwt_;
-  int M_, C_, sub_;
-  std::vector<float> dist_;
-};
-
-/// dst[i] = src[i] as float for n elements (F16C / AVX2 where the compiler targets it).
-template <class T>
-inline void to_float_n(const T* src, std::size_t n, float* dst) {
-  std::size_t i = 0;
-#if KVD_CPU_AVX2
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, attention::detail::load8(src + i));
-#endif
-  for (; i < n; ++i) dst[i] = to_float(src[i]);
-}
-
-/// pq::train without the argument checks (the index guarantees them).
-inline std::vector<float> train_unchecked(const float* points, std::int64_t n, int dim, int M, int C, int iterations,
-                                          std::uint64_t seed) {
-  const int sub = dim / M;
-  std::vector<float> book(static_cast<std::size_t>(C) * static_cast<std::size_t>(dim));
-  std::vector<float> x(static_cast<std::size_t>(n) * static_cast<std::size_t>(sub));
-  for (int m = 0; m < M; ++m) {
-    for (std::int64_t i = 0; i < n; ++i)
-      std::copy_n(points + static_cast<std::size_t>(i) * dim + static_cast<std::size_t>(m) * sub, sub,
-                  x.data() + static_cast<std::size_t>(i) * sub);
-    kmeans(x.data(), n, sub, C, iterations, seed + static_cast<std::uint64_t>(m),
-           book.data() + static_cast<std::size_t>(m) * C * sub);
-  }
-  return book;
-}
-
-}  // namespace detail
-
-/// Trains product-quantisation codebooks on n points [n][dim]: M subspaces of dim / M channels,
-/// C codewords each, k-means with `iterations` Lloyd steps. Returns the codebooks as
-/// [M][C][dim / M] floats. Throws Error when M does not divide dim, C is outside [1, 256], or the
-/// codebook is larger than the points (C > n: k-means needs a distinct point per codeword).
-inline std::vector<float> train(const float* points, std::int64_t n, int dim, int M, int C, int iterations = 8,
-                                std::uint64_t seed = 1) {
-  KVD_EXPECT(dim >= 1, "pq::train: dimension is {}; expected at least 1", dim);
-  KVD_EXPECT(M >= 1 && dim % M == 0, "pq::train: {} subspaces do not divide dimension {}", M, dim);
-  KVD_EXPECT(C >= 1 && C <= kMaxCodewords, "pq::train: {} codewords per subspace; expected 1 to {}", C, kMaxCodewords);
-  KVD_EXPECT(C <= n, "pq::train: codebook of {} codewords is larger than the {} training points; expected C <= points", C, n);
-  KVD_EXPECT(iterations >= 0, "pq::train: iterations is {}; expected at least 0", iterations);
-  return detail::train_unchecked(points, n, dim, M, C, iterations, seed);
-}
-
-/// codes[m] = the nearest codeword of subspace m to x (ties to the lower codeword), for a
-/// codebook [M][C][dim / M] as pq::train returns.
-inline void encode(const float* codebook, const float* x, int dim, int M, int C, std::uint8_t* codes) {
-  const std::vector<float> cwt = detail::transpose_codebook(codebook, dim, M, C);
-  detail::Encoder(cwt.data(), dim, M, C).encode(x, codes);
-}
-
-}  // namespace pq
 
 class ProductQuant {
  public:

@@ -24,6 +24,16 @@ inline void store_row(DType t, const float* src, std::byte* dst, std::size_t n) 
   });
 }
 
+/// Converts n elements of dtype `t` at src to floats at dst (exact): store_row's inverse, for
+/// rows an index keeps in raw bytes.
+inline void load_row(DType t, const std::byte* src, float* dst, std::size_t n) {
+  dispatch_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* in = reinterpret_cast<const T*>(src);
+    for (std::size_t i = 0; i < n; ++i) dst[i] = to_float(in[i]);
+  });
+}
+
 /// Rounds n floats in place to what dtype `t` stores (identity for f32): index data is computed
 /// on the values the index actually keeps.
 inline void round_to_dtype(DType t, float* x, std::size_t n) {
@@ -65,13 +75,7 @@ class RowStore {
     return reinterpret_cast<const T*>(row_data(i));
   }
   /// Row i converted to float.
-  void row_float(std::int64_t i, float* out) const {
-    dispatch_dtype(dtype_, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      const T* r = row<T>(i);
-      for (std::size_t j = 0; j < width_; ++j) out[j] = to_float(r[j]);
-    });
-  }
+  void row_float(std::int64_t i, float* out) const { load_row(dtype_, row_data(i), out, width_); }
 
   /// Calls f(first_row, count, const T* rows) for the contiguous runs that cover [begin, end).
   template <class T, class F>

@@ -121,6 +121,26 @@ inline void top_pages_of(std::span<const float> score, std::span<const std::uint
   std::sort(out.begin() + static_cast<std::ptrdiff_t>(at), out.end());
 }
 
+/// The start of a select() that does not score every candidate: when the budget covers them
+/// all, appends every candidate (ascending) to out and returns true.
+inline bool select_all_within_budget(const IndexQuery& q, std::vector<std::uint32_t>& out) {
+  if (q.budget_pages < q.candidates()) return false;
+  for (std::int64_t p = q.first_candidate; p < q.end_candidate; ++p) out.push_back(static_cast<std::uint32_t>(p));
+  return true;
+}
+
+/// order = 0 .. score.size() - 1, best score first (NaN lowest; ties to the lower index): the
+/// order in which a clustered index visits its clusters.
+inline void order_by_score(std::span<const float> score, std::vector<std::uint32_t>& order) {
+  order.resize(score.size());
+  std::iota(order.begin(), order.end(), 0u);
+  const float* sc = score.data();  // by value: the comparator keeps it in a register
+  std::sort(order.begin(), order.end(), [sc](std::uint32_t a, std::uint32_t b) {
+    const float ka = detail::rank_key(sc[a]), kb = detail::rank_key(sc[b]);
+    return ka > kb || (ka == kb && a < b);
+  });
+}
+
 /// The select() of an index that estimates every candidate page: estimate(est) fills
 /// est[h * n + i] with head h's estimate for candidate i (n = q.candidates()); the GQA rule and
 /// the top-k follow.
