@@ -3,12 +3,16 @@
 //                          whose keys above it weigh at least the target (index/radix_select.hpp
 //                          has the digit step and its CPU form);
 //   write_in_order         the items a predicate keeps, written in index order (a block scan
-//                          gives each its place), so selections come out as ascending page ids.
+//                          gives each its place), so selections come out as ascending page ids;
+//   block_head_max         each head's largest estimate over n candidates (NaN skipped, as
+//                          index::gqa_scores does), the normaliser of the GQA page score.
 // Every thread of the block must call them with the same arguments.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
+#include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 #include <cuda_runtime.h>
 
@@ -18,6 +22,27 @@ namespace kvdrive::cuda::detail {
 
 template <int Threads>
 using OrderScan = cub::BlockScan<int, Threads>;
+
+template <int Threads>
+using MaxReduce = cub::BlockReduce<float, Threads>;
+
+/// head_max[h] = the largest of est[h * stride + i] over i in [0, n), for every head h < group
+/// (-inf where all are NaN or n is 0). head_max is shared memory of at least `group` floats.
+template <int Threads>
+__device__ void block_head_max(const float* est, std::int64_t n, std::int64_t stride, int group, float* head_max,
+                               typename MaxReduce<Threads>::TempStorage& reduce) {
+  const int tid = threadIdx.x;
+  for (int h = 0; h < group; ++h) {
+    float m = -INFINITY;
+    for (std::int64_t i = tid; i < n; i += Threads) {
+      const float e = est[h * stride + i];
+      m = e > m ? e : m;
+    }
+    const float all = MaxReduce<Threads>(reduce).Reduce(m, [](float a, float b) { return b > a ? b : a; });
+    if (tid == 0) head_max[h] = all;
+    __syncthreads();
+  }
+}
 
 /// Radix select over n keys made by key_of(i), weighted by weight_of(i): the largest key whose
 /// keys above weigh at least target (block-wide; every thread gets it).

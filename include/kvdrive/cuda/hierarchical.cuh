@@ -116,104 +116,143 @@ inline constexpr int kHierarchicalThreads = 256;
 inline constexpr int kHierarchicalMaxGroup = 64;
 
 
-template <class T>
-__global__ void __launch_bounds__(kHierarchicalThreads) HierarchicalSelectKernel(HierarchicalSelectParams<T> p) {
-  using Reduce = cub::BlockReduce<float, kHierarchicalThreads>;
-  using Count = cub::BlockReduce<unsigned long long, kHierarchicalThreads>;
-  using Scan = detail::OrderScan<kHierarchicalThreads>;
-  __shared__ union {
-    typename Reduce::TempStorage reduce;
-    typename Count::TempStorage count;
-    typename Scan::TempStorage scan;
+namespace detail {
+
+/// The kernel's shared memory: one union of CUB's scratch, each head's reach (radius_weight |q|)
+/// and largest estimate, and the radix select's histogram and state.
+struct HierarchicalShared {
+  union Temp {
+    MaxReduce<kHierarchicalThreads>::TempStorage reduce;
+    cub::BlockReduce<unsigned long long, kHierarchicalThreads>::TempStorage count;
+    OrderScan<kHierarchicalThreads>::TempStorage scan;
   } temp;
-  __shared__ float reach[kHierarchicalMaxGroup], head_max[kHierarchicalMaxGroup];
-  __shared__ unsigned long long hist[256];
-  __shared__ std::uint64_t s_prefix;
-  __shared__ unsigned long long s_left, s_total;
-  __shared__ int s_written;
+  float reach[kHierarchicalMaxGroup], head_max[kHierarchicalMaxGroup];
+  unsigned long long hist[256];
+  std::uint64_t prefix;
+  unsigned long long left, total;
+  int written;
+};
 
-  const int s = blockIdx.x, tid = threadIdx.x, g = p.group, d = p.head_dim;
-  const HierarchicalDeviceIndex<T> ix = p.index[s];
-  const float* q = p.q + static_cast<std::int64_t>(s) * g * d;
-  const std::int64_t first = p.first_candidate[s], end = p.end_candidate[s];
-  const std::int64_t stride = p.scratch_stride;
-  float* est1 = p.scratch_est + static_cast<std::int64_t>(s) * g * stride;  // [g][stride]: clusters first
-  float* est2 = est1 + ix.clusters;                                       // then members
-  unsigned* count = p.scratch_count + static_cast<std::int64_t>(s) * stride;
-  std::uint32_t* bitmap = p.scratch_bitmap + static_cast<std::int64_t>(s) * p.bitmap_words;
-  std::uint32_t* out = p.out + static_cast<std::int64_t>(s) * p.max_k;
+/// One stream's inputs and scratch, as the block sees them, and the steps of its selection in
+/// order. Every thread of the block calls each step.
+template <class T>
+struct HierarchicalBlock {
+  HierarchicalDeviceIndex<T> ix;
+  const float* q;
+  std::int64_t first, end, stride;
+  float* est1;       // [group][stride]: the clusters' estimates
+  float* est2;       // est1 + clusters: the members' estimates
+  unsigned* count;   // each cluster's candidates, then each member's take flag
+  std::uint32_t* bitmap;
+  std::uint32_t* out;
+  int group, head_dim;
+  HierarchicalShared& sh;
 
-  for (int h = tid; h < g; h += blockDim.x) {
-    float norm = 0;
-    for (int j = 0; j < d; ++j) norm += q[h * d + j] * q[h * d + j];
-    reach[h] = p.radius_weight * sqrtf(norm);
+  __device__ HierarchicalBlock(const HierarchicalSelectParams<T>& p, int s, HierarchicalShared& shared)
+      : ix(p.index[s]),
+        q(p.q + static_cast<std::int64_t>(s) * p.group * p.head_dim),
+        first(p.first_candidate[s]),
+        end(p.end_candidate[s]),
+        stride(p.scratch_stride),
+        est1(p.scratch_est + static_cast<std::int64_t>(s) * p.group * p.scratch_stride),
+        est2(est1 + ix.clusters),
+        count(p.scratch_count + static_cast<std::int64_t>(s) * p.scratch_stride),
+        bitmap(p.scratch_bitmap + static_cast<std::int64_t>(s) * p.bitmap_words),
+        out(p.out + static_cast<std::int64_t>(s) * p.max_k),
+        group(p.group),
+        head_dim(p.head_dim),
+        sh(shared) {}
+
+  __device__ std::uint64_t cluster_key(std::int64_t c) const {
+    return index::selection_key(index::gqa_page_score(est1 + c, sh.head_max, group, static_cast<std::size_t>(stride)),
+                                static_cast<std::uint32_t>(c));
   }
-  for (std::int64_t w = tid; w < p.bitmap_words; w += blockDim.x) bitmap[w] = 0;
-  __syncthreads();
-
-  // Level 1: the clusters holding candidates, scored per head; NaN marks the others.
-  for (std::int64_t c = tid; c < ix.clusters; c += blockDim.x) {
-    const std::int64_t lo = lower_bound_page(ix.member_pages, ix.member_offsets[c], ix.member_offsets[c + 1], static_cast<std::uint32_t>(first));
-    const std::int64_t hi = lower_bound_page(ix.member_pages, lo, ix.member_offsets[c + 1], static_cast<std::uint32_t>(end));
-    count[c] = static_cast<unsigned>(hi - lo);
-    for (int h = 0; h < g; ++h)
-      est1[h * stride + c] = hi > lo ? index::row_dot(q + h * d, ix.centroids + c * d, d) + reach[h] * ix.radius[c] : NAN;
+  __device__ std::uint64_t member_key(std::int64_t m) const {
+    return index::selection_key(index::gqa_page_score(est2 + m, sh.head_max, group, static_cast<std::size_t>(stride)),
+                                ix.member_pages[m]);
   }
-  __syncthreads();
-  const auto block_max = [&](const float* est, std::int64_t n) {
-    for (int h = 0; h < g; ++h) {
-      float m = -INFINITY;
-      for (std::int64_t i = tid; i < n; i += blockDim.x) {
-        const float e = est[h * stride + i];
-        m = e > m ? e : m;
-      }
-      const float all = Reduce(temp.reduce).Reduce(m, [](float a, float b) { return b > a ? b : a; });
-      if (tid == 0) head_max[h] = all;
-      __syncthreads();
+  __device__ unsigned long long member_weight(std::int64_t m) const { return count[ix.clusters + m]; }
+
+  /// Each head's reach, and the page bitmap cleared.
+  __device__ void prepare(float radius_weight, std::int64_t bitmap_words) {
+    const int d = head_dim;
+    for (int h = threadIdx.x; h < group; h += blockDim.x) {
+      float norm = 0;
+      for (int j = 0; j < d; ++j) norm += q[h * d + j] * q[h * d + j];
+      sh.reach[h] = radius_weight * sqrtf(norm);
     }
-  };
-  block_max(est1, ix.clusters);
-  const auto cluster_key = [&](std::int64_t c) {
-    return index::selection_key(index::gqa_page_score(est1 + c, head_max, g, static_cast<std::size_t>(stride)), static_cast<std::uint32_t>(c));
-  };
-  const std::int64_t budget = max(p.budget[s], std::int64_t{0});
-  const auto target = static_cast<unsigned long long>(ceil(p.expand * static_cast<double>(budget)));
-  const std::uint64_t cut = detail::block_radix_threshold(
-      ix.clusters, target, cluster_key, [&](std::int64_t c) { return static_cast<unsigned long long>(count[c]); }, hist, s_prefix, s_left);
-
-  // Level 2: the candidate members of the chosen clusters, scored per head; NaN marks the rest.
-  unsigned long long valid = 0;
-  for (std::int64_t m = tid; m < ix.members; m += blockDim.x) {
-    const std::uint32_t c = ix.member_cluster[m], page = ix.member_pages[m];
-    const bool take = count[c] > 0 && cluster_key(c) >= cut && page >= first && page < end;
-    count[ix.clusters + m] = take;  // the member's weight in the top-k below
-    valid += take;
-    for (int h = 0; h < g; ++h) est2[h * stride + m] = take ? index::row_dot(q + h * d, ix.member_means + m * d, d) : NAN;
+    for (std::int64_t w = threadIdx.x; w < bitmap_words; w += blockDim.x) bitmap[w] = 0;
+    __syncthreads();
   }
-  const unsigned long long members = Count(temp.count).Sum(valid);
-  if (tid == 0) s_total = members;
-  __syncthreads();
-  block_max(est2, ix.members);
-  const auto k = static_cast<unsigned long long>(min(min(budget, static_cast<std::int64_t>(s_total)), static_cast<std::int64_t>(p.max_k)));
-  const auto member_key = [&](std::int64_t m) {
-    return index::selection_key(index::gqa_page_score(est2 + m, head_max, g, static_cast<std::size_t>(stride)), ix.member_pages[m]);
-  };
-  const auto member_weight = [&](std::int64_t m) { return static_cast<unsigned long long>(count[ix.clusters + m]); };
-  if (k > 0) {
-    const std::uint64_t kth = detail::block_radix_threshold(ix.members, k, member_key, member_weight, hist, s_prefix, s_left);
-    for (std::int64_t m = tid; m < ix.members; m += blockDim.x)
+
+  /// Level 1: the clusters holding candidates, scored per head (NaN marks the others); returns
+  /// the key at which the best clusters hold `target` candidate pages.
+  __device__ std::uint64_t choose_clusters(unsigned long long target) {
+    const int d = head_dim;
+    for (std::int64_t c = threadIdx.x; c < ix.clusters; c += blockDim.x) {
+      const std::int64_t lo = lower_bound_page(ix.member_pages, ix.member_offsets[c], ix.member_offsets[c + 1], static_cast<std::uint32_t>(first));
+      const std::int64_t hi = lower_bound_page(ix.member_pages, lo, ix.member_offsets[c + 1], static_cast<std::uint32_t>(end));
+      count[c] = static_cast<unsigned>(hi - lo);
+      for (int h = 0; h < group; ++h)
+        est1[h * stride + c] = hi > lo ? index::row_dot(q + h * d, ix.centroids + c * d, d) + sh.reach[h] * ix.radius[c] : NAN;
+    }
+    __syncthreads();
+    block_head_max<kHierarchicalThreads>(est1, ix.clusters, stride, group, sh.head_max, sh.temp.reduce);
+    return block_radix_threshold(
+        ix.clusters, target, [&](std::int64_t c) { return cluster_key(c); },
+        [&](std::int64_t c) { return static_cast<unsigned long long>(count[c]); }, sh.hist, sh.prefix, sh.left);
+  }
+
+  /// Level 2: the candidate members of the clusters at or above `cut`, scored per head (NaN marks
+  /// the rest); returns how many there are.
+  __device__ unsigned long long score_members(std::uint64_t cut) {
+    const int d = head_dim;
+    unsigned long long valid = 0;
+    for (std::int64_t m = threadIdx.x; m < ix.members; m += blockDim.x) {
+      const std::uint32_t c = ix.member_cluster[m], page = ix.member_pages[m];
+      const bool take = count[c] > 0 && cluster_key(c) >= cut && page >= first && page < end;
+      count[ix.clusters + m] = take;  // the member's weight in the top-k below
+      valid += take;
+      for (int h = 0; h < group; ++h) est2[h * stride + m] = take ? index::row_dot(q + h * d, ix.member_means + m * d, d) : NAN;
+    }
+    const unsigned long long members = cub::BlockReduce<unsigned long long, kHierarchicalThreads>(sh.temp.count).Sum(valid);
+    if (threadIdx.x == 0) sh.total = members;
+    __syncthreads();
+    block_head_max<kHierarchicalThreads>(est2, ix.members, stride, group, sh.head_max, sh.temp.reduce);
+    return sh.total;
+  }
+
+  /// The k best scored members set their page's bit; then the set pages come out in page order.
+  __device__ void write_best(unsigned long long k) {
+    const std::uint64_t kth = block_radix_threshold(
+        ix.members, k, [&](std::int64_t m) { return member_key(m); }, [&](std::int64_t m) { return member_weight(m); }, sh.hist,
+        sh.prefix, sh.left);
+    for (std::int64_t m = threadIdx.x; m < ix.members; m += blockDim.x)
       if (member_weight(m) && member_key(m) >= kth) {
         const std::uint32_t page = ix.member_pages[m];
         atomicOr(&bitmap[page / 32], 1u << (page % 32));
       }
-  }
-  __syncthreads();
-  // Out in page order: the candidate pages whose bit is set.
-  if (k > 0)
-    detail::write_in_order<kHierarchicalThreads>(
+    __syncthreads();
+    write_in_order<kHierarchicalThreads>(
         end - first, [&](std::int64_t i) { return ((bitmap[(first + i) / 32] >> ((first + i) % 32)) & 1u) != 0; },
-        [&](std::int64_t i) { return static_cast<std::uint32_t>(first + i); }, out, temp.scan, s_written);
-  if (tid == 0 && p.out_count) p.out_count[s] = static_cast<int>(k);
+        [&](std::int64_t i) { return static_cast<std::uint32_t>(first + i); }, out, sh.temp.scan, sh.written);
+  }
+};
+
+}  // namespace detail
+
+template <class T>
+__global__ void __launch_bounds__(kHierarchicalThreads) HierarchicalSelectKernel(HierarchicalSelectParams<T> p) {
+  __shared__ detail::HierarchicalShared sh;
+  const int s = blockIdx.x;
+  detail::HierarchicalBlock<T> block(p, s, sh);
+  block.prepare(p.radius_weight, p.bitmap_words);
+  const std::int64_t budget = max(p.budget[s], std::int64_t{0});
+  const std::uint64_t cut = block.choose_clusters(static_cast<unsigned long long>(ceil(p.expand * static_cast<double>(budget))));
+  const auto members = static_cast<std::int64_t>(block.score_members(cut));
+  const auto k = static_cast<unsigned long long>(min(min(budget, members), static_cast<std::int64_t>(p.max_k)));
+  if (k > 0) block.write_best(k);
+  if (threadIdx.x == 0 && p.out_count) p.out_count[s] = static_cast<int>(k);
 }
 
 /// Checks the arguments and launches HierarchicalSelectKernel on `stream`.

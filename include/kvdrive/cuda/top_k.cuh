@@ -14,7 +14,6 @@
 #include <cstdint>
 
 #include <cub/block/block_radix_sort.cuh>
-#include <cub/block/block_reduce.cuh>
 #include <cuda_runtime.h>
 
 #include "kvdrive/cuda/block_select.cuh"
@@ -38,79 +37,81 @@ inline constexpr int kTopKItems = 8;
 inline constexpr int kTopKSortCapacity = kTopKThreads * kTopKItems;
 inline constexpr int kTopKMaxGroup = 64;
 
-__global__ void __launch_bounds__(kTopKThreads) TopKKernel(TopKParams p) {
-  using Reduce = cub::BlockReduce<float, kTopKThreads>;
-  using SortKeys = cub::BlockRadixSort<std::uint64_t, kTopKThreads, kTopKItems>;
-  using SortIds = cub::BlockRadixSort<std::uint32_t, kTopKThreads, kTopKItems>;
-  using Scan = detail::OrderScan<kTopKThreads>;
-  __shared__ union {
-    typename Reduce::TempStorage reduce;
-    typename SortKeys::TempStorage keys;
-    typename SortIds::TempStorage ids;
-    typename Scan::TempStorage scan;
-  } temp;
-  __shared__ float head_max[kTopKMaxGroup];
-  __shared__ unsigned long long hist[256];
-  __shared__ std::uint64_t s_prefix;
-  __shared__ unsigned long long s_left;
-  __shared__ int s_written;
+namespace detail {
 
-  const int s = blockIdx.x, tid = threadIdx.x;
+using TopKSortKeys = cub::BlockRadixSort<std::uint64_t, kTopKThreads, kTopKItems>;
+using TopKSortIds = cub::BlockRadixSort<std::uint32_t, kTopKThreads, kTopKItems>;
+
+/// The kernel's shared memory: one union of CUB's scratch (its stages use one at a time), the
+/// heads' maxima and the radix select's histogram and state.
+struct TopKShared {
+  union Temp {
+    MaxReduce<kTopKThreads>::TempStorage reduce;
+    TopKSortKeys::TempStorage keys;
+    TopKSortIds::TempStorage ids;
+    OrderScan<kTopKThreads>::TempStorage scan;
+  } temp;
+  float head_max[kTopKMaxGroup];
+  unsigned long long hist[256];
+  std::uint64_t prefix;
+  unsigned long long left;
+  int written;
+};
+
+/// Up to kTopKSortCapacity candidates: the block sorts the keys, and ranks [0, k) are the
+/// choice, written as ascending page ids.
+template <class KeyOf>
+__device__ void sort_top_k(int n, int k, KeyOf key_of, std::uint32_t first_page, std::uint32_t* out, TopKShared& sh) {
+  const int tid = threadIdx.x;
+  std::uint64_t keys[kTopKItems];
+  for (int j = 0; j < kTopKItems; ++j) {
+    const int i = tid * kTopKItems + j;
+    keys[j] = i < n ? key_of(i) : 0;  // padding sorts last (real keys are > 0)
+  }
+  TopKSortKeys(sh.temp.keys).SortDescending(keys);
+  __syncthreads();
+  std::uint32_t ids[kTopKItems];
+  for (int j = 0; j < kTopKItems; ++j) {
+    const int rank = tid * kTopKItems + j;
+    ids[j] = rank < k ? first_page + (0xFFFFFFFFu - static_cast<std::uint32_t>(keys[j])) : 0xFFFFFFFFu;
+  }
+  TopKSortIds(sh.temp.ids).Sort(ids);
+  for (int j = 0; j < kTopKItems; ++j) {
+    const int rank = tid * kTopKItems + j;
+    if (rank < k) out[rank] = ids[j];
+  }
+}
+
+/// More candidates: the k-th largest key by radix select (keys are unique: exactly k are >= it),
+/// then those candidates in page order.
+template <class KeyOf>
+__device__ void radix_top_k(int n, int k, KeyOf key_of, std::uint32_t first_page, std::uint32_t* out, TopKShared& sh) {
+  const std::uint64_t threshold = block_radix_threshold(
+      n, static_cast<unsigned long long>(k), key_of, [](std::int64_t) { return 1ull; }, sh.hist, sh.prefix, sh.left);
+  write_in_order<kTopKThreads>(
+      n, [&](std::int64_t i) { return key_of(i) >= threshold; },
+      [&](std::int64_t i) { return first_page + static_cast<std::uint32_t>(i); }, out, sh.temp.scan, sh.written);
+}
+
+}  // namespace detail
+
+__global__ void __launch_bounds__(kTopKThreads) TopKKernel(TopKParams p) {
+  __shared__ detail::TopKShared sh;
+  const int s = blockIdx.x;
   const int n = max(p.candidates[s], 0);
   const int k = min(min(max(p.k[s], 0), n), p.max_k);  // beyond max_k: cut (out_count says so)
   const float* est = p.est + static_cast<std::int64_t>(s) * p.group * p.stride;
   std::uint32_t* out = p.out + static_cast<std::int64_t>(s) * p.max_k;
   const auto first_page = static_cast<std::uint32_t>(p.first_page[s]);
 
-  // Each head's largest estimate (NaN skipped, as index::gqa_scores does).
-  for (int h = 0; h < p.group; ++h) {
-    float m = -INFINITY;
-    for (int i = tid; i < n; i += kTopKThreads) {
-      const float e = est[h * p.stride + i];
-      m = e > m ? e : m;
-    }
-    const float block_max = Reduce(temp.reduce).Reduce(m, [](float a, float b) { return b > a ? b : a; });
-    if (tid == 0) head_max[h] = block_max;
-    __syncthreads();
-  }
+  detail::block_head_max<kTopKThreads>(est, n, p.stride, p.group, sh.head_max, sh.temp.reduce);
   const auto key_of = [&](std::int64_t i) {
-    return index::selection_key(index::gqa_page_score(est + i, head_max, p.group, static_cast<std::size_t>(p.stride)),
+    return index::selection_key(index::gqa_page_score(est + i, sh.head_max, p.group, static_cast<std::size_t>(p.stride)),
                                 static_cast<std::uint32_t>(i));
   };
-
-  if (n <= kTopKSortCapacity) {
-    std::uint64_t keys[kTopKItems];
-    for (int j = 0; j < kTopKItems; ++j) {
-      const int i = tid * kTopKItems + j;
-      keys[j] = i < n ? key_of(i) : 0;  // padding sorts last (real keys are > 0)
-    }
-    SortKeys(temp.keys).SortDescending(keys);
-    __syncthreads();
-    // Ranks [0, k) are the choice; put their page ids in ascending order.
-    std::uint32_t ids[kTopKItems];
-    for (int j = 0; j < kTopKItems; ++j) {
-      const int rank = tid * kTopKItems + j;
-      ids[j] = rank < k ? first_page + (0xFFFFFFFFu - static_cast<std::uint32_t>(keys[j])) : 0xFFFFFFFFu;
-    }
-    SortIds(temp.ids).Sort(ids);
-    for (int j = 0; j < kTopKItems; ++j) {
-      const int rank = tid * kTopKItems + j;
-      if (rank < k) out[rank] = ids[j];
-    }
-    if (p.out_count && tid == 0) p.out_count[s] = k;
-    return;
-  }
-
-  // Radix select: the k-th largest key (keys are unique: exactly k are >= it), then those
-  // candidates in page order.
-  if (k > 0) {
-    const std::uint64_t threshold = detail::block_radix_threshold(
-        n, static_cast<unsigned long long>(k), key_of, [](std::int64_t) { return 1ull; }, hist, s_prefix, s_left);
-    detail::write_in_order<kTopKThreads>(
-        n, [&](std::int64_t i) { return key_of(i) >= threshold; },
-        [&](std::int64_t i) { return first_page + static_cast<std::uint32_t>(i); }, out, temp.scan, s_written);
-  }
-  if (p.out_count && tid == 0) p.out_count[s] = k;
+  if (n <= kTopKSortCapacity) detail::sort_top_k(n, k, key_of, first_page, out, sh);
+  else if (k > 0) detail::radix_top_k(n, k, key_of, first_page, out, sh);
+  if (p.out_count && threadIdx.x == 0) p.out_count[s] = k;
 }
 
 /// Checks the arguments and launches TopKKernel on `stream`.
