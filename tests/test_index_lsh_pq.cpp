@@ -482,6 +482,71 @@ TEST_CASE("ProductQuant: trained on the same pages, page by page or in the manag
   CHECK(pq.bytes(partial) == mk.bytes(mst));
 }
 
+TEST_CASE("ProductQuant: interim codebooks as the pages double, then the final codebooks exactly as without them") {
+  // T = 256; interim codebooks from 32 pages: trained at 32, 64 and 128 pages with 8, 16 and 32
+  // codewords (pages / 4), scored through; the final training at 256 pages is the one an index
+  // without interim codebooks makes, so from there the two are the same index.
+  const int pages = 300, chunk = 4, d = 64;
+  const Stream s = topic_stream(pages, 4, d, 4, 33);
+  const index::ProductQuant pq({.M = 8, .C = 64, .train_pages = 256, .first_train_pages = 32});
+  const index::ProductQuant plain({.M = 8, .C = 64, .train_pages = 256, .first_train_pages = 0});
+  const index::MeanKey mk;
+  index::ProductQuant::State st, ref;
+  index::MeanKey::State mst;
+  int interim_checked = 0;
+  for (int p = 0; p < pages; p += chunk) {
+    const auto r = s.range(p, chunk);
+    for (auto [ix, state] : {std::pair{&pq, &st}, std::pair{&plain, &ref}}) (p == 0 ? ix->build(*state, r) : ix->append(*state, r));
+    (p == 0 ? mk.build(mst, r) : mk.append(mst, r));
+    const int held = p + chunk;
+    CAPTURE(held);
+    if (held < 32) {
+      CHECK(!st.trained());
+      continue;
+    }
+    if (held >= 256) {
+      REQUIRE(st.frozen());
+      CHECK(st.codewords == 64);
+      continue;
+    }
+    int at = 32;
+    while (2 * at <= held) at *= 2;
+    REQUIRE(st.trained());
+    CHECK(!st.frozen());
+    CHECK(!ref.trained());
+    CHECK(st.trained_at == at);
+    CHECK(st.codewords == at / 4);
+    CHECK(st.codes.rows() == held);
+    CHECK(pq.bytes(st) == mk.bytes(mst) + st.codebook.bytes() + st.codes.bytes());  // the means are kept, and counted
+    if (held % 20 != 0) continue;
+    // Scored through the interim codebook: each estimate is q . (the page's reconstruction).
+    const auto q = query_for(s, 0, held, 5);
+    const std::vector<float> est = estimates(pq, st, q), book = pq.codebook_float(st);
+    const int sub = d / 8;
+    int off_mean = 0;
+    for (int h = 0; h < q.group; ++h)
+      for (int page = 0; page < held; ++page) {
+        const float* qh = q.q + static_cast<std::size_t>(h) * d;
+        double want = 0;
+        for (int m = 0; m < 8; ++m)
+          want += dot(qh + m * sub, book.data() + (static_cast<std::size_t>(m) * st.codewords + st.codes.row(page)[m]) * sub, sub);
+        const float got = est[static_cast<std::size_t>(h) * held + page];
+        CHECK(got == near(want, norm(qh, d) * 10));
+        off_mean += std::abs(got - dot(qh, page_mean_of(s, page).data(), d)) > 1e-3;
+      }
+    CHECK(off_mean > held);  // not MeanKey
+    ++interim_checked;
+  }
+  CHECK(interim_checked >= 5);
+  CHECK(pq.codebook_float(st) == plain.codebook_float(ref));
+  for (int p = 0; p < pages; ++p) CHECK(std::equal(st.codes.row(p), st.codes.row(p) + 8, ref.codes.row(p)));
+  CHECK(pq.bytes(st) == plain.bytes(ref));
+  for (auto [first, end, budget] : {std::tuple{0, 300, 12}, {1, 290, 20}, {50, 60, 3}}) {
+    const auto q = query_for(s, first, end, budget);
+    CHECK(pick(pq, st, q) == pick(plain, ref, q));
+  }
+}
+
 TEST_CASE("bad parameters throw kvdrive::Error naming the value and the accepted range") {
   using index::ProductQuant;
   using index::SimHash;
@@ -495,6 +560,7 @@ TEST_CASE("bad parameters throw kvdrive::Error naming the value and the accepted
   CHECK_THROWS_WITH_AS((ProductQuant({.C = 0})), doctest::Contains("C (codewords per subspace) is 0; expected 1 to 256"), Error);
   CHECK_THROWS_WITH_AS((ProductQuant({.C = 257})), doctest::Contains("C (codewords per subspace) is 257"), Error);
   CHECK_THROWS_WITH_AS((ProductQuant({.train_pages = 0})), doctest::Contains("train_pages is 0"), Error);
+  CHECK_THROWS_WITH_AS((ProductQuant({.first_train_pages = -1})), doctest::Contains("first_train_pages is -1"), Error);
   CHECK_THROWS_WITH_AS((ProductQuant({.iterations = -1})), doctest::Contains("iterations is -1"), Error);
   CHECK_THROWS_WITH_AS((ProductQuant({.M = 12}).check(64)), doctest::Contains("M = 12 subspaces do not divide head_dim 64"), Error);
   CHECK_NOTHROW((ProductQuant({.M = 16}).check(128)));

@@ -31,7 +31,7 @@ namespace kvdrive::index {
 
 struct CentroidParams {
   int pages_per_cluster = 16;  ///< average cluster size within a segment
-  int segment_pages = 1024;    ///< pages clustered together (8K tokens at 8 tokens per page)
+  int segment_pages = 128;     ///< pages clustered together (1K tokens at 8 tokens per page)
   int iterations = 8;          ///< k-means iterations per segment
 
   void validate() const {

@@ -19,9 +19,18 @@
 // codebooks. Training on T >= C points means a codebook is never larger than its training set;
 // pq::train, the public training function, rejects C > n with an Error.
 //
+// Interim codebooks (so that the index is product quantisation at every size, not MeanKey below
+// T): from first_train_pages pages (128, 1K tokens at 8 tokens per page) until T, it trains an
+// interim codebook each time the pages it holds double (128, 256, 512, ...), on all of them, with
+// min(C, pages / 4) codewords (four means per codeword on average, T / C at the defaults), and
+// scores through it; the exact means stay pending (and counted in bytes()) for the next training.
+// The training at T is the one above, on exact means, so from T pages on the index is the same,
+// bit for bit, as without interim codebooks. Cost: the interim trainings add about a third to the
+// final one's. first_train_pages = 0, or >= T, turns them off.
+//
 // Stored: per page M bytes of codes (exception to "index data in the KV dtype": codes are
-// indices, not values), head_dim KV-dtype elements per page while untrained; per stream, once
-// trained, the codebooks: C x head_dim elements in the KV dtype (64 KiB with C=256, head_dim 128,
+// indices, not values), head_dim KV-dtype elements per page until the final training; per stream,
+// once trained, the codebooks: C x head_dim elements in the KV dtype (64 KiB with C=256, head_dim 128,
 // f16), channel-major (row m * head_dim / M + j holds channel j of subspace m for all C
 // codewords) so that encoding and the lookup tables stream them. All of it is counted in
 // bytes(). With the defaults (M=16, C=256) a 32K-token stream of 4096 pages at head_dim 128,
@@ -45,6 +54,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -67,21 +77,27 @@ class ProductQuant {
     int M = 16;                        ///< subspaces; must divide head_dim; in [1, 1024]
     int C = 256;                       ///< codewords per subspace, in [1, 256]
     std::int64_t train_pages = 1024;   ///< pages trained on (at least C are used)
+    std::int64_t first_train_pages = 128;  ///< the first interim codebook's pages (0: none)
     int iterations = 8;                ///< Lloyd iterations, in [0, 1000]
     std::uint64_t seed = 1;            ///< the initial codewords' seed
   };
 
   struct State {
-    RowStore pending;                   ///< exact means [head_dim] (KV dtype) until trained
-    RowStore codebook;                  ///< once trained: head_dim rows of C (KV dtype), row
+    RowStore pending;                   ///< exact means [head_dim] (KV dtype) until the final training
+    RowStore codebook;                  ///< once trained: head_dim rows of `codewords` (KV dtype), row
                                         ///< m * (head_dim / M) + j = channel j of subspace m's codewords
     CodeStore<std::uint8_t> codes;      ///< M bytes per page once trained
     std::int64_t pages = 0;
+    std::int64_t trained_at = 0;        ///< pages held at the last training (0: none yet)
     int head_dim = 0;
     int subspaces = 0;                  ///< M as used (see check())
+    int codewords = 0;                  ///< C of the codebook in use
     DType dtype = DType::f32;
 
+    /// Scored through a codebook (interim or final).
     bool trained() const { return codebook.rows() > 0; }
+    /// Trained on T pages: the codebooks are frozen and the exact means dropped.
+    bool frozen() const { return trained() && pending.rows() == 0; }
   };
 
   ProductQuant() : ProductQuant(Params{}) {}
@@ -90,13 +106,27 @@ class ProductQuant {
     KVD_EXPECT(p.C >= 1 && p.C <= pq::kMaxCodewords, "ProductQuant: C (codewords per subspace) is {}; expected 1 to {} (one-byte codes)",
                p.C, pq::kMaxCodewords);
     KVD_EXPECT(p.train_pages >= 1, "ProductQuant: train_pages is {}; expected at least 1", p.train_pages);
+    KVD_EXPECT(p.first_train_pages >= 0, "ProductQuant: first_train_pages is {}; expected at least 0", p.first_train_pages);
     KVD_EXPECT(p.iterations >= 0 && p.iterations <= 1000, "ProductQuant: iterations is {}; expected 0 to 1000", p.iterations);
   }
 
   static constexpr std::string_view name() { return "product-quant"; }
   const Params& params() const { return params_; }
-  /// Pages the index holds when it trains: max(train_pages, C).
+  /// Pages the index holds when it trains its final codebooks: max(train_pages, C).
   std::int64_t train_threshold() const { return std::max<std::int64_t>(params_.train_pages, params_.C); }
+  /// Pages the index must hold for its next training, given the pages of the last one (0: none).
+  std::int64_t next_training(std::int64_t trained_at) const {
+    const std::int64_t final_at = train_threshold(), first = params_.first_train_pages;
+    if (first <= 0 || first >= final_at) return final_at;
+    return trained_at == 0 ? first : std::min(2 * trained_at, final_at);
+  }
+  /// Codewords per subspace of a training on `points` pages: C for the final one, else
+  /// min(C, points / 4), at least 1.
+  int codewords_for(std::int64_t points) const {
+    if (points >= train_threshold()) return params_.C;
+    return static_cast<int>(std::clamp<std::int64_t>(points / kPointsPerCodeword, 1, params_.C));
+  }
+  static constexpr std::int64_t kPointsPerCodeword = 4;
 
   /// Throws Error unless M divides head_dim. build() never throws: with such an M it uses the
   /// largest divisor of head_dim below M.
@@ -111,23 +141,19 @@ class ProductQuant {
     if (s.head_dim == 0) init(s, k.head_dim, k.dtype);
     const auto d = static_cast<std::size_t>(k.head_dim);
     std::vector<float> mean(d);
-    if (s.trained()) {
-      const std::vector<float> cwt = codebook_transposed(s);
-      pq::detail::Encoder enc(cwt.data(), s.head_dim, s.subspaces, params_.C);
-      std::vector<std::uint8_t> code(static_cast<std::size_t>(s.subspaces));
-      for (std::int64_t p = 0; p < k.pages; ++p, ++s.pages) {
-        page_mean(k, p, mean.data());
-        round_to_dtype(s.dtype, mean.data(), d);
-        enc.encode(mean.data(), code.data());
-        s.codes.push(code.data());
-      }
-      return;
-    }
+    std::vector<std::uint8_t> code(static_cast<std::size_t>(s.subspaces));
+    const std::vector<float> cwt = codebook_transposed(s);  // empty until trained
+    std::optional<pq::detail::Encoder> enc;
+    if (s.trained()) enc.emplace(cwt.data(), s.head_dim, s.subspaces, s.codewords);
     for (std::int64_t p = 0; p < k.pages; ++p, ++s.pages) {
       page_mean(k, p, mean.data());
-      s.pending.push(mean.data());
+      if (!s.frozen()) s.pending.push(mean.data());  // kept for the next training
+      if (!enc) continue;
+      round_to_dtype(s.dtype, mean.data(), d);
+      enc->encode(mean.data(), code.data());
+      s.codes.push(code.data());
     }
-    if (!s.trained() && s.pages >= train_threshold()) train(s);
+    if (!s.frozen() && s.pages >= next_training(s.trained_at)) train(s);
   }
 
   std::size_t bytes(const State& s) const { return s.pending.bytes() + s.codebook.bytes() + s.codes.bytes(); }
@@ -135,7 +161,7 @@ class ProductQuant {
   /// The codebooks as float [M][C][head_dim / M] (as stored, in the KV dtype's precision).
   std::vector<float> codebook_float(const State& s) const {
     const std::vector<float> cwt = codebook_transposed(s);
-    const int M = s.subspaces, C = params_.C, sub = s.head_dim / std::max(M, 1);
+    const int M = s.subspaces, C = s.codewords, sub = s.head_dim / std::max(M, 1);
     std::vector<float> book(cwt.size());
     for (int m = 0; m < M && s.trained(); ++m)
       for (int c = 0; c < C; ++c)
@@ -170,7 +196,7 @@ class ProductQuant {
       });
       return;
     }
-    const int M = s.subspaces, C = params_.C, sub = s.head_dim / M, group = q.group;
+    const int M = s.subspaces, C = s.codewords, sub = s.head_dim / M, group = q.group;
     const auto mc = static_cast<std::size_t>(M) * C;
     // lut_g[(m * C + c) * group + h] = q_h,m . codeword[m][c]: per channel row (C codewords'
     // values), an axpy per head; head-interleaved so the page loop reads each code once.
@@ -212,19 +238,23 @@ class ProductQuant {
     s.pending = RowStore(static_cast<std::size_t>(head_dim), dtype);
   }
 
-  /// Trains on T = train_threshold() of the pending means (evenly spaced), encodes all of them
-  /// and drops them.
+  /// Trains on the pending means: the final codebooks on T = train_threshold() of them (evenly
+  /// spaced) once the index holds T pages, then drops them; before that an interim codebook on all
+  /// of them. Encodes every page held.
   void train(State& s) const {
     const auto d = static_cast<std::size_t>(s.head_dim);
-    const std::int64_t held = s.pending.rows(), take = train_threshold();
+    const std::int64_t held = s.pending.rows();
+    const bool final = held >= train_threshold();
+    const std::int64_t take = final ? train_threshold() : held;
     std::vector<float> points(static_cast<std::size_t>(take) * d);
     for (std::int64_t i = 0; i < take; ++i)
       s.pending.row_float(i * held / take, points.data() + static_cast<std::size_t>(i) * d);
-    const int M = s.subspaces, C = params_.C;
+    const int M = s.subspaces, C = codewords_for(take);
     const std::vector<float> book = pq::detail::train_unchecked(points.data(), take, s.head_dim, M, C, params_.iterations, params_.seed);
     const std::vector<float> rows = pq::detail::transpose_codebook(book.data(), s.head_dim, M, C);
     s.codebook = RowStore(static_cast<std::size_t>(C), s.dtype, s.head_dim);  // exactly head_dim rows
     for (int r = 0; r < s.head_dim; ++r) s.codebook.push(rows.data() + static_cast<std::size_t>(r) * C);
+    s.codewords = C;
     s.codes = CodeStore<std::uint8_t>(static_cast<std::size_t>(M));
     const std::vector<float> cwt = codebook_transposed(s);  // encode against the codebooks as stored (rounded)
     pq::detail::Encoder enc(cwt.data(), s.head_dim, M, C);
@@ -235,7 +265,8 @@ class ProductQuant {
       enc.encode(mean.data(), code.data());
       s.codes.push(code.data());
     }
-    s.pending = RowStore(d, s.dtype);
+    s.trained_at = held;
+    if (final) s.pending = RowStore(d, s.dtype);
   }
 
   Params params_;
