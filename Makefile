@@ -9,7 +9,9 @@
 #   make fuzz        every libFuzzer target for FUZZ_SECONDS (60) each, from seeds; a crash,
 #                    hang or leak fails it (clang; docs/robustness.md)
 #   make report      the benchmarks and kvd-eval with JSON output, then docs/results.md and its
-#                    plots (matplotlib); GPU_JSON=path adds a scripts/gpu-check.sh result
+#                    plots (matplotlib); GPU_JSON=path adds a scripts/gpu-check.sh result;
+#                    LONGBENCH_JSON= and FIDELITY_JSON= take full kvd-longbench runs (default:
+#                    short runs of it on SmolLM2, where the model is cached)
 JOBS ?= $(shell nproc)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
@@ -80,8 +82,9 @@ fuzz:
 report:
 	@bash scripts/bootstrap --report
 	$(CMAKE) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
-	$(CMAKE) --build $(BUILD) -j $(JOBS) --target kvd-eval bench_tier bench_pipeline kvd-llama
-	$(PYTHON) scripts/report.py --build $(BUILD) $(if $(GPU_JSON),--gpu-json $(GPU_JSON))
+	$(CMAKE) --build $(BUILD) -j $(JOBS) --target kvd-eval bench_tier bench_pipeline kvd-llama kvd-longbench
+	$(PYTHON) scripts/report.py --build $(BUILD) $(if $(GPU_JSON),--gpu-json $(GPU_JSON)) \
+	  $(if $(LONGBENCH_JSON),--longbench-json $(LONGBENCH_JSON)) $(if $(FIDELITY_JSON),--fidelity-json $(FIDELITY_JSON))
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)

@@ -27,6 +27,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import report_real_model as real_model  # noqa: E402
 
 
 # ---- running ----------------------------------------------------------------------------------
@@ -237,6 +239,8 @@ def main():
     ap.add_argument("--out", default="docs")
     ap.add_argument("--gpu-json", default="")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--longbench-json", default="", help="a kvd-longbench --json file (default: run kvd-longbench --quick)")
+    ap.add_argument("--fidelity-json", default="", help="a kvd-longbench --fidelity --json file (default: a short fidelity run)")
     a = ap.parse_args()
     build = (ROOT / a.build).resolve()
     out = (ROOT / a.out).resolve()
@@ -297,6 +301,20 @@ def main():
             dec_cmds.append(r.run(args, f"decode {mode} {c}"))
             dec[(mode, c)] = json.loads((work / f"llama_{mode}_{c}.json").read_text())["decode_tokens_per_s"]
 
+    # The real model: kvd-longbench's tasks and fidelity (given, or short runs made here).
+    lb, lb_cmd, fid, fid_cmd = None, "", None, ""
+    if a.longbench_json:
+        lb = json.loads(Path(a.longbench_json).read_text())
+        lb_cmd = lb.get("command", "kvd-longbench")
+    elif (Path.home() / ".cache/kvdrive/models/SmolLM2-135M-Instruct.Q4_1.gguf").is_file():
+        lb, lb_cmd = r.json([bench / "kvd-longbench", "--quick"], "longbench.json", "long-context tasks (quick)")
+    if a.fidelity_json:
+        fid = json.loads(Path(a.fidelity_json).read_text())
+        fid_cmd = fid.get("command", "kvd-longbench --fidelity")
+    elif lb is not None:
+        fid, fid_cmd = r.json([bench / "kvd-longbench", "--fidelity", "--positions", "2048,4096", "--forced", "16"], "fidelity.json",
+                              "teacher-forced fidelity (short)")
+
     gpu_path = Path(a.gpu_json) if a.gpu_json else ROOT / "build-gpu" / "gpu-check.json"
     gpu = json.loads(gpu_path.read_text()) if gpu_path.is_file() else None
 
@@ -307,6 +325,10 @@ def main():
     fig_decode(dec, m, figs / "decoding.png")
     if gpu:
         fig_gpu(gpu, m, figs / "gpu.png")
+    if lb:
+        real_model.fig_longbench(lb, save, m, figs / "longbench.png")
+    if fid:
+        real_model.fig_fidelity(fid, save, m, figs / "fidelity.png")
 
     # ---- results.md ----
     L = []
@@ -350,6 +372,9 @@ def main():
             f"{h['index_bytes_per_token'] / qu['index_bytes_per_token']:.2f}x, selection time {h['select_us'] / qu['select_us']:.2f}x. "
             "Published: the same precision as Quest with 0.5x the index and 2x faster lookup (0.5x the time).")
     cmds(idx_cmds)
+
+    if lb:
+        real_model.section(add, cmds, lb, fid, lb_cmd, fid_cmd)
 
     add("## Fast-tier cache")
     add("")

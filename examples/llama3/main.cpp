@@ -21,6 +21,7 @@
 #include "kvdrive/tier/redis.hpp"
 #endif
 #include "llama2c.hpp"
+#include "model_cache.hpp"
 #include "run.hpp"
 #include "run_cuda.hpp"
 #include "synthetic.hpp"
@@ -41,24 +42,6 @@ int run_cpu(const RunOptions& o, const Model& model, ThreadPool& pool) {
   return run<Index, TierList, Pipeline, backend::Cpu, CpuLinear, CpuRemote>(o, model, pool, backend::Cpu({o.threads}));
 }
 
-/// The cached file of the project's real model (scripts/get-model fetches it).
-std::string smollm2_path() {
-  const char* dir = std::getenv("KVD_MODEL_DIR");
-  const char* home = std::getenv("HOME");
-  const std::filesystem::path p = dir != nullptr && *dir != '\0'
-                                      ? std::filesystem::path(dir)
-                                      : std::filesystem::path(home != nullptr && *home != '\0' ? home : "/tmp") / ".cache/kvdrive/models";
-  const std::filesystem::path f = p / "SmolLM2-135M-Instruct.Q4_1.gguf";
-  KVD_EXPECT(std::filesystem::is_regular_file(f), "--model smollm2: {} is missing; run scripts/get-model to fetch it", f.string());
-  return f.string();
-}
-
-/// A GGUF file: by its first four bytes, whatever its name.
-bool is_gguf(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  char magic[4] = {};
-  return f.read(magic, 4) && std::string_view(magic, 4) == "GGUF";
-}
 /// The model: a file, the cached SmolLM2 or a synthetic one (with its shape), and a tokenizer.
 void add_model_options(CLI::App& app, RunOptions& o) {
   app.add_option("--model", o.model, "GGUF file (its tokenizer and chat template included), smollm2 (the cached SmolLM2-135M-Instruct; "

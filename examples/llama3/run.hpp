@@ -123,14 +123,28 @@ struct TierPlan {
   int window = 3;
 };
 
-inline TierPlan plan_tiers(const RunOptions& o, const Config& cfg, std::int64_t context, std::size_t sequences = 1) {
-  const auto streams = static_cast<std::size_t>(cfg.shape.layers) * cfg.shape.kv_heads * sequences;
+/// The fast tier's least pages for `sequences` sequences of `context` tokens: per stream sink,
+/// local and tail, and a step's misses staged; plus one layer's prefill chunk. A lookahead cache
+/// of window W needs W x budget() more pages per stream.
+struct FastTierNeed {
+  std::size_t pages = 0;    ///< without a cache
+  std::size_t streams = 0;  ///< (layer, KV head, sequence) streams
+  std::size_t budget = 0;   ///< pages a stream selects per step
+};
+
+inline FastTierNeed fast_tier_need(int prefill_chunk, const Config& cfg, std::int64_t context, std::size_t sequences = 1) {
+  FastTierNeed n;
+  n.streams = static_cast<std::size_t>(cfg.shape.layers) * cfg.shape.kv_heads * sequences;
   const PageRanges r = page_ranges(context + 1, cfg.page_tokens, cfg.sink_tokens, cfg.local_tokens);
-  const auto budget = static_cast<std::size_t>(cfg.budget.pages_for(r.candidates()));
-  // Per stream: sink, local and tail, and a step's misses staged; plus one layer's prefill chunk.
-  const std::size_t need = streams * (static_cast<std::size_t>(eviction::resident_pages(cfg, context)) + budget) +
-                           static_cast<std::size_t>(cfg.shape.kv_heads) *
-                               static_cast<std::size_t>((o.prefill_chunk + cfg.page_tokens - 1) / cfg.page_tokens + 1);
+  n.budget = static_cast<std::size_t>(cfg.budget.pages_for(r.candidates()));
+  n.pages = n.streams * (static_cast<std::size_t>(eviction::resident_pages(cfg, context)) + n.budget) +
+            static_cast<std::size_t>(cfg.shape.kv_heads) * static_cast<std::size_t>((prefill_chunk + cfg.page_tokens - 1) / cfg.page_tokens + 1);
+  return n;
+}
+
+inline TierPlan plan_tiers(const RunOptions& o, const Config& cfg, std::int64_t context, std::size_t sequences = 1) {
+  const FastTierNeed n = fast_tier_need(o.prefill_chunk, cfg, context, sequences);
+  const std::size_t need = n.pages, streams = n.streams, budget = n.budget;
   TierPlan p;
   p.fast_pages = static_cast<std::size_t>(o.fast_bytes) / cfg.page_bytes();
   KVD_EXPECT(p.fast_pages >= need,

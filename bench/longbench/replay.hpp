@@ -1,0 +1,202 @@
+// kvd-longbench's configurations and how one runs: every configuration starts from the same
+// prefill (a llama::PrefillSnapshot of the dense prompt's K/V) and decodes through its own
+// KvManager, so configurations differ only in how decoding attends.
+//
+//   dense                         every token (index::Dense)
+//   INDEX@B                       sparse over DRAM, INDEX at budget B (a fraction of the pages)
+//   tiered:hierarchical@B         the same index and budget over a fast DRAM cache + SSD store,
+//                                 with lookahead eviction and warm-up placement; by Decision 2
+//                                 it must give sparse's tokens exactly
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "decoder.hpp"
+#include "kvdrive/kvdrive.hpp"
+#include "kvdrive/tier/ssd.hpp"
+#include "run.hpp"
+
+namespace kvdrive::longbench {
+
+inline constexpr std::array<std::string_view, 7> kSparseIndices = {"hierarchical", "quest", "mean-key", "centroid",
+                                                                   "simhash", "product-quant", "oracle-mass"};
+
+struct ConfigSpec {
+  std::string index = "dense";
+  double budget = 1.0;
+  bool tiered = false;
+
+  std::string name() const {
+    if (index == "dense") return "dense";
+    return fmt::format("{}{}@{:g}", tiered ? "tiered:" : "", index, budget);
+  }
+  bool operator==(const ConfigSpec&) const = default;
+};
+
+/// "dense", "INDEX@BUDGET" or "tiered:hierarchical@BUDGET".
+inline ConfigSpec parse_config(std::string_view s) {
+  ConfigSpec c;
+  if (s == "dense") return c;
+  if (s.starts_with("tiered:")) c.tiered = true, s.remove_prefix(7);
+  const auto at = s.find('@');
+  KVD_EXPECT(at != std::string_view::npos, "configuration '{}': expected dense, INDEX@BUDGET or tiered:hierarchical@BUDGET", s);
+  c.index = std::string(s.substr(0, at));
+  KVD_EXPECT(std::find(kSparseIndices.begin(), kSparseIndices.end(), c.index) != kSparseIndices.end(),
+             "configuration '{}': unknown index '{}' (hierarchical, quest, mean-key, centroid, simhash, product-quant, oracle-mass)", s, c.index);
+  try {
+    std::size_t used = 0;
+    c.budget = std::stod(std::string(s.substr(at + 1)), &used);
+    KVD_EXPECT(used == s.size() - at - 1, "");
+  } catch (const std::exception&) {
+    throw Error(fmt::format("configuration '{}': the budget is not a number", s));
+  }
+  KVD_EXPECT(c.budget > 0 && c.budget <= 1, "configuration '{}': budget outside (0, 1]", s);
+  KVD_EXPECT(!c.tiered || c.index == "hierarchical", "configuration '{}': tiered runs the hierarchical index", s);
+  return c;
+}
+
+/// dense; every sparse index at each budget; tiered Hierarchical at each budget.
+inline std::vector<ConfigSpec> default_configs(const std::vector<double>& budgets) {
+  std::vector<ConfigSpec> out{ConfigSpec{}};
+  for (double b : budgets) {
+    for (auto ix : kSparseIndices) out.push_back({std::string(ix), b, false});
+    out.push_back({"hierarchical", b, true});
+  }
+  return out;
+}
+
+/// What the configurations share: the model, the threads, the KV layout and where SSD stores go.
+struct ReplayContext {
+  const llama::Model* model = nullptr;
+  ThreadPool* pool = nullptr;
+  llama::RunOptions layout;  ///< dtype, page/sink/local tokens, prefill chunk, threads, ssd_path, warm_up
+};
+
+/// What one configuration decoded: the tokens, the logits after each step, the decode time.
+struct Replay {
+  std::vector<int> ids;                     ///< greedy: the generated tokens; forced: the forced ones
+  std::vector<std::vector<float>> logits;   ///< after each decode step (the snapshot's logits not included)
+  double decode_ms = 0;
+  std::int64_t steps = 0;
+};
+
+/// How a replay decodes: greedily up to `max_new` tokens (stopping at a stop token), or through
+/// `forced` tokens (teacher forcing).
+struct ReplayPlan {
+  int max_new = 0;
+  std::span<const int> stops;
+  std::span<const int> forced;
+  bool keep_logits = true;
+};
+
+namespace detail {
+
+inline int argmax(const std::vector<float>& v) { return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin()); }
+
+template <class Dec>
+Replay decode(Dec& dec, const std::vector<float>& first, const ReplayPlan& p) {
+  Replay r;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!p.forced.empty()) {
+    for (int t : p.forced) {
+      r.ids.push_back(t);
+      const auto& l = dec.step(t);
+      if (p.keep_logits) r.logits.push_back(l);
+      ++r.steps;
+    }
+  } else {
+    const std::vector<float>* l = &first;
+    for (int s = 0; s < p.max_new; ++s) {
+      const int next = argmax(*l);
+      if (std::find(p.stops.begin(), p.stops.end(), next) != p.stops.end()) break;
+      r.ids.push_back(next);
+      if (s + 1 == p.max_new) break;
+      l = &dec.step(next);
+      if (p.keep_logits) r.logits.push_back(*l);
+      ++r.steps;
+    }
+  }
+  r.decode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+template <class Index, class TierList>
+Replay replay(const ReplayContext& cx, const ConfigSpec& c, const llama::PrefillSnapshot& snap, const ReplayPlan& p) {
+  llama::RunOptions o = cx.layout;
+  o.budget = c.budget;
+  const Config cfg = llama::manager_config(o, cx.model->config);
+  const std::int64_t context = snap.tokens + std::max<std::int64_t>(p.max_new, static_cast<std::int64_t>(p.forced.size()));
+  llama::TierPlan plan;
+  if constexpr (TierList::kCount > 1) {
+    // A cache of window 3 beside sink, local and staging: most selected pages come from it, the
+    // rest from the SSD.
+    const llama::FastTierNeed need = llama::fast_tier_need(o.prefill_chunk, cfg, context);
+    o.fast_bytes = static_cast<std::int64_t>((need.pages + 3 * need.streams * need.budget) * cfg.page_bytes());
+    plan = llama::plan_tiers(o, cfg, context);
+  }
+  using Manager = KvManager<Index, eviction::Lookahead, TierList>;
+  Manager kv(cfg, {}, eviction::Lookahead{plan.window}, llama::make_tiers<TierList>(o, plan), {}, backend::Cpu({o.threads}));
+  llama::Decoder<Manager> dec(*cx.model, kv, *cx.pool, snap.chunk);
+  if constexpr (TierList::kCount > 1) dec.warm_up_after_prefill(static_cast<int>(std::min<std::int64_t>(o.warm_up, snap.observed)));
+  const std::vector<float>& first = dec.prefill_from(snap);
+  Replay r = decode(dec, first, p);
+  if constexpr (TierList::kCount > 1) tier::SsdTier::remove_files(o.ssd_path);
+  return r;
+}
+
+}  // namespace detail
+
+/// Runs configuration `c` from `snap` as `p` says.
+inline Replay replay(const ReplayContext& cx, const ConfigSpec& c, const llama::PrefillSnapshot& snap, const ReplayPlan& p) {
+  using Dram = Tiers<tier::HostTier>;
+  if (c.tiered) return detail::replay<index::Hierarchical, Tiers<tier::HostTier, tier::SsdTier>>(cx, c, snap, p);
+  if (c.index == "dense") return detail::replay<index::Dense, Dram>(cx, c, snap, p);
+  if (c.index == "hierarchical") return detail::replay<index::Hierarchical, Dram>(cx, c, snap, p);
+  if (c.index == "quest") return detail::replay<index::Quest, Dram>(cx, c, snap, p);
+  if (c.index == "mean-key") return detail::replay<index::MeanKey, Dram>(cx, c, snap, p);
+  if (c.index == "centroid") return detail::replay<index::Centroid, Dram>(cx, c, snap, p);
+  if (c.index == "simhash") return detail::replay<index::SimHash, Dram>(cx, c, snap, p);
+  if (c.index == "product-quant") return detail::replay<index::ProductQuant, Dram>(cx, c, snap, p);
+  KVD_EXPECT(c.index == "oracle-mass", "configuration {}: unknown index", c.name());
+  return detail::replay<index::OracleMass, Dram>(cx, c, snap, p);
+}
+
+/// Whether two replays' logits are the same bits at every step.
+inline bool same_bits(const Replay& a, const Replay& b) {
+  if (a.ids != b.ids || a.logits.size() != b.logits.size()) return false;
+  for (std::size_t i = 0; i < a.logits.size(); ++i)
+    if (a.logits[i].size() != b.logits[i].size() || std::memcmp(a.logits[i].data(), b.logits[i].data(), a.logits[i].size() * sizeof(float)) != 0)
+      return false;
+  return true;
+}
+
+/// The first `tokens` tokens of a snapshot: the same K/V a prefill of those tokens gives (a
+/// token's K/V depend only on the tokens before it), without warm-up queries; `logits` stand for
+/// the prefill's last logits (only a greedy replay reads them).
+inline llama::PrefillSnapshot truncate(const llama::PrefillSnapshot& s, std::int64_t tokens, std::vector<float> logits) {
+  KVD_EXPECT(tokens > 0 && tokens <= s.tokens, "truncate: {} tokens of a {}-token snapshot", tokens, s.tokens);
+  llama::PrefillSnapshot t;
+  t.dtype = s.dtype;
+  t.tokens = tokens;
+  t.chunk = s.chunk;
+  t.k.resize(s.k.size());
+  t.v.resize(s.v.size());
+  for (std::size_t l = 0; l < s.k.size(); ++l) {
+    const std::size_t row = s.k[l].size() / static_cast<std::size_t>(s.tokens);
+    t.k[l].assign(s.k[l].begin(), s.k[l].begin() + static_cast<std::ptrdiff_t>(row * static_cast<std::size_t>(tokens)));
+    t.v[l].assign(s.v[l].begin(), s.v[l].begin() + static_cast<std::ptrdiff_t>(row * static_cast<std::size_t>(tokens)));
+  }
+  t.logits = std::move(logits);
+  return t;
+}
+
+}  // namespace kvdrive::longbench

@@ -1,0 +1,112 @@
+"""make report's real-model section: kvd-longbench's tasks and teacher-forced fidelity on
+SmolLM2-135M-Instruct, as tables and two plots (accuracy against context per index, KL against
+budget). report.py calls section(); the JSON files come from kvd-longbench --json (a full run
+passed with LONGBENCH_JSON= / FIDELITY_JSON=, or the quick runs report.py makes itself)."""
+
+from collections import defaultdict
+
+import matplotlib.pyplot as plt
+
+
+def _index_of(config):
+    """(index, budget, tiered) of a configuration name: dense, INDEX@B, tiered:INDEX@B."""
+    if config == "dense":
+        return "dense", 1.0, False
+    tiered = config.startswith("tiered:")
+    name, budget = config.removeprefix("tiered:").split("@")
+    return name, float(budget), tiered
+
+
+def _pooled_by_context(lb):
+    """config -> context -> mean accuracy over every cell (task) of that context (prose)."""
+    acc = defaultdict(lambda: defaultdict(list))
+    for c in lb["cells"]:
+        if c["haystack"] == "prose":
+            acc[c["config"]][c["context"]].append(c["accuracy"])
+    return {cfg: {ctx: sum(v) / len(v) for ctx, v in by.items()} for cfg, by in acc.items()}
+
+
+def fig_longbench(lb, save, m, path):
+    pooled = _pooled_by_context(lb)
+    fig, ax = plt.subplots(figsize=(8, 4.6))
+    names = sorted({_index_of(c)[0] for c in pooled if not _index_of(c)[2]})
+    for cfg, by in sorted(pooled.items()):
+        name, budget, tiered = _index_of(cfg)
+        if tiered:
+            continue
+        xs = sorted(by)
+        style = "-" if budget >= 0.05 else "--"
+        color = "black" if name == "dense" else plt.cm.tab10(names.index(name) % 10)
+        ax.plot(xs, [by[x] for x in xs], style, marker="o", ms=3, color=color, label=cfg)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("context (tokens)")
+    ax.set_ylabel("accuracy, mean over the tasks")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.suptitle("kvd-longbench on SmolLM2-135M: accuracy against context (solid 6.25%, dashed 1.56%)")
+    save(fig, path, m)
+
+
+def fig_fidelity(fid, save, m, path):
+    kl = defaultdict(lambda: defaultdict(list))
+    last = max(c["position"] for c in fid["fidelity"])
+    for c in fid["fidelity"]:
+        name, budget, tiered = _index_of(c["config"])
+        if c["position"] == last and name != "dense" and not tiered:
+            kl[name][budget].append(c["kl"])
+    fig, ax = plt.subplots(figsize=(7, 4.4))
+    for i, (name, by) in enumerate(sorted(kl.items())):
+        xs = sorted(by)
+        ax.plot([100 * x for x in xs], [max(1e-6, sum(by[x]) / len(by[x])) for x in xs], marker="o", color=plt.cm.tab10(i % 10), label=name)
+    ax.axhline(0.02, color="0.5", ls=":", label="goal 0.02 nats")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("budget (% of candidate pages)")
+    ax.set_ylabel(f"mean KL(dense || sparse), nats, at position {last}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.suptitle("Teacher-forced fidelity on SmolLM2-135M (documents pooled)")
+    save(fig, path, m)
+
+
+def section(add, cmds, lb, fid, lb_cmd, fid_cmd):
+    """The results.md section: the pooled table, per-context accuracy, and fidelity."""
+    add("## The real model: long-context tasks and fidelity (SmolLM2-135M)")
+    add("")
+    add("`kvd-longbench` ([longbench.md](longbench.md)): RULER-style tasks on real prose, each sample prefilled once and its K/V "
+        "given to every configuration; and teacher-forced KL against dense on long documents.")
+    add("")
+    add("![accuracy against context](results/longbench.png)")
+    add("")
+    pooled = {p["config"]: p for p in lb["pooled"]}
+    n = next(iter(pooled.values()))["n"] if pooled else 0
+    add(f"Pooled over the cells (task, context) where dense scores above 0.5 ({n} samples):")
+    add("")
+    add("| configuration | accuracy [95% interval] | minus dense | agreement with dense |")
+    add("| --- | --- | --- | --- |")
+    for cfg, p in pooled.items():
+        add(f"| {cfg} | {p['accuracy']:.3f} [{p['low']:.3f}, {p['high']:.3f}] | {p['minus_dense']:+.3f} | {p['agreement']:.3f} |")
+    add("")
+    by_ctx = _pooled_by_context(lb)
+    ctxs = sorted({c for by in by_ctx.values() for c in by})
+    add("Accuracy per context, mean over the tasks (N per task and context: "
+        f"{min(c['n'] for c in lb['cells'])}):")
+    add("")
+    add("| configuration | " + " | ".join(f"{c}" for c in ctxs) + " |")
+    add("| --- | " + " | ".join("---" for _ in ctxs) + " |")
+    for cfg in pooled:
+        add(f"| {cfg} | " + " | ".join(f"{by_ctx[cfg].get(c, float('nan')):.3f}" for c in ctxs) + " |")
+    add("")
+    add("Checks on every sample (the tool fails otherwise): tiered Hierarchical decodes sparse Hierarchical's tokens; "
+        f"failures in this run: {lb.get('failures', 0)}.")
+    cmds([lb_cmd])
+    if fid:
+        add("![KL against budget](results/fidelity.png)")
+        add("")
+        add("| document | position | configuration | KL (nats) | top-1 | perplexity | dense perplexity |")
+        add("| --- | --- | --- | --- | --- | --- | --- |")
+        for c in fid["fidelity"]:
+            if c["config"] != "dense":
+                add(f"| {c['document']} | {c['position']} | {c['config']} | {c['kl']:.4f} | {c['top1']:.3f} | {c['ppl']:.3f} | "
+                    f"{c['dense_ppl']:.3f} |")
+        cmds([fid_cmd])
