@@ -66,6 +66,8 @@ struct Options {
   int cluster_pages = index::HierarchicalParams{}.pages_per_cluster;
   double expand = index::HierarchicalParams{}.expand;
   float radius_weight = index::HierarchicalParams{}.radius_weight;
+  int pair_radii = index::HierarchicalParams{}.pair_radii;
+  float pair_weight = index::HierarchicalParams{}.pair_weight;
   // cache replay
   std::string eviction;           ///< empty: no cache evaluation
   std::string window = "3";       ///< W, or "knapsack"
@@ -89,19 +91,24 @@ const std::vector<std::string>& all_index_names() {
   return names;
 }
 
+/// Hierarchical's parameters from the options (the index table and the pipeline replay).
+index::HierarchicalParams hierarchical_params(const Options& o) {
+  index::HierarchicalParams p;
+  p.pages_per_cluster = o.cluster_pages;
+  p.expand = o.expand;
+  p.radius_weight = o.radius_weight;
+  p.pair_radii = o.pair_radii;
+  p.pair_weight = o.pair_weight;
+  return p;
+}
+
 std::unique_ptr<eval::AnyIndex> make_index(const std::string& name, const Options& o, int head_dim) {
   if (name == "oracle-mass") return eval::make_any_index(index::OracleMass{});
   if (name == "oracle") return eval::make_any_index(index::Oracle{});
   if (name == "dense") return eval::make_any_index(index::Dense{});
   if (name == "quest") return eval::make_any_index(index::Quest{});
   if (name == "mean-key") return eval::make_any_index(index::MeanKey{});
-  if (name == "hierarchical") {
-    index::HierarchicalParams p;
-    p.pages_per_cluster = o.cluster_pages;
-    p.expand = o.expand;
-    p.radius_weight = o.radius_weight;
-    return eval::make_any_index(index::Hierarchical{p});
-  }
+  if (name == "hierarchical") return eval::make_any_index(index::Hierarchical{hierarchical_params(o)});
   if (name == "centroid") {
     index::CentroidParams p;
     p.pages_per_cluster = o.cluster_pages;
@@ -244,10 +251,7 @@ nlohmann::json run_pipeline(const Source& source, const Options& o, const eval::
     std::string path;
     ~Cleanup() { tier::SsdTier::remove_files(path); }
   } cleanup{sp.path};
-  index::HierarchicalParams hp;
-  hp.pages_per_cluster = o.cluster_pages;
-  hp.expand = o.expand;
-  hp.radius_weight = o.radius_weight;
+  const index::HierarchicalParams hp = hierarchical_params(o);
   const int w = o.window == "knapsack" ? 3 : std::stoi(o.window);
   KvManager<index::Hierarchical, eviction::Lookahead, Ssd, Pipeline> kv(c, index::Hierarchical{hp}, eviction::Lookahead{w},
                                                                       Ssd(tier::HostTier{}, tier::SsdTier(sp)));
@@ -441,6 +445,9 @@ int main(int argc, char** argv) {
   app.add_option("--cluster-pages", o.cluster_pages, "hierarchical and centroid: pages per cluster")->check(CLI::Range(1, 1 << 20));
   app.add_option("--expand", o.expand, "hierarchical: expand clusters until they hold this many times the budget");
   app.add_option("--radius-weight", o.radius_weight, "hierarchical: weight of |q| x cluster radius in a centroid's score");
+  app.add_option("--pair-radii", o.pair_radii, "hierarchical: rotary-pair radii per page in a member's score (0: its mean alone)")
+      ->check(CLI::Range(0, 128));
+  app.add_option("--pair-weight", o.pair_weight, "hierarchical: weight of the pair radii in a member's score");
   app.add_option("--json", o.json, "also write the rows as JSON to this file");
   app.add_flag("--trace-stats", o.trace_stats, "print the trace's statistics instead of comparing indices");
   app.add_option("--eviction", o.eviction, "also replay fast-tier caches: all, or a list of: lookahead, lru, lfu, last-step, none");

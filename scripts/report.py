@@ -239,7 +239,7 @@ def main():
     ap.add_argument("--out", default="docs")
     ap.add_argument("--gpu-json", default="")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--longbench-json", default="", help="a kvd-longbench --json file (default: run kvd-longbench --quick)")
+    ap.add_argument("--longbench-json", default="", help="kvd-longbench --json files, comma-separated (default: run kvd-longbench --quick)")
     ap.add_argument("--fidelity-json", default="", help="a kvd-longbench --fidelity --json file (default: a short fidelity run)")
     a = ap.parse_args()
     build = (ROOT / a.build).resolve()
@@ -304,7 +304,7 @@ def main():
     # The real model: kvd-longbench's tasks and fidelity (given, or short runs made here).
     lb, lb_cmd, fid, fid_cmd = None, "", None, ""
     if a.longbench_json:
-        lb = json.loads(Path(a.longbench_json).read_text())
+        lb = real_model.merge([json.loads(Path(f).read_text()) for f in a.longbench_json.split(",")])
         lb_cmd = lb.get("command", "kvd-longbench")
     elif (Path.home() / ".cache/kvdrive/models/SmolLM2-135M-Instruct.Q4_1.gguf").is_file():
         lb, lb_cmd = r.json([bench / "kvd-longbench", "--quick"], "longbench.json", "long-context tasks (quick)")

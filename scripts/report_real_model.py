@@ -3,9 +3,51 @@ SmolLM2-135M-Instruct, as tables and two plots (accuracy against context per ind
 budget). report.py calls section(); the JSON files come from kvd-longbench --json (a full run
 passed with LONGBENCH_JSON= / FIDELITY_JSON=, or the quick runs report.py makes itself)."""
 
+import math
 from collections import defaultdict
 
 import matplotlib.pyplot as plt
+
+
+def _interval95(scores):
+    """kvd-longbench's interval (longbench/stats.hpp): Wilson's for 0/1 scores, else the normal one."""
+    n = len(scores)
+    if n == 0:
+        return 0.0, 0.0, 0.0
+    z, mean = 1.959964, sum(scores) / n
+    if all(x in (0.0, 1.0) for x in scores):
+        z2 = z * z
+        centre = (mean + z2 / (2 * n)) / (1 + z2 / n)
+        half = z / (1 + z2 / n) * math.sqrt(mean * (1 - mean) / n + z2 / (4 * n * n))
+    else:
+        ss = sum((x - mean) ** 2 for x in scores)
+        half = z * math.sqrt(ss / (n - 1) / n) if n > 1 else 1.0
+        centre = mean
+    return mean, max(0.0, centre - half), min(1.0, centre + half)
+
+
+def merge(runs):
+    """Several kvd-longbench --json runs of the same configurations (say 1K-4K with more samples
+    and 8K with fewer) as one: cells side by side, the pooled table recomputed from the samples."""
+    if len(runs) == 1:
+        return runs[0]
+    out = {"command": " && ".join(r.get("command", "kvd-longbench") for r in runs), "cells": [], "samples": [],
+           "failures": sum(r.get("failures", 0) for r in runs)}
+    for r in runs:
+        out["cells"] += r["cells"]
+        out["samples"] += r["samples"]
+    configs = [p["config"] for p in runs[0]["pooled"]]
+    dense_ok = {(c["task"], c["haystack"], c["context"]) for c in out["cells"] if c["config"] == "dense" and c["accuracy"] > 0.5}
+    kept = [s for s in out["samples"] if (s["task"], s["haystack"], s["context"]) in dense_ok]
+    dense = sum(s["configs"]["dense"]["score"] for s in kept) / max(1, len(kept))
+    out["pooled"] = []
+    for cfg in configs:
+        scores = [s["configs"][cfg]["score"] for s in kept]
+        mean, low, high = _interval95(scores)
+        agree = sum(s["configs"][cfg]["score"] == s["configs"]["dense"]["score"] for s in kept) / max(1, len(kept))
+        out["pooled"].append({"config": cfg, "accuracy": mean, "low": low, "high": high, "n": len(kept), "agreement": agree,
+                              "minus_dense": mean - dense})
+    return out
 
 
 def _index_of(config):

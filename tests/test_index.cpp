@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <numeric>
 #include <memory>
 #include <random>
@@ -446,12 +447,12 @@ TEST_CASE("index data is stored in the KV dtype: 16-bit KV halves the bytes; Que
   CHECK(mk.bytes(m16) * 2 == mk.bytes(m32));
 }
 
-TEST_CASE("Hierarchical with one page per cluster selects exactly what MeanKey selects") {
+TEST_CASE("Hierarchical with one page per cluster and no pair radii selects exactly what MeanKey selects") {
   for (DType dt : {DType::f32, DType::f16})
     for (int trial = 0; trial < 3 * test::scale(); ++trial) {
       const int pages = 120, pt = 8, d = 64, group = 4;
       Stream s = make_topic_stream(pages, pt, d, group, 8000 + static_cast<std::uint64_t>(trial));
-      index::Hierarchical hi{index::HierarchicalParams{.pages_per_cluster = 1}};
+      index::Hierarchical hi{index::HierarchicalParams{.pages_per_cluster = 1, .pair_radii = 0}};
       index::MeanKey mk;
       index::Hierarchical::State hs;
       index::MeanKey::State ms;
@@ -467,6 +468,83 @@ TEST_CASE("Hierarchical with one page per cluster selects exactly what MeanKey s
         mk.select(ms, query_for(s, 1, 112, budget), b);
         CHECK(a == b);
       }
+    }
+}
+
+TEST_CASE("pair radii: each page's largest residual per rotary pair, and the pairs where pages are large and spread") {
+  const int pt = 4, d = 8;  // 4 rotary pairs
+  // Page 0: tokens differ only in channel 2 (adjacent pairs: pair 1; halves: pair 2).
+  std::vector<float> keys(static_cast<std::size_t>(pt) * d, 1.0f);
+  for (int t = 0; t < pt; ++t) keys[static_cast<std::size_t>(t) * d + 2] = static_cast<float>(t);  // 0 1 2 3, mean 1.5
+  const index::PageKeys k{keys.data(), 0, 1, pt, d, DType::f32};
+  std::vector<float> mean(d), rho(d / 2);
+  index::page_mean(k, 0, mean.data());
+  index::page_pair_radii(k, 0, mean.data(), index::RotaryPairs::adjacent, rho.data());
+  CHECK(rho == std::vector<float>{0.0f, 1.5f, 0.0f, 0.0f});
+  index::page_pair_radii(k, 0, mean.data(), index::RotaryPairs::halves, rho.data());
+  CHECK(rho == std::vector<float>{0.0f, 0.0f, 1.5f, 0.0f});
+  // Two pages: pair 3 is large but never spread, pair 1 spread but small, pair 2 both.
+  const std::vector<float> means = {0, 0, 0.1f, 0, 2, 0, 9, 0, /**/ 0, 0, 0.1f, 0, 2, 0, 9, 0};
+  const std::vector<float> radii = {0, 4, 3, 0, /**/ 0, 4, 3, 0};
+  CHECK(index::choose_pairs(means.data(), radii.data(), 2, d, 2, index::RotaryPairs::adjacent) == std::vector<std::uint8_t>{2, 1});
+  CHECK_THROWS_AS(index::Hierarchical(index::HierarchicalParams{.pair_weight = -1.0f}), Error);
+  const index::Hierarchical too_many{index::HierarchicalParams{.pair_radii = 5}};
+  CHECK_THROWS_AS(too_many.check(d), Error);
+  CHECK_NOTHROW(too_many.check(2 * d));
+}
+
+TEST_CASE("Hierarchical with pair radii and one page per cluster selects the best pages by q.mean + w sum |q_pair| rho") {
+  for (DType dt : {DType::f32, DType::f16})
+    for (int r : {1, 3}) {
+      const int pages = 90, pt = 8, d = 32, group = 3;
+      Stream s = make_topic_stream(pages, pt, d, group, 5100 + static_cast<std::uint64_t>(r));
+      const index::HierarchicalParams params{.pages_per_cluster = 1, .pair_radii = r, .pair_weight = 0.75f};
+      index::Hierarchical hi{params};
+      index::Hierarchical::State hs;
+      hi.build(hs, {s.keys.data(), 0, 60, pt, d, dt});
+      for (int p = 60; p < pages; ++p) hi.append(hs, {s.keys.data() + static_cast<std::size_t>(p) * pt * d, p, 1, pt, d, dt});
+      REQUIRE(hs.pairs.size() == static_cast<std::size_t>(r));
+      // The reference: every page's summary from its keys, in the index's dtype, each head's
+      // estimate in double, then the GQA rule (Decision 4: max over heads of the estimate less
+      // that head's largest over the candidates) and the top pages, ties to the lower page.
+      const index::PageKeys all{s.keys.data(), 0, pages, pt, d, dt};
+      std::vector<double> est(static_cast<std::size_t>(group) * pages);
+      for (int p = 0; p < pages; ++p) {
+        std::vector<float> mean(d), rho(d / 2);
+        index::page_mean(all, p, mean.data());
+        index::round_to_dtype(dt, mean.data(), mean.size());
+        index::page_pair_radii(all, p, mean.data(), index::RotaryPairs::adjacent, rho.data());
+        index::round_to_dtype(dt, rho.data(), rho.size());
+        for (int h = 0; h < group; ++h) {
+          const float* qh = s.q.data() + static_cast<std::size_t>(h) * d;
+          double e = dot(qh, mean.data(), d);
+          for (std::uint8_t j : hs.pairs) e += 0.75 * std::hypot(qh[2 * j], qh[2 * j + 1]) * rho[j];
+          est[static_cast<std::size_t>(h) * pages + p] = e;
+        }
+      }
+      const int first = 1, end = 85;
+      std::vector<double> gqa(static_cast<std::size_t>(end - first), -1e300);
+      for (int h = 0; h < group; ++h) {
+        const double top = *std::max_element(est.begin() + h * pages + first, est.begin() + h * pages + end);
+        for (int p = first; p < end; ++p) gqa[static_cast<std::size_t>(p - first)] = std::max(gqa[static_cast<std::size_t>(p - first)], est[static_cast<std::size_t>(h) * pages + p] - top);
+      }
+      for (int budget : {1, 6, 20}) {
+        std::vector<std::uint32_t> got, diff;
+        hi.select(hs, query_for(s, first, end, budget), got);
+        const std::vector<std::uint32_t> want = brute_top(gqa, first, budget);
+        std::set_symmetric_difference(got.begin(), got.end(), want.begin(), want.end(), std::back_inserter(diff));
+        INFO(dtype_name(dt) << " pairs " << r << " budget " << budget);
+        CHECK(got.size() == want.size());
+        CHECK(diff.size() <= 2);  // one page swapped at a near-tie (float against double sums)
+      }
+      // Without the radii the same index is the page mean's selection, which differs here.
+      index::Hierarchical plain{index::HierarchicalParams{.pages_per_cluster = 1, .pair_radii = 0}};
+      index::Hierarchical::State ps;
+      plain.build(ps, all);
+      std::vector<std::uint32_t> with, without;
+      hi.select(hs, query_for(s, first, end, 20), with);
+      plain.select(ps, query_for(s, first, end, 20), without);
+      CHECK(with != without);
     }
 }
 
@@ -501,8 +579,11 @@ TEST_CASE("Hierarchical: clusters partition the pages, keep neighbours together,
     }
   }
   for (int p = 0; p < pages; ++p) CHECK(seen[p] == 1);
-  // Bytes: means and centroids (f32 here), two u32 per page, radius and page range per cluster.
-  CHECK(hi.bytes(st) == static_cast<std::size_t>(pages) * (d * 4 + 8) + st.clusters.size() * (d * 4 + 4 + 8));
+  // Bytes: means, pair radii and centroids (f32 here), two u32 per page, radius and page range
+  // per cluster, a byte per chosen pair.
+  const std::size_t r = static_cast<std::size_t>(index::HierarchicalParams{}.pair_radii);
+  REQUIRE(st.pairs.size() == r);
+  CHECK(hi.bytes(st) == static_cast<std::size_t>(pages) * (d * 4 + r * 4 + 8) + st.clusters.size() * (d * 4 + 4 + 8) + r);
 }
 
 TEST_CASE("growing page by page vs building at once: Centroid identical, Hierarchical within tolerance") {

@@ -1,5 +1,5 @@
 // The GPU's two-level Hierarchical selection against the CPU's Hierarchical::select on the same
-// index (f16 and f32, GQA 1 and 4, several budgets and candidate ranges). nvcc contracts the
+// index (f16 and f32, GQA 1 and 4, several budgets and candidate ranges, members with and without pair radii). nvcc contracts the
 // dot products' multiply-adds into FMAs, so pages at a near-tie may differ: at most 2% of a
 // selection (and two pages) may. Exit 77 (skipped) without a GPU.
 #include <algorithm>
@@ -18,12 +18,12 @@ namespace ki = kvdrive::index;
 using kvdrive::DType;
 
 template <class T>
-static int check(DType dtype, int group, std::mt19937& rng) {
+static int check(DType dtype, int group, std::mt19937& rng, const ki::HierarchicalParams& params = {}) {
   const int d = 64, pt = 8;
   const std::vector<int> pages_of = {600, 1500, 40};
   const auto streams = static_cast<int>(pages_of.size());
   std::normal_distribution<float> dist;
-  ki::Hierarchical index;
+  const ki::Hierarchical index(params);
   std::vector<ki::Hierarchical::State> states(static_cast<std::size_t>(streams));
   std::vector<std::vector<float>> qs;
   std::vector<kc::HierarchicalOnDevice<T>> on_device;
@@ -71,6 +71,8 @@ static int check(DType dtype, int group, std::mt19937& rng) {
   p.budget = d_budget.data();
   p.radius_weight = index.params.radius_weight;
   p.expand = index.params.expand;
+  p.pair_weight = index.params.pair_weight;
+  p.rotary = index.params.rotary;
   p.scratch_est = d_est.data();
   p.scratch_count = d_count.data();
   p.scratch_bitmap = d_bitmap.data();
@@ -104,7 +106,7 @@ static int check(DType dtype, int group, std::mt19937& rng) {
     const bool ordered = std::is_sorted(got.begin(), got.end()) && std::adjacent_find(got.begin(), got.end()) == got.end();
     const bool ok = got.size() == want.size() && ordered && diff.size() <= std::max<std::size_t>(2, want.size() / 50);
     bad += !ok;
-    std::printf("hierarchical %s group %d stream %d: %zu pages, %zu differ from the CPU's: %s\n", kvdrive::dtype_name(dtype).data(), group, s,
+    std::printf("hierarchical %s group %d pair radii %d stream %d: %zu pages, %zu differ from the CPU's: %s\n", kvdrive::dtype_name(dtype).data(), group, params.pair_radii, s,
                 got.size(), diff.size() / 2, ok ? "ok" : "MISMATCH");
   }
   return bad;
@@ -120,6 +122,8 @@ int main() {
   for (int group : {1, 4}) {
     bad += check<float>(DType::f32, group, rng);
     bad += check<kvdrive::half>(DType::f16, group, rng);
+    // Members scored with two rotary-pair radii (index::HierarchicalParams::pair_radii).
+    bad += check<kvdrive::half>(DType::f16, group, rng, ki::HierarchicalParams{.pair_radii = 2});
   }
   kc::HierarchicalSelectParams<float> badp;
   badp.streams = 1;

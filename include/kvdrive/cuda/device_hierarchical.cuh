@@ -43,7 +43,9 @@ class DeviceHierarchical {
   struct Mirror {
     std::uint64_t version = ~std::uint64_t{0};
     std::int64_t clusters = 0, members = 0;
-    DeviceBuffer<std::byte> centroids, means;
+    int pair_count = 0;
+    DeviceBuffer<std::byte> centroids, means, radii;
+    DeviceBuffer<std::uint8_t> pairs;
     DeviceBuffer<float> radius;
     DeviceBuffer<std::int64_t> offsets;
     DeviceBuffer<std::uint32_t> pages, cluster;
@@ -51,7 +53,8 @@ class DeviceHierarchical {
     template <class T>
     HierarchicalDeviceIndex<T> view() const {
       return {reinterpret_cast<const T*>(centroids.data()), radius.data(), offsets.data(), pages.data(),
-              reinterpret_cast<const T*>(means.data()), cluster.data(), clusters, members};
+              reinterpret_cast<const T*>(means.data()), cluster.data(), clusters, members,
+              reinterpret_cast<const T*>(radii.data()), pairs.data(), pair_count};
     }
   };
 
@@ -77,7 +80,11 @@ class DeviceHierarchical {
   int device = 0;  ///< the GPU the mirrors live on (the KvManager's fast tier's)
 
   DeviceHierarchical() = default;
-  explicit DeviceHierarchical(const Params& p, int gpu = 0) : params(p), device(gpu) { params.validate(); }
+  explicit DeviceHierarchical(const Params& p, int gpu = 0) : params(p), device(gpu) {
+    params.validate();
+    KVD_EXPECT(params.pair_radii <= kHierarchicalMaxPairs, "DeviceHierarchical: pair_radii {} exceeds the GPU kernel's {}", params.pair_radii,
+               kHierarchicalMaxPairs);
+  }
 
   static constexpr std::string_view name() { return "hierarchical-gpu"; }
 
@@ -92,6 +99,7 @@ class DeviceHierarchical {
     ++s.version;
   }
   std::size_t bytes(const State& s) const { return host().bytes(s.host); }
+  void check(int head_dim) const { host().check(head_dim); }
 
   /// One stream, on the host (index::Hierarchical::select).
   void select(const State& s, const index::IndexQuery& q, std::vector<std::uint32_t>& out) const { host().select(s.host, q, out); }
@@ -159,9 +167,12 @@ class DeviceHierarchical {
     put(m.offsets, f.member_offsets);
     put(m.pages, f.member_pages);
     put(m.cluster, f.member_cluster);
+    put(m.radii, f.member_radii);
+    put(m.pairs, f.pairs);
     KVD_CUDA_CHECK(cudaStreamSynchronize(stream));  // f's host arrays die here
     m.clusters = f.clusters();
     m.members = f.members();
+    m.pair_count = static_cast<int>(f.pairs.size());
     m.version = s.version;
   }
 
@@ -259,6 +270,8 @@ class DeviceHierarchical {
     p.budget = sc.budget.data();
     p.radius_weight = params.radius_weight;
     p.expand = params.expand;
+    p.pair_weight = params.pair_weight;
+    p.rotary = params.rotary;
     p.scratch_est = sc.est.data();
     p.scratch_count = sc.count.data();
     p.scratch_bitmap = sc.bitmap.data();

@@ -44,6 +44,9 @@ struct HierarchicalDeviceIndex {
   const T* member_means = nullptr;
   const std::uint32_t* member_cluster = nullptr;
   std::int64_t clusters = 0, members = 0;
+  const T* member_radii = nullptr;      ///< [members][pair_count]
+  const std::uint8_t* pairs = nullptr;  ///< [pair_count]
+  int pair_count = 0;
 };
 
 /// One stream's flat index in device memory (T: the KV dtype the index stores).
@@ -53,6 +56,8 @@ class HierarchicalOnDevice {
   explicit HierarchicalOnDevice(const index::HierarchicalFlat& f)
       : centroids_(as_span(checked(f).centroids)),
         means_(as_span(f.member_means)),
+        radii_(as_span(f.member_radii)),
+        pairs_(std::span<const std::uint8_t>(f.pairs)),
         radius_(std::span<const float>(f.radius)),
         offsets_(std::span<const std::int64_t>(f.member_offsets)),
         pages_(std::span<const std::uint32_t>(f.member_pages)),
@@ -61,7 +66,8 @@ class HierarchicalOnDevice {
         members_(f.members()) {}
 
   HierarchicalDeviceIndex<T> view() const {
-    return {centroids_.data(), radius_.data(), offsets_.data(), pages_.data(), means_.data(), cluster_.data(), clusters_, members_};
+    return {centroids_.data(), radius_.data(), offsets_.data(), pages_.data(), means_.data(), cluster_.data(), clusters_, members_,
+            radii_.data(), pairs_.data(), static_cast<int>(pairs_.size())};
   }
 
  private:
@@ -72,7 +78,8 @@ class HierarchicalOnDevice {
   static std::span<const T> as_span(const std::vector<std::byte>& bytes) {
     return {reinterpret_cast<const T*>(bytes.data()), bytes.size() / sizeof(T)};
   }
-  DeviceBuffer<T> centroids_, means_;
+  DeviceBuffer<T> centroids_, means_, radii_;
+  DeviceBuffer<std::uint8_t> pairs_;
   DeviceBuffer<float> radius_;
   DeviceBuffer<std::int64_t> offsets_;
   DeviceBuffer<std::uint32_t> pages_, cluster_;
@@ -87,7 +94,9 @@ struct HierarchicalSelectParams {
   const std::int64_t* end_candidate = nullptr;        ///< [streams]
   const std::int64_t* budget = nullptr;               ///< [streams]: pages to select
   float radius_weight = 0.5f;
-  double expand = 4.0;
+  double expand = 8.0;
+  float pair_weight = 0.75f;                             ///< members' pair radii (index::HierarchicalParams)
+  index::RotaryPairs rotary = index::RotaryPairs::adjacent;
   /// Scratch per stream: estimates [group][scratch_stride] with scratch_stride >= clusters +
   /// members of every stream, counts [scratch_stride] (each cluster's candidates, then each
   /// member's take flag), and a page bitmap of bitmap_words 32-bit words (>= end_candidate / 32 + 1).
@@ -114,6 +123,7 @@ KVD_HOST_DEVICE std::int64_t lower_bound_page(const std::uint32_t* pages, std::i
 
 inline constexpr int kHierarchicalThreads = 256;
 inline constexpr int kHierarchicalMaxGroup = 64;
+inline constexpr int kHierarchicalMaxPairs = 8;  ///< pair radii per member the kernel scores
 
 
 namespace detail {
@@ -127,6 +137,7 @@ struct HierarchicalShared {
     OrderScan<kHierarchicalThreads>::TempStorage scan;
   } temp;
   float reach[kHierarchicalMaxGroup], head_max[kHierarchicalMaxGroup];
+  float qpair[kHierarchicalMaxGroup * kHierarchicalMaxPairs];  // |q_pair| per head and chosen pair
   unsigned long long hist[256];
   std::uint64_t prefix;
   unsigned long long left, total;
@@ -173,13 +184,14 @@ struct HierarchicalBlock {
   }
   __device__ unsigned long long member_weight(std::int64_t m) const { return count[ix.clusters + m]; }
 
-  /// Each head's reach, and the page bitmap cleared.
-  __device__ void prepare(float radius_weight, std::int64_t bitmap_words) {
-    const int d = head_dim;
+  /// Each head's reach and |q_pair| on the stream's pairs, and the page bitmap cleared.
+  __device__ void prepare(float radius_weight, index::RotaryPairs rotary, std::int64_t bitmap_words) {
+    const int d = head_dim, pairs = min(ix.pair_count, kHierarchicalMaxPairs);
     for (int h = threadIdx.x; h < group; h += blockDim.x) {
       float norm = 0;
       for (int j = 0; j < d; ++j) norm += q[h * d + j] * q[h * d + j];
       sh.reach[h] = radius_weight * sqrtf(norm);
+      for (int i = 0; i < pairs; ++i) sh.qpair[h * kHierarchicalMaxPairs + i] = index::pair_norm(q + h * d, rotary, ix.pairs[i], d);
     }
     for (std::int64_t w = threadIdx.x; w < bitmap_words; w += blockDim.x) bitmap[w] = 0;
     __syncthreads();
@@ -205,15 +217,18 @@ struct HierarchicalBlock {
 
   /// Level 2: the candidate members of the clusters at or above `cut`, scored per head (NaN marks
   /// the rest); returns how many there are.
-  __device__ unsigned long long score_members(std::uint64_t cut) {
-    const int d = head_dim;
+  __device__ unsigned long long score_members(std::uint64_t cut, float pair_weight) {
+    const int d = head_dim, pairs = min(ix.pair_count, kHierarchicalMaxPairs);
     unsigned long long valid = 0;
     for (std::int64_t m = threadIdx.x; m < ix.members; m += blockDim.x) {
       const std::uint32_t c = ix.member_cluster[m], page = ix.member_pages[m];
       const bool take = count[c] > 0 && cluster_key(c) >= cut && page >= first && page < end;
       count[ix.clusters + m] = take;  // the member's weight in the top-k below
       valid += take;
-      for (int h = 0; h < group; ++h) est2[h * stride + m] = take ? index::row_dot(q + h * d, ix.member_means + m * d, d) : NAN;
+      for (int h = 0; h < group; ++h)
+        est2[h * stride + m] = take ? index::row_dot(q + h * d, ix.member_means + m * d, d) +
+                                          index::pair_bonus(sh.qpair + h * kHierarchicalMaxPairs, ix.member_radii + m * pairs, pairs, pair_weight)
+                                    : NAN;
     }
     const unsigned long long members = cub::BlockReduce<unsigned long long, kHierarchicalThreads>(sh.temp.count).Sum(valid);
     if (threadIdx.x == 0) sh.total = members;
@@ -246,10 +261,10 @@ __global__ void __launch_bounds__(kHierarchicalThreads) HierarchicalSelectKernel
   __shared__ detail::HierarchicalShared sh;
   const int s = blockIdx.x;
   detail::HierarchicalBlock<T> block(p, s, sh);
-  block.prepare(p.radius_weight, p.bitmap_words);
+  block.prepare(p.radius_weight, p.rotary, p.bitmap_words);
   const std::int64_t budget = max(p.budget[s], std::int64_t{0});
   const std::uint64_t cut = block.choose_clusters(static_cast<unsigned long long>(ceil(p.expand * static_cast<double>(budget))));
-  const auto members = static_cast<std::int64_t>(block.score_members(cut));
+  const auto members = static_cast<std::int64_t>(block.score_members(cut, p.pair_weight));
   const auto k = static_cast<unsigned long long>(min(min(budget, members), static_cast<std::int64_t>(p.max_k)));
   if (k > 0) block.write_best(k);
   if (threadIdx.x == 0 && p.out_count) p.out_count[s] = static_cast<int>(k);
@@ -259,7 +274,8 @@ __global__ void __launch_bounds__(kHierarchicalThreads) HierarchicalSelectKernel
 template <class T>
 cudaError_t hierarchical_select(const HierarchicalSelectParams<T>& p, cudaStream_t stream = nullptr) {
   if (p.streams < 0 || p.group < 1 || p.group > kHierarchicalMaxGroup || p.head_dim < 1 || p.max_k < 0) return cudaErrorInvalidValue;
-  if (!(p.expand >= 1.0) || !std::isfinite(p.expand) || !(p.radius_weight >= 0.0f) || !std::isfinite(p.radius_weight))
+  if (!(p.expand >= 1.0) || !std::isfinite(p.expand) || !(p.radius_weight >= 0.0f) || !std::isfinite(p.radius_weight) ||
+      !(p.pair_weight >= 0.0f) || !std::isfinite(p.pair_weight))
     return cudaErrorInvalidValue;
   if (p.streams == 0) return cudaSuccess;
   if (!p.index || !p.q || !p.first_candidate || !p.end_candidate || !p.budget || !p.scratch_est || !p.scratch_count ||

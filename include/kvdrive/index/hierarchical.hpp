@@ -6,7 +6,9 @@
 //      (the largest distance from the centroid to a member mean), so the score bounds q . m for
 //      every member m when radius_weight is 1; rank clusters by the GQA rule (Decision 4);
 //   2. expand the best clusters until they hold expand x budget pages, score their members'
-//      means, and keep the top pages (GQA rule) within the budget.
+//      means, and keep the top pages (GQA rule) within the budget. With pair_radii > 0 a member
+//      scores q . mean + pair_weight x sum_j |q_pair_j| rho_j over the stream's chosen rotary
+//      pairs (pair_radii.hpp), which keeps the single dominant tokens a mean dilutes.
 // Growth: pages sealed during decode join the cluster with the nearest centroid, and a cluster
 // that grows past split_factor x pages_per_cluster splits in two (with one page per cluster,
 // every page is a cluster of its own, and the index selects exactly what MeanKey selects). When
@@ -16,7 +18,8 @@
 // Stored (KV dtype unless noted): member means (head_dim elements per page) kept per cluster,
 // contiguous, so expanding a cluster streams one block; member page ids and cluster_of(page)
 // (u32 each, 8 bytes per page); per cluster a centroid (head_dim elements), a float radius and
-// its lowest and highest page id. cluster_of() serves the SSD layout (pages of a cluster are
+// its lowest and highest page id; with pair_radii, pair_radii values per member (KV dtype) and
+// the stream's chosen pairs (one byte each), fixed from its first pages. cluster_of() serves the SSD layout (pages of a cluster are
 // stored together).
 #pragma once
 
@@ -32,6 +35,7 @@
 #include "kvdrive/index/clustering.hpp"
 #include "kvdrive/index/concept.hpp"
 #include "kvdrive/index/page_summary.hpp"
+#include "kvdrive/index/pair_radii.hpp"
 #include "kvdrive/index/row_store.hpp"
 #include "kvdrive/index/scoring.hpp"
 #include "kvdrive/index/selection.hpp"
@@ -40,11 +44,14 @@ namespace kvdrive::index {
 
 struct HierarchicalParams {
   int pages_per_cluster = 16;  ///< cluster size at a full clustering
-  double expand = 4.0;         ///< expand clusters until they hold expand x budget pages
+  double expand = 8.0;         ///< expand clusters until they hold expand x budget pages
   float radius_weight = 0.5f;  ///< weight of |q| x radius in a centroid's score (0: centroid only)
   int neighbourhood = 2;       ///< a page may move to clusters up to this many runs away
   int iterations = 4;          ///< k-means iterations of a full clustering
   int split_factor = 2;        ///< a cluster splits past split_factor x pages_per_cluster pages
+  int pair_radii = 2;          ///< rotary-pair radii per page in a member's score (0: its mean alone)
+  float pair_weight = 0.75f;   ///< weight of sum_j |q_pair_j| rho_j in a member's score
+  RotaryPairs rotary = RotaryPairs::adjacent;  ///< how the keys' channels pair under RoPE
 
   void validate() const {
     KVD_EXPECT(pages_per_cluster >= 1 && pages_per_cluster <= (1 << 20),
@@ -55,6 +62,9 @@ struct HierarchicalParams {
     KVD_EXPECT(neighbourhood >= 0, "Hierarchical: neighbourhood is {}, expected >= 0", neighbourhood);
     KVD_EXPECT(iterations >= 0 && iterations <= 100, "Hierarchical: iterations is {}, expected 0..100", iterations);
     KVD_EXPECT(split_factor >= 2, "Hierarchical: split_factor is {}, expected >= 2", split_factor);
+    KVD_EXPECT(pair_radii >= 0 && pair_radii <= 128, "Hierarchical: pair_radii is {}, expected 0..128", pair_radii);
+    KVD_EXPECT(pair_weight >= 0.0f && std::isfinite(pair_weight), "Hierarchical: pair_weight is {}, expected a finite value >= 0",
+               pair_weight);
   }
 };
 
@@ -64,6 +74,7 @@ struct Hierarchical {
   struct Cluster {
     std::vector<std::uint32_t> pages;  ///< member page ids, ascending
     std::vector<std::byte> means;      ///< member means [members][head_dim], in the KV dtype
+    std::vector<std::byte> radii;      ///< member rotary-pair radii [members][pairs], in the KV dtype
     std::uint32_t min_page = 0, max_page = 0;
   };
 
@@ -76,6 +87,7 @@ struct Hierarchical {
     std::vector<std::byte> centroids;    ///< [clusters][head_dim], in the KV dtype
     std::vector<float> radius;           ///< per cluster
     std::vector<std::uint32_t> cluster_of;  ///< per page
+    std::vector<std::uint8_t> pairs;        ///< the rotary pairs members are scored on (pair_radii)
   };
 
   Params params;
@@ -84,6 +96,12 @@ struct Hierarchical {
   explicit Hierarchical(const Params& p) : params(p) { params.validate(); }
 
   static constexpr std::string_view name() { return "hierarchical"; }
+
+  /// KvManager's check at construction: the pair radii fit the head's rotary pairs.
+  void check(int head_dim) const {
+    KVD_EXPECT(params.pair_radii <= head_dim / 2, "Hierarchical: pair_radii {} exceeds the {} rotary pairs of a {}-dimensional head",
+               params.pair_radii, head_dim / 2, head_dim);
+  }
 
   /// The cluster that holds page p (p < pages indexed).
   static std::uint32_t cluster_of(const State& s, std::uint32_t p) { return s.cluster_of[p]; }
@@ -102,22 +120,27 @@ struct Hierarchical {
     for (std::int64_t p = 0; p < k.pages; ++p) page_mean(k, p, fresh.data() + static_cast<std::size_t>(p) * d);
     // Means are kept in the KV dtype; cluster on the values the index actually stores.
     round_to_dtype(s.dtype, fresh.data(), fresh.size());
+    const std::vector<float> fresh_radii = pair_radii_of(s, k, fresh);
+    const std::size_t r = s.pairs.size();
     // Chunks (prefill) re-cluster everything once the index has doubled since its last full
     // clustering; single pages (decode) only join and split, so a decode step never stalls on a
     // full clustering of a long stream.
     if (s.clusters.empty() || (k.pages > 1 && s.pages + k.pages >= 2 * s.clustered_at)) {
-      std::vector<float> all = means_in_page_order(s);
+      std::vector<float> all = means_in_page_order(s), all_radii = radii_in_page_order(s);
       all.insert(all.end(), fresh.begin(), fresh.end());
-      recluster(s, all);
+      all_radii.insert(all_radii.end(), fresh_radii.begin(), fresh_radii.end());
+      recluster(s, all, all_radii);
       return;
     }
-    for (std::int64_t p = 0; p < k.pages; ++p) join_nearest(s, fresh.data() + static_cast<std::size_t>(p) * d);
+    for (std::int64_t p = 0; p < k.pages; ++p)
+      join_nearest(s, fresh.data() + static_cast<std::size_t>(p) * d, fresh_radii.data() + static_cast<std::size_t>(p) * r);
   }
 
   std::size_t bytes(const State& s) const {
     std::size_t b = s.cluster_of.size() * sizeof(std::uint32_t) + s.centroids.size() + s.radius.size() * sizeof(float);
-    for (const Cluster& c : s.clusters) b += c.pages.size() * sizeof(std::uint32_t) + c.means.size() + 2 * sizeof(std::uint32_t);
-    return b;
+    for (const Cluster& c : s.clusters)
+      b += c.pages.size() * sizeof(std::uint32_t) + c.means.size() + c.radii.size() + 2 * sizeof(std::uint32_t);
+    return b + s.pairs.size();
   }
 
   void select(const State& s, const IndexQuery& q, std::vector<std::uint32_t>& out) const {
@@ -141,6 +164,7 @@ struct Hierarchical {
     std::vector<float> cest, est, cscore;  ///< level 1: per centroid, per eligible cluster
     std::vector<std::uint32_t> order;     ///< eligible clusters, best first
     std::vector<float> pest, pscore;      ///< level 2: per member of the expanded clusters
+    std::vector<float> qpair;             ///< |q_pair| per head and chosen pair (pair_radii)
     std::vector<std::uint32_t> ids;       ///< their page ids
   };
   static SelectScratch& select_scratch() {
@@ -208,8 +232,46 @@ struct Hierarchical {
         w.ids.insert(w.ids.end(), c.pages.begin() + sp.first, c.pages.begin() + sp.last);
       }
     });
+    if (!s.pairs.empty()) add_pair_bonus(s, q, take, members, w);
     w.pscore.resize(members);
     gqa_scores(w.pest.data(), g, members, w.pscore.data());
+  }
+
+  /// pair_radii: each expanded member's estimate gains pair_weight x sum_j |q_pair_j| rho_j.
+  void add_pair_bonus(const State& s, const IndexQuery& q, std::size_t take, std::size_t members, SelectScratch& w) const {
+    const int g = q.group, d = q.head_dim, r = static_cast<int>(s.pairs.size());
+    w.qpair.resize(static_cast<std::size_t>(g) * r);
+    for (int h = 0; h < g; ++h)
+      for (int i = 0; i < r; ++i) w.qpair[static_cast<std::size_t>(h * r + i)] = pair_norm(q.q + static_cast<std::size_t>(h) * d, params.rotary, s.pairs[static_cast<std::size_t>(i)], d);
+    dispatch_dtype(s.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      std::size_t m = 0;
+      for (std::size_t i = 0; i < take; ++i) {
+        const Span& sp = w.eligible[w.order[i]];
+        const T* radii = reinterpret_cast<const T*>(s.clusters[sp.cluster].radii.data());
+        for (std::uint32_t j = sp.first; j < sp.last; ++j, ++m)
+          for (int h = 0; h < g; ++h)
+            w.pest[static_cast<std::size_t>(h) * members + m] +=
+                pair_bonus(w.qpair.data() + static_cast<std::size_t>(h * r), radii + static_cast<std::size_t>(j) * r, r, params.pair_weight);
+      }
+    });
+  }
+
+  /// pair_radii: the fresh pages' radii on the stream's pairs [pages][pairs], in the KV dtype's
+  /// values; the stream's pairs are chosen from its first pages.
+  std::vector<float> pair_radii_of(State& s, const PageKeys& k, const std::vector<float>& means) const {
+    if (params.pair_radii == 0) return {};
+    const int d = s.head_dim, all = d / 2;
+    std::vector<float> rho(static_cast<std::size_t>(k.pages) * all);
+    for (std::int64_t p = 0; p < k.pages; ++p)
+      page_pair_radii(k, p, means.data() + static_cast<std::size_t>(p) * d, params.rotary, rho.data() + static_cast<std::size_t>(p) * all);
+    if (s.pairs.empty()) s.pairs = choose_pairs(means.data(), rho.data(), k.pages, d, params.pair_radii, params.rotary);
+    const std::size_t r = s.pairs.size();
+    std::vector<float> out(static_cast<std::size_t>(k.pages) * r);
+    for (std::int64_t p = 0; p < k.pages; ++p)
+      for (std::size_t i = 0; i < r; ++i) out[static_cast<std::size_t>(p) * r + i] = rho[static_cast<std::size_t>(p) * all + s.pairs[i]];
+    round_to_dtype(s.dtype, out.data(), out.size());
+    return out;
   }
 
   /// Every page's mean as float, in page order.
@@ -222,8 +284,26 @@ struct Hierarchical {
     return all;
   }
 
+  /// Every page's pair radii as float, in page order (empty without pair_radii).
+  static std::vector<float> radii_in_page_order(const State& s) {
+    const std::size_t r = s.pairs.size(), row = r * dtype_size(s.dtype);
+    std::vector<float> all(static_cast<std::size_t>(s.pages) * r);
+    if (r == 0) return all;
+    for (const Cluster& c : s.clusters)
+      for (std::size_t j = 0; j < c.pages.size(); ++j) load_row(s.dtype, c.radii.data() + j * row, all.data() + c.pages[j] * r, r);
+    return all;
+  }
+
+  /// Appends one member's radii (r values) to cluster c.
+  static void push_radii(const State& s, Cluster& c, const float* radii) {
+    const std::size_t r = s.pairs.size(), at = c.radii.size();
+    if (r == 0) return;
+    c.radii.resize(at + r * dtype_size(s.dtype));
+    store_row(s.dtype, radii, c.radii.data() + at, r);
+  }
+
   /// A full clustering of every page: runs of pages_per_cluster pages, then local k-means.
-  void recluster(State& s, const std::vector<float>& means) const {
+  void recluster(State& s, const std::vector<float>& means, const std::vector<float>& radii) const {
     const int d = s.head_dim;
     const auto n = static_cast<std::int64_t>(means.size() / static_cast<std::size_t>(d));
     const std::int64_t cpc = params.pages_per_cluster;
@@ -249,6 +329,7 @@ struct Hierarchical {
       const std::size_t at = c.means.size();
       c.means.resize(at + row);
       store_row(s.dtype, means.data() + static_cast<std::size_t>(p) * d, c.means.data() + at, static_cast<std::size_t>(d));
+      push_radii(s, c, radii.data() + static_cast<std::size_t>(p) * s.pairs.size());
     }
     s.centroids.assign(static_cast<std::size_t>(k) * row, std::byte{});
     s.radius.assign(static_cast<std::size_t>(k), 0.0f);
@@ -285,7 +366,7 @@ struct Hierarchical {
 
   /// A new page (the next page id) joins the cluster with the nearest centroid; with one page
   /// per cluster it is a cluster of its own.
-  void join_nearest(State& s, const float* mean) const {
+  void join_nearest(State& s, const float* mean, const float* radii) const {
     const auto d = static_cast<std::size_t>(s.head_dim);
     const std::size_t row = d * dtype_size(s.dtype);
     if (params.pages_per_cluster == 1) {
@@ -294,6 +375,7 @@ struct Hierarchical {
       cl.pages.push_back(static_cast<std::uint32_t>(s.pages++));
       cl.means.resize(row);
       store_row(s.dtype, mean, cl.means.data(), d);
+      push_radii(s, cl, radii);
       s.centroids.resize(s.centroids.size() + row);
       s.radius.push_back(0.0f);
       s.cluster_of.push_back(c);
@@ -314,6 +396,7 @@ struct Hierarchical {
     const std::size_t at = cl.means.size();
     cl.means.resize(at + row);
     store_row(s.dtype, mean, cl.means.data() + at, d);
+    push_radii(s, cl, radii);
     s.cluster_of.push_back(best);
     refresh(s, best);
     if (too_big(cl)) split(s, best);
@@ -324,7 +407,7 @@ struct Hierarchical {
     const auto d = static_cast<std::size_t>(s.head_dim);
     const std::size_t row = d * dtype_size(s.dtype);
     Cluster old = std::move(s.clusters[c]);
-    const std::size_t n = old.pages.size();
+    const std::size_t n = old.pages.size(), rrow = s.pairs.size() * dtype_size(s.dtype);
     std::vector<float> m(n * d);
     load_row(s.dtype, old.means.data(), m.data(), n * d);
     std::vector<std::uint32_t> assign(n);
@@ -339,6 +422,8 @@ struct Hierarchical {
       h.pages.push_back(old.pages[j]);
       h.means.insert(h.means.end(), old.means.begin() + static_cast<std::ptrdiff_t>(j * row),
                      old.means.begin() + static_cast<std::ptrdiff_t>((j + 1) * row));
+      h.radii.insert(h.radii.end(), old.radii.begin() + static_cast<std::ptrdiff_t>(j * rrow),
+                     old.radii.begin() + static_cast<std::ptrdiff_t>((j + 1) * rrow));
       s.cluster_of[old.pages[j]] = assign[j] == 0 ? c : fresh;
     }
     s.clusters[c] = std::move(halves[0]);

@@ -1,7 +1,8 @@
 // HierarchicalFlat: one stream's Hierarchical index as flat arrays, the layout the GPU's
 // two-level selection reads (cuda/hierarchical.cuh uploads it): the centroids and radii, then
 // the members of every cluster in cluster order, each with its page id, its mean (in the KV
-// dtype's bytes) and its cluster, with CSR offsets per cluster.
+// dtype's bytes) and its cluster, with CSR offsets per cluster; with pair radii, each member's
+// radii and the stream's pairs.
 #pragma once
 
 #include <cstddef>
@@ -22,6 +23,8 @@ struct HierarchicalFlat {
   std::vector<std::uint32_t> member_pages;    ///< [members], ascending within a cluster
   std::vector<std::byte> member_means;        ///< [members][head_dim]
   std::vector<std::uint32_t> member_cluster;  ///< [members]
+  std::vector<std::byte> member_radii;        ///< [members][pairs] (empty without pair radii)
+  std::vector<std::uint8_t> pairs;            ///< the rotary pairs the radii are of
 
   std::int64_t clusters() const { return static_cast<std::int64_t>(radius.size()); }
   std::int64_t members() const { return static_cast<std::int64_t>(member_pages.size()); }
@@ -34,11 +37,13 @@ inline HierarchicalFlat flatten(const Hierarchical::State& s) {
   f.head_dim = s.head_dim;
   f.centroids = s.centroids;
   f.radius = s.radius;
+  f.pairs = s.pairs;
   f.member_offsets.push_back(0);
   for (std::size_t c = 0; c < s.clusters.size(); ++c) {
     const Hierarchical::Cluster& cl = s.clusters[c];
     f.member_pages.insert(f.member_pages.end(), cl.pages.begin(), cl.pages.end());
     f.member_means.insert(f.member_means.end(), cl.means.begin(), cl.means.end());
+    f.member_radii.insert(f.member_radii.end(), cl.radii.begin(), cl.radii.end());
     f.member_cluster.insert(f.member_cluster.end(), cl.pages.size(), static_cast<std::uint32_t>(c));
     f.member_offsets.push_back(static_cast<std::int64_t>(f.member_pages.size()));
   }
