@@ -5,28 +5,7 @@
 import numpy as np, sys, json, math, time, os
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from load import load, OUT
-f16 = lambda x: np.asarray(x, np.float32).astype(np.float16).astype(np.float32)
-PT, SINK, LOCAL, D, G = 8, 4, 64, 64, 3
-SCALE = 1.0 / 8.0
-BUDGETS = [0.0625, 0.015625]
-
-def page_ranges(n):
-    pages = (n + PT - 1) // PT
-    sink_end = min((SINK + PT - 1) // PT, pages)
-    lb = (n - LOCAL if n > LOCAL else 0) // PT
-    lb = min(lb, (n - 1) // PT)
-    return sink_end, max(lb, sink_end), pages
-
-def pages_for(f, c):
-    if c <= 0: return 0
-    w = int(math.ceil(f * c - 1e-9)); return max(1, min(w, c))
-
-def gqa(est):  # est [G][n] -> [n]  (Decision 4: max_h est_h - max est_h)
-    return (est - est.max(axis=1, keepdims=True)).max(axis=0)
-
-def topk(score, ids, k):  # k best, ties to lower page id
-    o = np.lexsort((ids, -score))
-    return np.sort(ids[o[:k]])
+from analyze import f16, PT, SINK, LOCAL, D, G, SCALE, BUDGETS, page_ranges, pages_for, gqa, topk  # kvd-eval's rules
 
 OLD = (np.arange(32), np.arange(32) + 32)          # (i, i+32): NOT rotary pairs here
 ROT = (np.arange(32) * 2, np.arange(32) * 2 + 1)    # interleaved RoPE pairs (2j, 2j+1)
