@@ -68,6 +68,7 @@ struct Options {
   float radius_weight = index::HierarchicalParams{}.radius_weight;
   int pair_radii = index::HierarchicalParams{}.pair_radii;
   float pair_weight = index::HierarchicalParams{}.pair_weight;
+  std::string rotary = "adjacent";  ///< adjacent (GGUF, llama2.c) or halves (Hugging Face): the keys' RoPE pairs
   // cache replay
   std::string eviction;           ///< empty: no cache evaluation
   std::string window = "3";       ///< W, or "knapsack"
@@ -99,6 +100,7 @@ index::HierarchicalParams hierarchical_params(const Options& o) {
   p.radius_weight = o.radius_weight;
   p.pair_radii = o.pair_radii;
   p.pair_weight = o.pair_weight;
+  p.rotary = o.rotary == "halves" ? index::RotaryPairs::halves : index::RotaryPairs::adjacent;
   return p;
 }
 
@@ -448,6 +450,8 @@ int main(int argc, char** argv) {
   app.add_option("--pair-radii", o.pair_radii, "hierarchical: rotary-pair radii per page in a member's score (0: its mean alone)")
       ->check(CLI::Range(0, 128));
   app.add_option("--pair-weight", o.pair_weight, "hierarchical: weight of the pair radii in a member's score");
+  app.add_option("--rotary", o.rotary, "hierarchical: the channel pairs RoPE rotated in the trace's keys: adjacent (GGUF and llama2.c models) or halves (Hugging Face models)")
+      ->check(CLI::IsMember({"adjacent", "halves"}));
   app.add_option("--json", o.json, "also write the rows as JSON to this file");
   app.add_flag("--trace-stats", o.trace_stats, "print the trace's statistics instead of comparing indices");
   app.add_option("--eviction", o.eviction, "also replay fast-tier caches: all, or a list of: lookahead, lru, lfu, last-step, none");

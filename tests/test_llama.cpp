@@ -186,6 +186,31 @@ TEST_CASE("RoPE: both layouts and Llama-3 scaling against a direct computation")
     }
 }
 
+TEST_CASE("index_for: Hierarchical's rotary pairs are the ones the model's RoPE rotates together") {
+  // RoPE turns each pair of channels it rotates together by an angle, so the norm of every such
+  // pair of a query is the same at every position: that holds for the index's pairs only when
+  // they follow the model's layout.
+  const int d = 16;
+  const auto x = test::random_floats(d, 9);
+  for (RopeLayout layout : {RopeLayout::interleaved, RopeLayout::half}) {
+    LlamaConfig c;
+    c.rope_layout = layout;
+    const index::Hierarchical h = index_for<index::Hierarchical>(c);
+    CHECK(h.params.rotary == (layout == RopeLayout::half ? index::RotaryPairs::halves : index::RotaryPairs::adjacent));
+    const Rope rope(d, 10000.0, layout);
+    std::vector<float> y(x);
+    rope.rotate(y.data(), 1, 1234);
+    for (int j = 0; j < d / 2; ++j)
+      CHECK(index::pair_norm(y.data(), h.params.rotary, j, d) == doctest::Approx(index::pair_norm(x.data(), h.params.rotary, j, d)).epsilon(1e-5));
+    // The other layout's pairs are not preserved.
+    const auto other = h.params.rotary == index::RotaryPairs::halves ? index::RotaryPairs::adjacent : index::RotaryPairs::halves;
+    double moved = 0;
+    for (int j = 0; j < d / 2; ++j) moved += std::abs(index::pair_norm(y.data(), other, j, d) - index::pair_norm(x.data(), other, j, d));
+    CHECK(moved > 1e-2);
+  }
+  [[maybe_unused]] const index::Quest quest = index_for<index::Quest>(LlamaConfig{});  // indices without pairs: default
+}
+
 TEST_CASE("llama2.c loader: malformed checkpoints give clear errors") {
   const auto dir = std::filesystem::temp_directory_path() / "kvd_test_llama2c";
   std::filesystem::create_directories(dir);

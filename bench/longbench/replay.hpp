@@ -144,7 +144,7 @@ Replay replay(const ReplayContext& cx, const ConfigSpec& c, const llama::Prefill
     plan = llama::plan_tiers(o, cfg, context);
   }
   using Manager = KvManager<Index, eviction::Lookahead, TierList>;
-  Manager kv(cfg, {}, eviction::Lookahead{plan.window}, llama::make_tiers<TierList>(o, plan), {}, backend::Cpu({o.threads}));
+  Manager kv(cfg, llama::index_for<Index>(cx.model->config), eviction::Lookahead{plan.window}, llama::make_tiers<TierList>(o, plan), {}, backend::Cpu({o.threads}));
   llama::Decoder<Manager> dec(*cx.model, kv, *cx.pool, snap.chunk);
   if constexpr (TierList::kCount > 1) dec.warm_up_after_prefill(static_cast<int>(std::min<std::int64_t>(o.warm_up, snap.observed)));
   const std::vector<float>& first = dec.prefill_from(snap);

@@ -281,6 +281,21 @@ inline Config manager_config(const RunOptions& o, const LlamaConfig& c) {
   return cfg;
 }
 
+/// The run's index, with the parameters that depend on the model set from it: Hierarchical's
+/// pair radii are taken over the channel pairs the model's RoPE rotates together (adjacent
+/// channels in GGUF and llama2.c files, the two halves of the head in Hugging Face checkpoints).
+/// Other indices are default-constructed.
+template <class Index>
+Index index_for(const LlamaConfig& c) {
+  if constexpr (requires(typename Index::Params p) { p.rotary = index::RotaryPairs::adjacent; }) {
+    typename Index::Params p;
+    p.rotary = c.rope_layout == RopeLayout::half ? index::RotaryPairs::halves : index::RotaryPairs::adjacent;
+    return Index(p);
+  } else {
+    return Index{};
+  }
+}
+
 /// --tokenizer's file, else the model's own (GGUF), else none.
 inline std::optional<Tokenizer> make_tokenizer(const RunOptions& o, const Model& model) {
   std::optional<Tokenizer> t;
@@ -531,7 +546,7 @@ int run(const RunOptions& o, const Model& model, ThreadPool& pool, Backend backe
   using Manager = KvManager<Index, eviction::Lookahead, TierList, Pipeline, Backend, Remote>;
   PrefixShare<Remote>::check(o);
   PrefixShare<Remote> share;  // outlives kv
-  Manager kv(cfg, {}, eviction::Lookahead{plan.window}, make_tiers<TierList>(o, plan), {}, std::move(backend));
+  Manager kv(cfg, index_for<Index>(model.config), eviction::Lookahead{plan.window}, make_tiers<TierList>(o, plan), {}, std::move(backend));
   share.connect(o, model, kv, in.ids);
   Decoder<Manager, Linear> decoder(model, kv, pool, o.prefill_chunk, share.digest);
   if constexpr (tiered) set_up_tiered<Index, Pipeline>(o, plan, kv, decoder);
