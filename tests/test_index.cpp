@@ -141,6 +141,23 @@ TEST_CASE("top_pages: best scores, ties to the lower page, ascending, NaN last")
   CHECK(out.size() == 6);
 }
 
+TEST_CASE("order_by_score: best first, ties to the lower index, NaN last, -0 as +0, as a stable sort orders them") {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 50; ++trial) {
+    // Few distinct values, so ties are common; NaN, infinities and both zeros among them.
+    const std::vector<float> values{1.0f, -1.0f, 0.0f, -0.0f, NAN, INFINITY, -INFINITY, 2.5f};
+    std::vector<float> s(1 + rng() % 40);
+    for (float& x : s) x = values[rng() % values.size()];
+    std::vector<std::uint32_t> order;
+    index::order_by_score(s, order);
+    std::vector<std::uint32_t> expect(s.size());
+    std::iota(expect.begin(), expect.end(), 0u);
+    const auto key = [&](std::uint32_t i) { return std::isnan(s[i]) ? -INFINITY : s[i]; };
+    std::stable_sort(expect.begin(), expect.end(), [&](std::uint32_t a, std::uint32_t b) { return key(a) > key(b); });
+    REQUIRE(order == expect);
+  }
+}
+
 TEST_CASE("gqa_scores: max over heads of the estimate minus that head's max") {
   // Two heads, three pages. Head 0 prefers page 0, head 1 page 2 by a larger margin.
   const std::vector<float> est{5.0f, 1.0f, 0.0f,    // head 0

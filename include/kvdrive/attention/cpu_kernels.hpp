@@ -51,10 +51,13 @@ inline __m256 load8(const bfloat16* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
 }
 
-/// Scores of HB heads x TB tokens (HB x TB = 8 accumulators), K read and converted once.
+/// Scores of HB heads x TB tokens (HB x TB <= 8 accumulators; the unused ones stay zero), K read
+/// and converted once. Each score is one accumulator reduced by the same tree, so every blocking
+/// gives the same bits.
 template <int HB, int TB, class T>
 inline void score_block(const float* q, const T* k, int tokens, int d, float scale, int h0, int t0,
                         int rows, float* s) {
+  static_assert(HB * TB <= 8);
   __m256 acc[8];
   for (auto& a : acc) a = _mm256_setzero_ps();
   const T* kr[TB];
@@ -93,7 +96,9 @@ inline void page_scores(const float* q, int group, const T* k, int tokens, int d
   if (d % 8 == 0) {
     // Two heads x four tokens measured fastest for GQA groups of 4 and 8 (K converted once per
     // two heads, q reloads cheap): 8.5 GB/s vs 7.3 for 4 x 2 and 1 x 8 on one cache-hot core.
+    // Groups of 3 (SmolLM2) take three heads x two tokens, so K is converted once, not thrice.
     if (group % 2 == 0) return detail::score_page<2, 4>(q, group, k, tokens, d, scale, s);
+    if (group % 3 == 0) return detail::score_page<3, 2>(q, group, k, tokens, d, scale, s);
     return detail::score_page<1, 8>(q, group, k, tokens, d, scale, s);
   }
 #endif
@@ -182,7 +187,10 @@ inline void page_accumulate(float* acc, const float* keep, const float* take, co
                             const T* v, int group, int tokens, int d) {
 #if KVD_CPU_AVX2
   if (d % 8 == 0) {
+    // The same blockings as page_scores; each head's sum runs over the tokens in order whatever
+    // the blocking (a block after the first scales by 1, exactly), so the bits do not depend on it.
     if (group % 2 == 0) return detail::accumulate_page<2, 4>(acc, keep, take, w, v, group, tokens, d);
+    if (group % 3 == 0) return detail::accumulate_page<3, 2>(acc, keep, take, w, v, group, tokens, d);
     return detail::accumulate_page<1, 8>(acc, keep, take, w, v, group, tokens, d);
   }
 #endif

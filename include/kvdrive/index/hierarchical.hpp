@@ -165,6 +165,7 @@ struct Hierarchical {
     std::vector<std::uint32_t> order;     ///< eligible clusters, best first
     std::vector<float> pest, pscore;      ///< level 2: per member of the expanded clusters
     std::vector<float> qpair;             ///< |q_pair| per head and chosen pair (pair_radii)
+    std::vector<float> rho;               ///< one cluster run's radii as float
     std::vector<std::uint32_t> ids;       ///< their page ids
   };
   static SelectScratch& select_scratch() {
@@ -238,23 +239,30 @@ struct Hierarchical {
   }
 
   /// pair_radii: each expanded member's estimate gains pair_weight x sum_j |q_pair_j| rho_j.
+  /// A cluster's run of radii is converted to float once (exactly) for all the group's heads.
   void add_pair_bonus(const State& s, const IndexQuery& q, std::size_t take, std::size_t members, SelectScratch& w) const {
     const int g = q.group, d = q.head_dim, r = static_cast<int>(s.pairs.size());
     w.qpair.resize(static_cast<std::size_t>(g) * r);
     for (int h = 0; h < g; ++h)
       for (int i = 0; i < r; ++i) w.qpair[static_cast<std::size_t>(h * r + i)] = pair_norm(q.q + static_cast<std::size_t>(h) * d, params.rotary, s.pairs[static_cast<std::size_t>(i)], d);
-    dispatch_dtype(s.dtype, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      std::size_t m = 0;
-      for (std::size_t i = 0; i < take; ++i) {
-        const Span& sp = w.eligible[w.order[i]];
-        const T* radii = reinterpret_cast<const T*>(s.clusters[sp.cluster].radii.data());
-        for (std::uint32_t j = sp.first; j < sp.last; ++j, ++m)
-          for (int h = 0; h < g; ++h)
-            w.pest[static_cast<std::size_t>(h) * members + m] +=
-                pair_bonus(w.qpair.data() + static_cast<std::size_t>(h * r), radii + static_cast<std::size_t>(j) * r, r, params.pair_weight);
+    const std::size_t row = static_cast<std::size_t>(r) * dtype_size(s.dtype);
+    std::size_t m = 0;
+    for (std::size_t i = 0; i < take; ++i) {
+      const Span& sp = w.eligible[w.order[i]];
+      const std::size_t n = sp.last - sp.first;
+      w.rho.resize(n * static_cast<std::size_t>(r));
+      load_row(s.dtype, s.clusters[sp.cluster].radii.data() + sp.first * row, w.rho.data(), w.rho.size());
+      for (int h = 0; h < g; ++h) {
+        const float* qn = w.qpair.data() + static_cast<std::size_t>(h * r);
+        float* e = w.pest.data() + static_cast<std::size_t>(h) * members + m;
+        if (r == 2) {  // the default: unrolled, so the loop over members vectorises
+          for (std::size_t j = 0; j < n; ++j) e[j] += pair_bonus2(qn, w.rho.data() + 2 * j, params.pair_weight);
+        } else {
+          for (std::size_t j = 0; j < n; ++j) e[j] += pair_bonus(qn, w.rho.data() + j * static_cast<std::size_t>(r), r, params.pair_weight);
+        }
       }
-    });
+      m += n;
+    }
   }
 
   /// pair_radii: the fresh pages' radii on the stream's pairs [pages][pairs], in the KV dtype's

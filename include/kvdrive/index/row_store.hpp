@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "kvdrive/attention/convert.hpp"
 #include "kvdrive/core/dtype.hpp"
 
 namespace kvdrive::index {
@@ -29,8 +30,7 @@ inline void store_row(DType t, const float* src, std::byte* dst, std::size_t n) 
 inline void load_row(DType t, const std::byte* src, float* dst, std::size_t n) {
   dispatch_dtype(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T* in = reinterpret_cast<const T*>(src);
-    for (std::size_t i = 0; i < n; ++i) dst[i] = to_float(in[i]);
+    attention::to_float_block(reinterpret_cast<const T*>(src), dst, n);
   });
 }
 

@@ -130,15 +130,16 @@ inline bool select_all_within_budget(const IndexQuery& q, std::vector<std::uint3
 }
 
 /// order = 0 .. score.size() - 1, best score first (NaN lowest; ties to the lower index): the
-/// order in which a clustered index visits its clusters.
+/// order in which a clustered index visits its clusters. Sorted as selection keys (one integer
+/// per entry, the same order).
 inline void order_by_score(std::span<const float> score, std::vector<std::uint32_t>& order) {
-  order.resize(score.size());
-  std::iota(order.begin(), order.end(), 0u);
-  const float* sc = score.data();  // by value: the comparator keeps it in a register
-  std::sort(order.begin(), order.end(), [sc](std::uint32_t a, std::uint32_t b) {
-    const float ka = detail::rank_key(sc[a]), kb = detail::rank_key(sc[b]);
-    return ka > kb || (ka == kb && a < b);
-  });
+  thread_local std::vector<std::uint64_t> keys;
+  const std::size_t n = score.size();
+  keys.resize(n);
+  for (std::size_t i = 0; i < n; ++i) keys[i] = selection_key(score[i], static_cast<std::uint32_t>(i));
+  std::sort(keys.begin(), keys.end(), std::greater<std::uint64_t>());
+  order.resize(n);
+  for (std::size_t i = 0; i < n; ++i) order[i] = 0xFFFFFFFFu - static_cast<std::uint32_t>(keys[i]);
 }
 
 /// The select() of an index that estimates every candidate page: estimate(est) fills
