@@ -27,6 +27,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <charconv>
 #include <optional>
 #include <string>
 #include <thread>
@@ -90,6 +91,18 @@ const std::vector<std::string>& all_index_names() {
   static const std::vector<std::string> names = {"oracle-mass", "oracle", "quest", "mean-key", "hierarchical",
                                                  "centroid", "simhash", "product-quant"};
   return names;
+}
+
+/// --calibration prompt[:N]: profile the knapsack on the scored trace's own prompt, its last N
+/// tokens (32 by default) as decode steps; nullopt for any other value.
+std::optional<std::int64_t> prompt_calibration(const std::string& c) {
+  if (c != "prompt" && c.rfind("prompt:", 0) != 0) return std::nullopt;
+  if (c == "prompt") return 32;
+  std::int64_t n = 0;
+  const char* first = c.data() + 7;
+  const auto [end, ec] = std::from_chars(first, c.data() + c.size(), n);
+  KVD_EXPECT(ec == std::errc{} && end == c.data() + c.size() && n >= 1, "--calibration '{}': expected prompt or prompt:N with N >= 1 tokens", c);
+  return n;
 }
 
 /// Hierarchical's parameters from the options (the index table and the pipeline replay).
@@ -462,7 +475,8 @@ int main(int argc, char** argv) {
   app.add_option("--warm-up", o.warm_up, "on: importance-guided placement fills the caches at step 0; off")->check(CLI::IsMember({"on", "off"}));
   app.add_option("--max-window", o.max_window, "knapsack and --cache-bytes: the largest W considered")->check(CLI::Range(0, 64));
   app.add_option("--solver", o.solver, "knapsack solver: greedy or exact")->check(CLI::IsMember({"greedy", "exact"}));
-  app.add_option("--calibration", o.calibration, "knapsack profile trace (default: synthetic traces, the next seed; recorded, the same file)");
+  app.add_option("--calibration", o.calibration,
+                 "knapsack profile trace (default: synthetic traces, the next seed; recorded, the same file), or prompt[:N]: a recorded trace's own prompt, its last N tokens (32) as decode steps");
   app.add_option("--decay", o.decay, "lookahead: per-step decay of a page's accumulated attention, in [0, 1]")->check(CLI::Range(0.0f, 1.0f));
   app.add_option("--pipeline", o.pipeline, "also decode the trace's first layers through KvManager on DRAM cache + SSD and print "
                  "each pipeline's stage statistics: all, or a list of: serial, elastic");
@@ -507,11 +521,19 @@ int main(int argc, char** argv) {
     const eval::RecordedTrace source(o.trace, o.steps);
     std::optional<eval::RecordedTrace> calib;
     if (knapsack) {
-      calib.emplace(o.calibration.empty() ? o.trace : o.calibration, o.steps);
+      if (const std::optional<std::int64_t> tail = prompt_calibration(o.calibration)) {
+        // The request's own prompt: its last `tail` tokens stand for decode steps (and the
+        // warm-up queries before them), nothing after the prompt is seen.
+        const std::int64_t prompt = source.positions() - o.steps;
+        calib.emplace(o.trace, *tail, prompt);
+        fmt::print("calibration: the trace's own prompt, its last {} of {} tokens as decode steps\n", *tail, prompt);
+      } else {
+        calib.emplace(o.calibration.empty() ? o.trace : o.calibration, o.steps);
+        fmt::print("calibration trace: {}{}\n", o.calibration.empty() ? o.trace : o.calibration,
+                   o.calibration.empty() ? " (the scored trace itself: give --calibration for a held-out one)" : "");
+      }
       KVD_EXPECT(calib->shape().layers == source.shape().layers && calib->shape().kv_heads == source.shape().kv_heads,
                  "--calibration: its shape differs from the trace's");
-      fmt::print("calibration trace: {}{}\n", o.calibration.empty() ? o.trace : o.calibration,
-                 o.calibration.empty() ? " (the scored trace itself: give --calibration for a held-out one)" : "");
     }
     return run(source, calib ? &*calib : nullptr, o, o.trace, source.positions() - o.steps);
   } catch (const std::exception& e) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "decoder.hpp"
+#include "kvdrive/eval/recorded.hpp"
 #include "kvdrive/kvdrive.hpp"
 #include "llama2c.hpp"
 #include "support.hpp"
@@ -148,5 +149,38 @@ TEST_CASE("trace: the decoder records Q and K after RoPE and V, every layer and 
     CHECK(q[static_cast<std::size_t>(i) + 1] == doctest::Approx(a * std::sin(angle) + b * std::cos(angle)).epsilon(1e-4).scale(1));
   }
   for (int i = 0; i < c.kv_dim(); ++i) CHECK(v[static_cast<std::size_t>(i)] == doctest::Approx(project(m.layers[0].wv.floats(), i)).epsilon(1e-4).scale(1));
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("RecordedTrace: the last positions are decode steps; with an end, only the positions before it are seen") {
+  const ModelShape shape{2, 4, 2, 8};
+  const auto path = temp("kvd_test_recorded.trace");
+  const int positions = 20;
+  const auto row = [](int l, int pos, int which, int n) { return test::random_floats(static_cast<std::size_t>(n), 1000 * which + 50 * pos + l); };
+  {
+    eval::TraceWriter w(path, shape, DType::f32);
+    for (int pos = 0; pos < positions; ++pos)
+      for (int l = 0; l < 2; ++l) w.write(l, pos, row(l, pos, 1, 32).data(), row(l, pos, 2, 16).data(), row(l, pos, 3, 16).data());
+  }
+  const int group = 2, d = 8;
+  for (const std::int64_t end : {std::int64_t{-1}, std::int64_t{12}}) {
+    CAPTURE(end);
+    const eval::RecordedTrace tr(path, 3, end);
+    const std::int64_t seen = end < 0 ? positions : end;
+    CHECK(tr.positions() == seen);
+    const eval::StreamTrace st = tr.stream(1, 1);  // layer 1, KV head 1: query heads 2 and 3
+    CHECK(st.prefix == seen - 3);
+    CHECK(st.steps == 3);
+    CHECK(st.keys.size() == static_cast<std::size_t>(seen) * d);
+    for (int s = 0; s < 3; ++s) {
+      const auto q = row(1, static_cast<int>(st.prefix) + s, 1, 32);
+      for (int j = 0; j < group * d; ++j) REQUIRE(st.query(s)[j] == q[static_cast<std::size_t>(d * group + j)]);
+    }
+    const auto k = row(1, static_cast<int>(seen) - 1, 2, 16);
+    for (int j = 0; j < d; ++j) CHECK(st.key(seen - 1)[j] == k[static_cast<std::size_t>(d + j)]);
+    CHECK(st.observed == st.prefix);  // fewer prompt positions than kept observation queries
+  }
+  CHECK_THROWS_WITH_AS(eval::RecordedTrace(path, 3, 21), doctest::Contains("positions up to 21"), Error);
+  CHECK_THROWS_WITH_AS(eval::RecordedTrace(path, 12, 12), doctest::Contains("12 decode steps"), Error);
   std::filesystem::remove(path);
 }

@@ -1,6 +1,9 @@
 // RecordedTrace: a trace file written by `kvd-llama --record-trace` (eval/trace.hpp) seen as
 // streams, like SyntheticTrace: the last `steps` recorded positions of each layer are the decode
 // steps, the positions before them the prompt. Positions must be recorded contiguously from 0.
+// With `end`, only the positions before it are seen: RecordedTrace(path, 32, prompt_end) makes
+// the prompt's last 32 tokens the decode steps, which is what a decoder knows at the end of
+// prefill (a knapsack profiled on the request's own prompt: kvd-eval --calibration prompt).
 #pragma once
 
 #include <algorithm>
@@ -20,8 +23,9 @@ class RecordedTrace {
   /// Prompt queries kept for warm-up placement (the last ones before the decode steps).
   static constexpr std::int64_t kObservedQueries = 64;
 
-  /// steps: decode steps taken from the end of each layer's positions (>= 1, < positions).
-  RecordedTrace(const std::string& path, std::int64_t steps) : reader_(path), steps_(steps) {
+  /// steps: decode steps taken from the end of each layer's positions (>= 1, < positions);
+  /// end: the positions seen are those before it (-1: all; else 2 .. the recorded positions).
+  RecordedTrace(const std::string& path, std::int64_t steps, std::int64_t end = -1) : reader_(path), steps_(steps) {
     const ModelShape& s = reader_.shape();
     positions_ = reader_.positions(0);
     for (int l = 0; l < s.layers; ++l) {
@@ -29,6 +33,10 @@ class RecordedTrace {
                  reader_.positions(l), positions_);
       for (std::int64_t p = 0; p < positions_; ++p)
         KVD_EXPECT(reader_.contains(l, p), "{}: layer {} misses position {} (positions must run from 0)", path, l, p);
+    }
+    if (end >= 0) {
+      KVD_EXPECT(end >= 2 && end <= positions_, "{}: positions up to {} asked of a trace with {} per layer", path, end, positions_);
+      positions_ = end;
     }
     KVD_EXPECT(steps >= 1 && steps < positions_, "{}: {} decode steps asked of a trace with {} positions per layer (need 1..{})",
                path, steps, positions_, positions_ - 1);
