@@ -66,6 +66,7 @@ struct Options {
   bool trace_stats = false;
   int cluster_pages = index::HierarchicalParams{}.pages_per_cluster;
   double expand = index::HierarchicalParams{}.expand;
+  double min_scored = index::HierarchicalParams{}.min_scored;
   float radius_weight = index::HierarchicalParams{}.radius_weight;
   int pair_radii = index::HierarchicalParams{}.pair_radii;
   float pair_weight = index::HierarchicalParams{}.pair_weight;
@@ -110,6 +111,7 @@ index::HierarchicalParams hierarchical_params(const Options& o) {
   index::HierarchicalParams p;
   p.pages_per_cluster = o.cluster_pages;
   p.expand = o.expand;
+  p.min_scored = o.min_scored;
   p.radius_weight = o.radius_weight;
   p.pair_radii = o.pair_radii;
   p.pair_weight = o.pair_weight;
@@ -459,6 +461,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", o.threads, "worker threads (0 = all cores)");
   app.add_option("--cluster-pages", o.cluster_pages, "hierarchical and centroid: pages per cluster")->check(CLI::Range(1, 1 << 20));
   app.add_option("--expand", o.expand, "hierarchical: expand clusters until they hold this many times the budget");
+  app.add_option("--min-scored", o.min_scored, "hierarchical: ... and at least this fraction of the candidates")->check(CLI::Range(0.0, 1.0));
   app.add_option("--radius-weight", o.radius_weight, "hierarchical: weight of |q| x cluster radius in a centroid's score");
   app.add_option("--pair-radii", o.pair_radii, "hierarchical: rotary-pair radii per page in a member's score (0: its mean alone)")
       ->check(CLI::Range(0, 128));

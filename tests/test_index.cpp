@@ -565,6 +565,31 @@ TEST_CASE("Hierarchical with pair radii and one page per cluster selects the bes
     }
 }
 
+TEST_CASE("Hierarchical: min_scored 1 scores every candidate, so the clustering no longer changes the selection") {
+  const int pages = 300, pt = 8, d = 32, group = 3;
+  Stream s = make_topic_stream(pages, pt, d, group, 77);
+  const index::PageKeys all{s.keys.data(), 0, pages, pt, d, DType::f16};
+  const auto select = [&](index::HierarchicalParams p, int budget) {
+    index::Hierarchical hi{p};
+    index::Hierarchical::State st;
+    hi.build(st, all);
+    std::vector<std::uint32_t> out;
+    hi.select(st, query_for(s, 1, pages - 8, budget), out);
+    return out;
+  };
+  int differ = 0;
+  for (int budget : {2, 5, 12}) {
+    const auto every = select({.pages_per_cluster = 8, .expand = 1.0, .min_scored = 1.0}, budget);
+    // One page per cluster scores every candidate too: the members' scores do not depend on the
+    // clusters, so the two selections are the same pages.
+    CHECK(every == select({.pages_per_cluster = 1, .expand = 1.0, .min_scored = 1.0}, budget));
+    CHECK(every.size() == static_cast<std::size_t>(budget));
+    differ += every != select({.pages_per_cluster = 8, .expand = 1.0, .min_scored = 0.0}, budget);
+  }
+  CHECK(differ > 0);  // expanding only budget pages' clusters misses some of them
+  CHECK_THROWS_WITH_AS(index::Hierarchical(index::HierarchicalParams{.min_scored = 1.5}), doctest::Contains("min_scored is 1.5"), Error);
+}
+
 TEST_CASE("Hierarchical: clusters partition the pages, keep neighbours together, and bound their members") {
   const int pages = 400, pt = 8, d = 32, group = 2, cpc = 8;
   Stream s = make_topic_stream(pages, pt, d, group, 99);

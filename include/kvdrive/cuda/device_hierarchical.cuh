@@ -270,6 +270,7 @@ class DeviceHierarchical {
     p.budget = sc.budget.data();
     p.radius_weight = params.radius_weight;
     p.expand = params.expand;
+    p.min_scored = params.min_scored;
     p.pair_weight = params.pair_weight;
     p.rotary = params.rotary;
     p.scratch_est = sc.est.data();

@@ -5,8 +5,9 @@
 //   1. score every centroid: q . c + radius_weight * |q| * r, where r is the cluster's radius
 //      (the largest distance from the centroid to a member mean), so the score bounds q . m for
 //      every member m when radius_weight is 1; rank clusters by the GQA rule (Decision 4);
-//   2. expand the best clusters until they hold expand x budget pages, score their members'
-//      means, and keep the top pages (GQA rule) within the budget. With pair_radii > 0 a member
+//   2. expand the best clusters until they hold expand x budget pages (and at least min_scored
+//      of the candidates), score their members, and keep the top pages (GQA rule) within the
+//      budget. With pair_radii > 0 a member
 //      scores q . mean + pair_weight x sum_j |q_pair_j| rho_j over the stream's chosen rotary
 //      pairs (pair_radii.hpp), which keeps the single dominant tokens a mean dilutes.
 // Growth: pages sealed during decode join the cluster with the nearest centroid, and a cluster
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "kvdrive/core/error.hpp"
+#include "kvdrive/core/host_device.hpp"
 #include "kvdrive/index/clustering.hpp"
 #include "kvdrive/index/concept.hpp"
 #include "kvdrive/index/page_summary.hpp"
@@ -42,9 +44,19 @@
 
 namespace kvdrive::index {
 
+/// The candidates whose members Hierarchical scores at level 2 (CPU and GPU): expand x budget,
+/// and at least min_scored of the candidates, since at a small budget expand x budget clusters'
+/// worth of pages misses too many of the pages that matter.
+KVD_HOST_DEVICE std::uint64_t members_to_score(double expand, double min_scored, std::int64_t budget, std::int64_t candidates) {
+  const double by_budget = ceil(expand * static_cast<double>(budget > 0 ? budget : 0));
+  const double by_candidates = ceil(min_scored * static_cast<double>(candidates > 0 ? candidates : 0));
+  return static_cast<std::uint64_t>(by_budget > by_candidates ? by_budget : by_candidates);
+}
+
 struct HierarchicalParams {
   int pages_per_cluster = 16;  ///< cluster size at a full clustering
   double expand = 8.0;         ///< expand clusters until they hold expand x budget pages
+  double min_scored = 0.25;    ///< ... and at least this fraction of the candidates (small budgets)
   float radius_weight = 0.5f;  ///< weight of |q| x radius in a centroid's score (0: centroid only)
   int neighbourhood = 2;       ///< a page may move to clusters up to this many runs away
   int iterations = 4;          ///< k-means iterations of a full clustering
@@ -57,6 +69,7 @@ struct HierarchicalParams {
     KVD_EXPECT(pages_per_cluster >= 1 && pages_per_cluster <= (1 << 20),
                "Hierarchical: pages_per_cluster is {}, expected 1..1048576", pages_per_cluster);
     KVD_EXPECT(expand >= 1.0 && std::isfinite(expand), "Hierarchical: expand is {}, expected a finite value >= 1", expand);
+    KVD_EXPECT(min_scored >= 0.0 && min_scored <= 1.0, "Hierarchical: min_scored is {}, expected a fraction in [0, 1]", min_scored);
     KVD_EXPECT(radius_weight >= 0.0f && std::isfinite(radius_weight),
                "Hierarchical: radius_weight is {}, expected a finite value >= 0", radius_weight);
     KVD_EXPECT(neighbourhood >= 0, "Hierarchical: neighbourhood is {}, expected >= 0", neighbourhood);
@@ -215,7 +228,7 @@ struct Hierarchical {
   /// them (at least the budget, since expand >= 1), scored by their means (w.pscore, w.ids).
   void score_members(const State& s, const IndexQuery& q, SelectScratch& w) const {
     const int g = q.group, d = q.head_dim;
-    const auto target = static_cast<std::size_t>(std::ceil(params.expand * static_cast<double>(q.budget_pages)));
+    const auto target = static_cast<std::size_t>(members_to_score(params.expand, params.min_scored, q.budget_pages, q.candidates()));
     std::size_t take = 0, members = 0;
     while (take < w.eligible.size() && members < target) {
       const Span& sp = w.eligible[w.order[take++]];
