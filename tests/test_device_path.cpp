@@ -114,6 +114,29 @@ TEST_CASE("A device attends nothing in place: pages of an addressable host tier 
   }
 }
 
+TEST_CASE("A device fast tier alone keeps every page: no page without a backing copy is evicted, and the bits are the host path's") {
+  // kvd-llama --device cuda --mode sparse|dense: Tiers<DeviceTier> alone, so every page lives in
+  // its fast slot for good. The cache policy must never evict one (its bytes would be lost, and
+  // a later selection would attend a stale slot); the first GPU run found exactly that.
+  std::mt19937_64 rng(29);
+  for (int trial = 0; trial < 3 * test::scale(); ++trial) {
+    const Workload w = random_workload(rng);
+    const int window = static_cast<int>(rng() % 3);  // W = 0 evicts every page after its step
+    CAPTURE(trial);
+    CAPTURE(window);
+    KvManager<index::Quest, eviction::Lookahead, Tiers<tier::HostTier>> host(w.cfg, {}, eviction::Lookahead{window});
+    KvManager<index::Quest, eviction::Lookahead, Tiers<EmulatedDeviceTier>, pipeline::Serial, EmulatedDeviceBackend> device(
+        w.cfg, {}, eviction::Lookahead{window});
+    const auto a = prefill(host, w), b = prefill(device, w);
+    for (int s = 0; s < w.steps; ++s)
+      for (int l = 0; l < w.cfg.shape.layers; ++l) CHECK(same_bits(step(device, w, b, l, s), step(host, w, a, l, s)));
+    const Stats& d = device.total_stats();
+    CHECK(d.misses == 0);
+    CHECK(d.evictions == 0);
+    CHECK(d.hits == d.selected);
+  }
+}
+
 TEST_CASE("Device fast tier: prefill in chunks that end mid-page and on page boundaries, with failed writes retried, gives the host path's bits") {
   Workload w;
   w.cfg.shape = {2, 8, 4, 32};

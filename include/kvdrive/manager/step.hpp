@@ -120,7 +120,9 @@ class Step {
       } else {
         p.misses.push_back(page);
       }
-      if (!in_place) p.through_cache.push_back(page);
+      // A page with no backing copy (home 0: a fast tier alone) lives in its slot for good; the
+      // cache policy must never see it, or an eviction would lose its bytes.
+      if (!in_place && e.home != 0) p.through_cache.push_back(page);
     }
   }
 
