@@ -9,6 +9,7 @@
 // steps' outputs within 1e-2 (selections may differ at near-ties), Serial and Elastic bitwise
 // equal. Also DeviceTier's own contract: upload/download round trips, the keyed store, capacity.
 // Exit 77 without a GPU.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -70,6 +71,35 @@ void device_tier_contract() {
   EXPECT(!t.contains(key));
   t.release(s);
   EXPECT(t.used_pages() == 0);
+}
+
+/// upload_pages: pages from pinned, mapped memory by the gather kernel, the others by
+/// cudaMemcpyAsync, in one batch; every slot then holds its page's bytes.
+void device_tier_upload_pages() {
+  constexpr std::size_t page = 4096, pages = 40;
+  std::vector<std::byte> pinned((pages + 1) * page), pageable(pages * page);  // +1: a source that starts mid-page
+  kc::DeviceTier t;  // after the memory it pins: it unregisters that memory when it closes
+  t.open({page});
+  for (std::size_t i = 0; i < pinned.size(); ++i) pinned[i] = static_cast<std::byte>(i * 13 + 1);
+  for (std::size_t i = 0; i < pageable.size(); ++i) pageable[i] = static_cast<std::byte>(i * 5 + 3);
+  t.pin_host(pinned.data(), pinned.size());
+  std::vector<tier::SlotUpload> up;
+  std::vector<const std::byte*> expect;
+  for (std::size_t i = 0; i < pages; ++i) {
+    // alternate: mapped page-aligned, pageable, mapped at an odd offset (copied byte by byte)
+    const std::byte* src = i % 3 == 0 ? pinned.data() + i * page : i % 3 == 1 ? pageable.data() + i * page : pinned.data() + i * page + 5;
+    up.push_back({t.allocate(), src});
+    expect.push_back(src);
+  }
+  t.upload_pages(up);
+  const std::size_t mapped = (pages + 2) / 3 + pages / 3;  // i % 3 == 0 and i % 3 == 2
+  std::printf("upload_pages: %zu of %zu pages by the gather kernel\n", t.last_gathered(), pages);
+  EXPECT(t.last_gathered() == mapped || t.last_gathered() == 0);  // 0: this machine refused to map the memory
+  std::vector<std::byte> back(page);
+  for (std::size_t i = 0; i < pages; ++i) {
+    t.download(up[i].slot, back.data());
+    EXPECT(std::equal(back.begin(), back.end(), expect[i]));
+  }
 }
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
@@ -174,6 +204,7 @@ int main() {
   }
   try {
     device_tier_contract();
+    device_tier_upload_pages();
     test::TempDir dir;
     std::mt19937_64 rng(29);
     for (int trial = 0; trial < 4; ++trial) manager_against_cpu(dir, rng, trial);
