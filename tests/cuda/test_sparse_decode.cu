@@ -37,24 +37,27 @@ static int check(int streams, int group, int d, int page_tokens, std::mt19937& r
   for (auto& x : k) x = from_float<T>(dist(rng));
   for (auto& x : v) x = from_float<T>(dist(rng));
 
-  // Two placements of the same pages in a device pool of 2 x pages slots.
+  // Four runs over the same pages in a device pool of 2 x pages slots: two placements, staging
+  // the split's pages together (stage_pages 0); one page at a time (1); and pages one element off
+  // 16-byte alignment (element-wise staging). All four must give the same bits.
   const std::size_t pool_slots = 2 * pages;
-  cuda::DeviceBuffer<T> pool_k(pool_slots * page_elems), pool_v(pool_slots * page_elems);
+  cuda::DeviceBuffer<T> pool_k(pool_slots * page_elems + 1), pool_v(pool_slots * page_elems + 1);
   cuda::DeviceBuffer<float> dq{std::span<const float>(q)};
   cuda::DeviceBuffer<int> drows{std::span<const int>(rows)};
   cuda::DeviceBuffer<std::int64_t> doff{std::span<const std::int64_t>(offsets)};
   std::vector<std::vector<float>> outs;
   int bad = 0;
-  for (int placement = 0; placement < 2; ++placement) {
+  for (int placement = 0; placement < 4; ++placement) {
+    const std::size_t shift = placement == 3 ? 1 : 0;
     std::vector<std::size_t> slot(pool_slots);
     std::iota(slot.begin(), slot.end(), 0);
     std::shuffle(slot.begin(), slot.end(), rng);
     std::vector<const T*> pk(pages), pv(pages);
     for (std::size_t i = 0; i < pages; ++i) {
-      KVD_CUDA_CHECK(cudaMemcpy(pool_k.data() + slot[i] * page_elems, k.data() + i * page_elems, page_elems * sizeof(T), cudaMemcpyHostToDevice));
-      KVD_CUDA_CHECK(cudaMemcpy(pool_v.data() + slot[i] * page_elems, v.data() + i * page_elems, page_elems * sizeof(T), cudaMemcpyHostToDevice));
-      pk[i] = pool_k.data() + slot[i] * page_elems;
-      pv[i] = pool_v.data() + slot[i] * page_elems;
+      pk[i] = pool_k.data() + shift + slot[i] * page_elems;
+      pv[i] = pool_v.data() + shift + slot[i] * page_elems;
+      KVD_CUDA_CHECK(cudaMemcpy(const_cast<T*>(pk[i]), k.data() + i * page_elems, page_elems * sizeof(T), cudaMemcpyHostToDevice));
+      KVD_CUDA_CHECK(cudaMemcpy(const_cast<T*>(pv[i]), v.data() + i * page_elems, page_elems * sizeof(T), cudaMemcpyHostToDevice));
     }
     cuda::DeviceBuffer<const T*> dpk{std::span<const T* const>(pk)}, dpv{std::span<const T* const>(pv)};
     cuda::DeviceBuffer<float> dout(q.size()), dlse(static_cast<std::size_t>(streams) * group), dplse(pages * group);
@@ -74,6 +77,7 @@ static int check(int streams, int group, int d, int page_tokens, std::mt19937& r
     p.split_lse = dsplit_lse.data();
     p.max_splits = max_splits;
     p.max_page_tokens = page_tokens;
+    p.stage_pages = placement == 2 ? 1 : 0;
     p.streams = streams;
     p.group = group;
     p.head_dim = d;
@@ -81,7 +85,7 @@ static int check(int streams, int group, int d, int page_tokens, std::mt19937& r
     KVD_CUDA_CHECK(cuda::sparse_decode(p));
     KVD_CUDA_CHECK(cudaDeviceSynchronize());
     outs.push_back(dout.download());
-    if (placement == 1) continue;
+    if (placement != 0) continue;
     const auto lse = dlse.download(), plse = dplse.download();
     for (int s = 0; s < streams; ++s) {
       std::vector<attention::PageRef> refs;
@@ -114,7 +118,8 @@ static int check(int streams, int group, int d, int page_tokens, std::mt19937& r
       }
     }
   }
-  if (std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * sizeof(float)) != 0) ++bad;  // placement-independent
+  for (std::size_t r = 1; r < outs.size(); ++r)  // independent of placement, staging and alignment
+    if (std::memcmp(outs[0].data(), outs[r].data(), outs[0].size() * sizeof(float)) != 0) ++bad;
   std::printf("sparse_decode %s group %d d %d page %d: %s\n", dtype_name(dtype_of<T>).data(), group, d, page_tokens,
               bad ? "MISMATCH" : "ok");
   return bad;

@@ -6,9 +6,11 @@
 //
 // The split is the CPU's (attention::kSplitPages pages in list order), in two kernels:
 //   SparseDecodeSplitKernel  one block per (split, stream), one warp per query head of the
-//                            group: each page's K and V rows are staged in shared memory once
-//                            and read by every head of the group; each warp folds the split's
-//                            pages in order and writes the split's output and log-sum-exp;
+//                            group: the split's pages' K and V rows are staged in shared memory
+//                            (stage_pages at a time, all of the split where they fit, in 16-byte
+//                            words, so that their loads are in flight together) and read by every
+//                            head of the group; each warp folds the split's pages in order and
+//                            writes the split's output and log-sum-exp;
 //   MergeSplitsKernel        one warp per (stream, head) merges the splits in list order, as
 //                            attention::merge_splits does.
 // Pages of all streams are one CSR list: stream s owns pages [page_offsets[s], page_offsets[s+1]).
@@ -17,6 +19,7 @@
 // the GPU). Kernels are instantiated per head_dim / 32 so that a lane's row stays in registers.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -47,6 +50,10 @@ struct SparseDecodeParams {
   /// page fails the launch). 2 x max_page_tokens x head_dim x sizeof(T) must fit in 48 KiB:
   /// 96 tokens of f16 at head_dim 128, 48 of f32.
   int max_page_tokens = 0;
+  /// Pages staged in shared memory at once: 0, as many as fit in 48 KiB (up to a split's
+  /// attention::kSplitPages); 1, one page at a time, element by element (the first kernel's way,
+  /// kept to measure against). The fold order, and so the output, is the same either way.
+  int stage_pages = 0;
   int streams = 0, group = 1, head_dim = 0;
   float scale = 1.0f;
 };
@@ -55,11 +62,70 @@ inline constexpr int kSparseDecodeMaxDim = 256;      // head_dim <= 256, a multi
 inline constexpr int kSparseDecodeMaxGroup = 32;     // a warp per query head, at most 1024 threads
 inline constexpr std::size_t kSparseDecodeMaxShared = 48 * 1024;  // K + V rows of one page
 
+/// Shared-memory bytes one staged page takes: its K and V rows, max_page_tokens each.
+inline std::size_t sparse_decode_page_stage_bytes(int max_page_tokens, int head_dim, std::size_t element_bytes) {
+  return 2 * static_cast<std::size_t>(max_page_tokens) * static_cast<std::size_t>(head_dim) * element_bytes;
+}
+
+/// Pages staged at once for a launch: the params' stage_pages, or (0) as many as fit.
+inline int sparse_decode_stage_pages(int stage_pages, std::size_t page_stage_bytes) {
+  if (stage_pages > 0) return std::min<int>(stage_pages, static_cast<int>(attention::kSplitPages));
+  const std::size_t fit = page_stage_bytes ? kSparseDecodeMaxShared / page_stage_bytes : 1;
+  return static_cast<int>(std::clamp<std::size_t>(fit, 1, attention::kSplitPages));
+}
+
+namespace detail {
+
+/// Stages pages [c0, c1) of a stream (CSR index `first`) into shared memory: page j's K rows at
+/// stage + 2j x page_elems, its V rows after them. Pages whose K and V start 16-byte aligned move
+/// in 16-byte words, four loads in flight per thread before their stores; any other page element
+/// by element. Every thread of the block calls it; the caller synchronises after.
+template <class T>
+__device__ void stage_split_pages(const SparseDecodeParams<T>& p, std::int64_t first, std::int64_t c0, std::int64_t c1, T* stage,
+                                  std::int64_t page_elems) {
+  const std::int64_t wpp = page_elems * static_cast<std::int64_t>(sizeof(T)) / 16;  // words per K (or V) block
+  const std::int64_t total = (c1 - c0) * 2 * wpp;
+  const auto aligned = [&](std::int64_t page) {
+    return reinterpret_cast<std::uintptr_t>(p.page_k[first + page]) % 16 == 0 && reinterpret_cast<std::uintptr_t>(p.page_v[first + page]) % 16 == 0;
+  };
+  constexpr int kBatch = 4;
+  for (std::int64_t w0 = threadIdx.x; w0 < total; w0 += static_cast<std::int64_t>(blockDim.x) * kBatch) {
+    uint4 r[kBatch];
+    uint4* to[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      to[b] = nullptr;
+      const std::int64_t w = w0 + static_cast<std::int64_t>(b) * blockDim.x;
+      if (w >= total) continue;
+      const std::int64_t j = w / (2 * wpp), rest = w % (2 * wpp), kv = rest / wpp, off = rest % wpp, page = c0 + j;
+      const std::int64_t bytes = static_cast<std::int64_t>(p.page_tokens[first + page]) * p.head_dim * static_cast<std::int64_t>(sizeof(T));
+      if (off * 16 >= bytes || !aligned(page)) continue;
+      const T* src = kv ? p.page_v[first + page] : p.page_k[first + page];
+      r[b] = reinterpret_cast<const uint4*>(src)[off];
+      to[b] = reinterpret_cast<uint4*>(stage + (2 * j + kv) * page_elems) + off;
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+      if (to[b]) *to[b] = r[b];
+  }
+  for (std::int64_t page = c0; page < c1; ++page) {  // the rare unaligned page
+    if (aligned(page)) continue;
+    const std::int64_t n = static_cast<std::int64_t>(p.page_tokens[first + page]) * p.head_dim;
+    T* dk = stage + 2 * (page - c0) * page_elems;
+    for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      dk[i] = p.page_k[first + page][i];
+      dk[page_elems + i] = p.page_v[first + page][i];
+    }
+  }
+}
+
+}  // namespace detail
+
 template <class T, int PerLane>
 __global__ void SparseDecodeSplitKernel(SparseDecodeParams<T> p) {
   extern __shared__ __align__(16) unsigned char stage[];
   T* sk = reinterpret_cast<T*>(stage);
-  T* sv = sk + static_cast<std::size_t>(p.max_page_tokens) * p.head_dim;
+  T* sv = sk + static_cast<std::size_t>(p.max_page_tokens) * p.head_dim;  // stage_pages 1: one page's V rows
   const int split = blockIdx.x, stream = blockIdx.y;
   const int head = threadIdx.x / 32, lane = threadIdx.x % 32;
   constexpr int d = PerLane * 32;
@@ -72,21 +138,39 @@ __global__ void SparseDecodeSplitKernel(SparseDecodeParams<T> p) {
   const float* q = p.q + (static_cast<std::int64_t>(stream) * p.group + head) * d;
   for (int i = 0; i < PerLane; ++i) qr[i] = q[lane + 32 * i];
   float m = attention::neg_inf(), l = 0.0f, acc[PerLane] = {};
-  for (std::int64_t page = begin; page < end; ++page) {
-    const int tokens = p.page_tokens[first + page];
-    if (tokens > p.max_page_tokens) __trap();  // would overflow the stage: a launch failure, not wrong output
-    const T* k = p.page_k[first + page];
-    const T* v = p.page_v[first + page];
-    for (int i = threadIdx.x; i < tokens * d; i += blockDim.x) {
-      sk[i] = k[i];
-      sv[i] = v[i];
-    }
-    __syncthreads();
+  for (std::int64_t page = begin; page < end; ++page)
+    if (p.page_tokens[first + page] > p.max_page_tokens) __trap();  // would overflow the stage: a launch failure, not wrong output
+  const std::int64_t page_elems = static_cast<std::int64_t>(p.max_page_tokens) * d;
+  const auto fold = [&](std::int64_t page, const T* k, const T* v) {
     float mp = attention::neg_inf(), lp = 0.0f, accp[PerLane] = {};
-    detail::fold_page<T>(qr, sk, sv, tokens, d, PerLane, lane, p.scale, mp, lp, accp);
+    detail::fold_page<T>(qr, k, v, p.page_tokens[first + page], d, PerLane, lane, p.scale, mp, lp, accp);
     if (p.page_lse && lane == 0) p.page_lse[(first + page) * p.group + head] = attention::partial_lse(mp, lp);
     attention::merge_partial(m, l, acc, mp, lp, accp, PerLane);
-    __syncthreads();  // the stage is refilled next
+  };
+  if (p.stage_pages == 1) {  // one page at a time, element by element
+    for (std::int64_t page = begin; page < end; ++page) {
+      const int tokens = p.page_tokens[first + page];
+      const T* k = p.page_k[first + page];
+      const T* v = p.page_v[first + page];
+      for (int i = threadIdx.x; i < tokens * d; i += blockDim.x) {
+        sk[i] = k[i];
+        sv[i] = v[i];
+      }
+      __syncthreads();
+      fold(page, sk, sv);
+      __syncthreads();  // the stage is refilled next
+    }
+  } else {
+    for (std::int64_t c0 = begin; c0 < end; c0 += p.stage_pages) {
+      const std::int64_t c1 = min(end, c0 + static_cast<std::int64_t>(p.stage_pages));
+      detail::stage_split_pages(p, first, c0, c1, sk, page_elems);
+      __syncthreads();
+      for (std::int64_t page = c0; page < c1; ++page) {
+        const T* k = sk + 2 * (page - c0) * page_elems;
+        fold(page, k, k + page_elems);
+      }
+      __syncthreads();  // the stage is refilled next
+    }
   }
   const std::int64_t at = (static_cast<std::int64_t>(stream) * p.max_splits + split) * p.group + head;
   const float inv = l > 0.0f ? 1.0f / l : 0.0f;
@@ -137,18 +221,21 @@ cudaError_t sparse_decode(const SparseDecodeParams<T>& p, cudaStream_t stream = 
   if (p.head_dim <= 0 || p.head_dim > kSparseDecodeMaxDim || p.head_dim % 32 != 0) return cudaErrorInvalidValue;
   if (!p.q || !p.page_k || !p.page_v || !p.page_tokens || !p.page_offsets || !p.out || !p.split_out || !p.split_lse)
     return cudaErrorInvalidValue;
-  if (p.max_splits <= 0 || p.max_page_tokens <= 0) return cudaErrorInvalidValue;
-  const std::size_t shared = 2 * static_cast<std::size_t>(p.max_page_tokens) * static_cast<std::size_t>(p.head_dim) * sizeof(T);
-  if (shared > kSparseDecodeMaxShared) return cudaErrorInvalidValue;
+  if (p.max_splits <= 0 || p.max_page_tokens <= 0 || p.stage_pages < 0) return cudaErrorInvalidValue;
+  const std::size_t page_bytes = sparse_decode_page_stage_bytes(p.max_page_tokens, p.head_dim, sizeof(T));
+  if (page_bytes > kSparseDecodeMaxShared) return cudaErrorInvalidValue;
+  SparseDecodeParams<T> q = p;
+  q.stage_pages = sparse_decode_stage_pages(p.stage_pages, page_bytes);
+  const std::size_t shared = page_bytes * static_cast<std::size_t>(q.stage_pages);
   switch (p.head_dim / 32) {
-    case 1: return detail::launch_sparse_decode<T, 1>(p, shared, stream);
-    case 2: return detail::launch_sparse_decode<T, 2>(p, shared, stream);
-    case 3: return detail::launch_sparse_decode<T, 3>(p, shared, stream);
-    case 4: return detail::launch_sparse_decode<T, 4>(p, shared, stream);
-    case 5: return detail::launch_sparse_decode<T, 5>(p, shared, stream);
-    case 6: return detail::launch_sparse_decode<T, 6>(p, shared, stream);
-    case 7: return detail::launch_sparse_decode<T, 7>(p, shared, stream);
-    default: return detail::launch_sparse_decode<T, 8>(p, shared, stream);
+    case 1: return detail::launch_sparse_decode<T, 1>(q, shared, stream);
+    case 2: return detail::launch_sparse_decode<T, 2>(q, shared, stream);
+    case 3: return detail::launch_sparse_decode<T, 3>(q, shared, stream);
+    case 4: return detail::launch_sparse_decode<T, 4>(q, shared, stream);
+    case 5: return detail::launch_sparse_decode<T, 5>(q, shared, stream);
+    case 6: return detail::launch_sparse_decode<T, 6>(q, shared, stream);
+    case 7: return detail::launch_sparse_decode<T, 7>(q, shared, stream);
+    default: return detail::launch_sparse_decode<T, 8>(q, shared, stream);
   }
 }
 
