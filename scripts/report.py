@@ -7,7 +7,8 @@ and the machine it ran on. Measurements are made in this run; the published KVDr
     python3 scripts/report.py [--build build] [--out docs] [--gpu-json FILE] [--quick]
 
 --quick shrinks every run (for trying the script, not for the results). With --gpu-json (or a
-build-gpu/gpu-check.json from scripts/gpu-check.sh), the GPU figures get their own section.
+build-gpu/gpu-check.json from scripts/gpu-check.sh, else docs/results/gpu/gpu-check.json, the last GPU
+run kept), the GPU figures get their own section.
 Needs matplotlib (Debian python3-matplotlib: `bash scripts/bootstrap --report`).
 """
 import argparse
@@ -222,8 +223,10 @@ def fig_gpu(gpu, m, path):
     axes[0].bar_label(bars, fmt="%.2f")
     axes[0].set_title("Bandwidth ratios (goals 0.7 and 0.8)", fontsize=9)
     dec = b.get("decode", [])
-    for key in ("dense_ms", "sparse_ms", "tiered_ms"):
-        axes[1].plot([d["context"] for d in dec], [d[key] for d in dec], marker="o", label=key[:-3])
+    for key in ("dense_ms", "dense_split_ms", "sparse_ms", "tiered_ms"):
+        if dec and all(key in d for d in dec):
+            axes[1].plot([d["context"] for d in dec], [d[key] for d in dec], marker="o", label=key[:-3])
+    axes[1].set_yscale("log")
     axes[1].set_xlabel("context")
     axes[1].set_ylabel("ms per layer step")
     axes[1].legend()
@@ -315,7 +318,10 @@ def main():
         fid, fid_cmd = r.json([bench / "kvd-longbench", "--fidelity", "--positions", "2048,4096", "--forced", "16"], "fidelity.json",
                               "teacher-forced fidelity (short)")
 
-    gpu_path = Path(a.gpu_json) if a.gpu_json else ROOT / "build-gpu" / "gpu-check.json"
+    # The GPU figures: --gpu-json, else a check run from this machine's build-gpu, else the last
+    # GPU run kept in the docs (a GPU machine is not always at hand).
+    gpu_path = Path(a.gpu_json) if a.gpu_json else next(
+        (p for p in (ROOT / "build-gpu" / "gpu-check.json", ROOT / "docs" / "results" / "gpu" / "gpu-check.json") if p.is_file()), Path())
     gpu = json.loads(gpu_path.read_text()) if gpu_path.is_file() else None
 
     fig_index(idx, m, figs / "index_quality.png")
