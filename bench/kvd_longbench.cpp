@@ -239,15 +239,54 @@ nlohmann::json pooled_where_dense_works(const std::vector<Sample>& samples, cons
   std::size_t cells_kept = 0;
   for (const auto& [key, ss] : by_cell(samples))
     if (cell_of(ss, 0).accuracy.mean > 0.5) kept.insert(kept.end(), ss.begin(), ss.end()), ++cells_kept;
-  fmt::print("\npooled over the {} cells where dense scores above 0.5 ({} samples):\n", cells_kept, kept.size());
-  fmt::print("{:<26} {:>18} {:>9} {:>7}\n", "configuration", "accuracy", "- dense", "agree");
+  fmt::print("\npooled over the {} cells where dense scores above 0.5 ({} samples); '- dense' is the paired difference "
+             "with its 95% interval:\n", cells_kept, kept.size());
+  fmt::print("{:<26} {:>18} {:>24} {:>7}\n", "configuration", "accuracy", "- dense [95%]", "agree");
   nlohmann::json out = nlohmann::json::array();
-  const double dense = cell_of(kept, 0).accuracy.mean;
+  const auto scores = [&](std::size_t c) {
+    std::vector<double> v;
+    for (const Sample* s : kept) v.push_back(s->by_config[c].score);
+    return v;
+  };
+  const std::vector<double> dense = scores(0);
   for (std::size_t c = 0; c < configs.size(); ++c) {
     const Cell p = cell_of(kept, c);
-    fmt::print("{:<26} {:>18} {:>+9.3f} {:>7.3f}\n", configs[c].name(), cell_text(p.accuracy), p.accuracy.mean - dense, p.agreement);
+    const Interval d = paired_difference95(scores(c), dense);
+    fmt::print("{:<26} {:>18} {:>24} {:>7.3f}\n", configs[c].name(), cell_text(p.accuracy),
+               fmt::format("{:+.3f} [{:+.3f},{:+.3f}]", d.mean, d.low, d.high), p.agreement);
     out.push_back({{"config", configs[c].name()}, {"accuracy", p.accuracy.mean}, {"low", p.accuracy.low}, {"high", p.accuracy.high},
-                   {"n", p.accuracy.n}, {"agreement", p.agreement}, {"minus_dense", p.accuracy.mean - dense}});
+                   {"n", p.accuracy.n}, {"agreement", p.agreement}, {"minus_dense", d.mean}, {"minus_dense_low", d.low},
+                   {"minus_dense_high", d.high}});
+  }
+  return out;
+}
+
+/// Per haystack: accuracy pooled over the tasks, per context and depth band of the needle (where
+/// the needle, or vt's first statement, stands in the document), with N per band.
+nlohmann::json print_depth_bands(const std::vector<Sample>& samples, const std::vector<ConfigSpec>& configs) {
+  using BandKey = std::tuple<int, std::int64_t, int>;  // haystack, context, band
+  std::map<BandKey, std::vector<const Sample*>> bands;
+  for (const auto& s : samples) bands[{static_cast<int>(s.spec.haystack), s.spec.context, depth_band(s.spec.depth)}].push_back(&s);
+  nlohmann::json out = nlohmann::json::array();
+  std::map<int, std::vector<BandKey>> by_haystack;
+  for (const auto& [key, ss] : bands) by_haystack[std::get<0>(key)].push_back(key);
+  for (const auto& [h, keys] : by_haystack) {
+    fmt::print("\n{} haystack: accuracy pooled over the tasks, per context and needle depth band (N)\n", haystack_name(static_cast<Haystack>(h)));
+    fmt::print("{:<26}", "configuration");
+    for (const auto& k : keys)
+      fmt::print(" {:>16}", fmt::format("{} {} ({})", std::get<1>(k), depth_band_name(std::get<2>(k)), bands[k].size()));
+    fmt::print("\n");
+    for (std::size_t c = 0; c < configs.size(); ++c) {
+      fmt::print("{:<26}", configs[c].name());
+      for (const auto& k : keys) {
+        const Cell x = cell_of(bands[k], c);
+        fmt::print(" {:>16.3f}", x.accuracy.mean);
+        out.push_back({{"haystack", haystack_name(static_cast<Haystack>(h))}, {"context", std::get<1>(k)},
+                       {"band", depth_band_name(std::get<2>(k))}, {"config", configs[c].name()}, {"accuracy", x.accuracy.mean},
+                       {"low", x.accuracy.low}, {"high", x.accuracy.high}, {"n", x.accuracy.n}, {"agreement", x.agreement}});
+      }
+      fmt::print("\n");
+    }
   }
   return out;
 }
@@ -314,6 +353,7 @@ int run_retrieval(const Options& o, const ReplayContext& cx, const Prompter& pr,
     bar.update(static_cast<std::int64_t>(samples.size()), static_cast<std::int64_t>(specs.size()));
   }
   print_tables(samples, configs, tasks);
+  report["depth_bands"] = print_depth_bands(samples, configs);
   report["pooled"] = pooled_where_dense_works(samples, configs);
   report["cells"] = cells_json(samples, configs);
   report["samples"] = samples_json(samples, configs);

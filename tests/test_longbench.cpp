@@ -104,6 +104,26 @@ TEST_CASE("longbench statistics: Wilson and normal intervals and KL against valu
   CHECK(kl_divergence(p, p) == 0.0);
 }
 
+TEST_CASE("longbench statistics: a paired difference and depth bands against values worked by hand") {
+  // differences 0, 0, 0, -1, 0, -1, 0, 0: mean -0.25, sd 0.4629, half 1.96 x 0.4629 / sqrt(8) = 0.3208
+  const std::vector<double> dense = {1, 1, 0, 1, 1, 1, 0, 1}, sparse = {1, 1, 0, 0, 1, 0, 0, 1};
+  const Interval d = paired_difference95(sparse, dense);
+  CHECK(d.n == 8);
+  CHECK(d.mean == doctest::Approx(-0.25));
+  CHECK(d.low == doctest::Approx(-0.25 - 0.3208).epsilon(1e-3));
+  CHECK(d.high == doctest::Approx(-0.25 + 0.3208).epsilon(1e-3));
+  const Interval same = paired_difference95(dense, dense);  // identical answers: no spread at all
+  CHECK(same.mean == 0.0);
+  CHECK(same.low == 0.0);
+  CHECK(same.high == 0.0);
+  CHECK(depth_band(0.0) == 0);
+  CHECK(depth_band(0.33) == 0);
+  CHECK(depth_band(0.34) == 1);
+  CHECK(depth_band(0.67) == 2);
+  CHECK(depth_band(1.0) == 2);
+  CHECK(std::string(depth_band_name(1)) == "33-67%");
+}
+
 TEST_CASE("longbench configurations: names round-trip; bad ones are refused") {
   for (const char* s : {"dense", "quest@0.0625", "tiered:hierarchical@0.015625", "oracle-mass@1"}) CHECK(parse_config(s).name() == s);
   CHECK_THROWS_AS(parse_config("quest"), Error);

@@ -39,6 +39,32 @@ inline Interval interval95(const std::vector<double>& scores) {
   return r;
 }
 
+/// The paired difference mean(a - b) of two configurations' scores on the same samples, with its
+/// 95% interval (normal, over the per-sample differences): paired, it is much narrower than the
+/// two accuracies' own intervals when the configurations mostly agree.
+inline Interval paired_difference95(const std::vector<double>& a, const std::vector<double>& b) {
+  Interval r;
+  r.n = std::min(a.size(), b.size());
+  if (r.n == 0) return r;
+  const double n = static_cast<double>(r.n), z = 1.959964;
+  double sum = 0;
+  for (std::size_t i = 0; i < r.n; ++i) sum += a[i] - b[i];
+  r.mean = sum / n;
+  double ss = 0;
+  for (std::size_t i = 0; i < r.n; ++i) ss += (a[i] - b[i] - r.mean) * (a[i] - b[i] - r.mean);
+  const double half = r.n > 1 ? z * std::sqrt(ss / (n - 1) / n) : 1.0;
+  r.low = std::max(-1.0, r.mean - half), r.high = std::min(1.0, r.mean + half);
+  return r;
+}
+
+/// Depth bands of a needle's position in its document: 0-33%, 33-67%, 67-100%.
+inline constexpr int kDepthBands = 3;
+inline int depth_band(double depth) { return std::clamp(static_cast<int>(depth * kDepthBands), 0, kDepthBands - 1); }
+inline const char* depth_band_name(int band) {
+  constexpr const char* names[kDepthBands] = {"0-33%", "33-67%", "67-100%"};
+  return names[std::clamp(band, 0, kDepthBands - 1)];
+}
+
 /// log-softmax of logits, in double.
 inline std::vector<double> log_softmax(const std::vector<float>& logits) {
   const double top = *std::max_element(logits.begin(), logits.end());
