@@ -45,7 +45,7 @@ static int check(int streams, int group, int d, int page_tokens, std::mt19937& r
   cuda::DeviceBuffer<float> dq{std::span<const float>(q)};
   cuda::DeviceBuffer<int> drows{std::span<const int>(rows)};
   cuda::DeviceBuffer<std::int64_t> doff{std::span<const std::int64_t>(offsets)};
-  std::vector<std::vector<float>> outs;
+  std::vector<std::vector<float>> outs, lses, page_lses;
   int bad = 0;
   for (int placement = 0; placement < 4; ++placement) {
     const std::size_t shift = placement == 3 ? 1 : 0;
@@ -85,8 +85,9 @@ static int check(int streams, int group, int d, int page_tokens, std::mt19937& r
     KVD_CUDA_CHECK(cuda::sparse_decode(p));
     KVD_CUDA_CHECK(cudaDeviceSynchronize());
     outs.push_back(dout.download());
-    if (placement != 0) continue;
     const auto lse = dlse.download(), plse = dplse.download();
+    lses.push_back(lse), page_lses.push_back(plse);
+    if (placement != 0) continue;
     for (int s = 0; s < streams; ++s) {
       std::vector<attention::PageRef> refs;
       for (std::int64_t i = offsets[static_cast<std::size_t>(s)]; i < offsets[static_cast<std::size_t>(s) + 1]; ++i)
@@ -118,8 +119,11 @@ static int check(int streams, int group, int d, int page_tokens, std::mt19937& r
       }
     }
   }
+  const auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
   for (std::size_t r = 1; r < outs.size(); ++r)  // independent of placement, staging and alignment
-    if (std::memcmp(outs[0].data(), outs[r].data(), outs[0].size() * sizeof(float)) != 0) ++bad;
+    if (!same(outs[0], outs[r]) || !same(lses[0], lses[r]) || !same(page_lses[0], page_lses[r])) ++bad;
   std::printf("sparse_decode %s group %d d %d page %d: %s\n", dtype_name(dtype_of<T>).data(), group, d, page_tokens,
               bad ? "MISMATCH" : "ok");
   return bad;

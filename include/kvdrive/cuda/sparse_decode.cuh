@@ -68,10 +68,10 @@ inline std::size_t sparse_decode_page_stage_bytes(int max_page_tokens, int head_
 }
 
 /// Pages staged at once for a launch: the params' stage_pages, or (0) as many as fit.
+/// Never more than fit in kSparseDecodeMaxShared, nor than a split holds, nor fewer than one.
 inline int sparse_decode_stage_pages(int stage_pages, std::size_t page_stage_bytes) {
-  if (stage_pages > 0) return std::min<int>(stage_pages, static_cast<int>(attention::kSplitPages));
-  const std::size_t fit = page_stage_bytes ? kSparseDecodeMaxShared / page_stage_bytes : 1;
-  return static_cast<int>(std::clamp<std::size_t>(fit, 1, attention::kSplitPages));
+  const std::size_t fit = std::clamp<std::size_t>(page_stage_bytes ? kSparseDecodeMaxShared / page_stage_bytes : 1, 1, attention::kSplitPages);
+  return static_cast<int>(stage_pages > 0 ? std::min(static_cast<std::size_t>(stage_pages), fit) : fit);
 }
 
 namespace detail {
@@ -161,8 +161,9 @@ __global__ void SparseDecodeSplitKernel(SparseDecodeParams<T> p) {
       __syncthreads();  // the stage is refilled next
     }
   } else {
-    for (std::int64_t c0 = begin; c0 < end; c0 += p.stage_pages) {
-      const std::int64_t c1 = min(end, c0 + static_cast<std::int64_t>(p.stage_pages));
+    const std::int64_t step = max(1, p.stage_pages);  // the launcher sets it; never loop forever on 0
+    for (std::int64_t c0 = begin; c0 < end; c0 += step) {
+      const std::int64_t c1 = min(end, c0 + step);
       detail::stage_split_pages(p, first, c0, c1, sk, page_elems);
       __syncthreads();
       for (std::int64_t page = c0; page < c1; ++page) {

@@ -118,6 +118,8 @@ class Step {
       } else if (e.slot >= 0) {
         ++p.hits;
       } else {
+        // A miss is read from the page's backing tier; a page without one must be resident.
+        KVD_EXPECT(e.home != 0, "page {} of a stream has no backing tier and no fast slot: its bytes are lost", page);
         p.misses.push_back(page);
       }
       // A page with no backing copy (home 0: a fast tier alone) lives in its slot for good; the

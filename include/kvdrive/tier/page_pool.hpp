@@ -96,6 +96,10 @@ class PagePool {
     const std::size_t align = std::max(alignment_, kHugePage);
     auto* raw = static_cast<std::byte*>(::operator new[](bytes, std::align_val_t{align}));
     std::unique_ptr<std::byte[], AlignedDelete> block(raw, AlignedDelete{align});
+    // Nothing may throw after the hook: a block it registered (pinned, mapped for the GPU) and
+    // then freed would leave a stale registration behind.
+    blocks_.reserve(blocks_.size() + 1);
+    free_.reserve(free_.size() + n);
     if (on_new_block_) on_new_block_(raw, bytes);
     blocks_.push_back(std::move(block));
     directory_[blocks_.size() - 1] = raw;
