@@ -26,6 +26,17 @@ def _interval95(scores):
     return mean, max(0.0, centre - half), min(1.0, centre + half)
 
 
+def _paired95(a, b):
+    """kvd-longbench's paired difference (longbench/stats.hpp): mean(a - b) and its normal 95% interval."""
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0.0, 0.0, 0.0
+    diffs = [x - y for x, y in zip(a, b)]
+    mean = sum(diffs) / n
+    half = 1.959964 * math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1) / n) if n > 1 else 1.0
+    return mean, max(-1.0, mean - half), min(1.0, mean + half)
+
+
 def merge(runs):
     """Several kvd-longbench --json runs of the same configurations (say 1K-4K with more samples
     and 8K with fewer) as one: cells side by side, the pooled table recomputed from the samples."""
@@ -39,14 +50,15 @@ def merge(runs):
     configs = [p["config"] for p in runs[0]["pooled"]]
     dense_ok = {(c["task"], c["haystack"], c["context"]) for c in out["cells"] if c["config"] == "dense" and c["accuracy"] > 0.5}
     kept = [s for s in out["samples"] if (s["task"], s["haystack"], s["context"]) in dense_ok]
-    dense = sum(s["configs"]["dense"]["score"] for s in kept) / max(1, len(kept))
+    dense = [s["configs"]["dense"]["score"] for s in kept]
     out["pooled"] = []
     for cfg in configs:
         scores = [s["configs"][cfg]["score"] for s in kept]
         mean, low, high = _interval95(scores)
+        d, d_low, d_high = _paired95(scores, dense)
         agree = sum(s["configs"][cfg]["score"] == s["configs"]["dense"]["score"] for s in kept) / max(1, len(kept))
         out["pooled"].append({"config": cfg, "accuracy": mean, "low": low, "high": high, "n": len(kept), "agreement": agree,
-                              "minus_dense": mean - dense})
+                              "minus_dense": d, "minus_dense_low": d_low, "minus_dense_high": d_high})
     return out
 
 
@@ -126,15 +138,19 @@ def section(add, cmds, lb, fid, lb_cmd, fid_cmd):
     n = next(iter(pooled.values()))["n"] if pooled else 0
     add(f"Pooled over the cells (task, context) where dense scores above 0.5 ({n} samples):")
     add("")
-    add("| configuration | accuracy [95% interval] | minus dense | agreement with dense |")
+    add("| configuration | accuracy [95% interval] | minus dense, paired [95% interval] | agreement with dense |")
     add("| --- | --- | --- | --- |")
     for cfg, p in pooled.items():
-        add(f"| {cfg} | {p['accuracy']:.3f} [{p['low']:.3f}, {p['high']:.3f}] | {p['minus_dense']:+.3f} | {p['agreement']:.3f} |")
+        paired = f" [{p['minus_dense_low']:+.3f}, {p['minus_dense_high']:+.3f}]" if "minus_dense_low" in p else ""
+        add(f"| {cfg} | {p['accuracy']:.3f} [{p['low']:.3f}, {p['high']:.3f}] | {p['minus_dense']:+.3f}{paired} | {p['agreement']:.3f} |")
     add("")
     by_ctx = _pooled_by_context(lb)
     ctxs = sorted({c for by in by_ctx.values() for c in by})
+    n_by_ctx = defaultdict(set)
+    for c in lb["cells"]:
+        n_by_ctx[c["context"]].add(c["n"])
     add("Accuracy per context, mean over the tasks (N per task and context: "
-        f"{min(c['n'] for c in lb['cells'])}):")
+        + ", ".join(f"{ctx}: {'/'.join(str(n) for n in sorted(ns))}" for ctx, ns in sorted(n_by_ctx.items())) + "):")
     add("")
     add("| configuration | " + " | ".join(f"{c}" for c in ctxs) + " |")
     add("| --- | " + " | ".join("---" for _ in ctxs) + " |")
