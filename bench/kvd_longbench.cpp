@@ -157,7 +157,8 @@ int check_sample(const Sample& s, const std::vector<ConfigSpec>& configs, bool r
     const ConfigSpec& c = configs[i];
     if (c.tiered)
       for (std::size_t j = 0; j < configs.size(); ++j)
-        if (!configs[j].tiered && configs[j].index == c.index && configs[j].budget == c.budget && s.by_config[i].ids != s.by_config[j].ids) {
+        if (!configs[j].tiered && configs[j].index == c.index && configs[j].params == c.params && configs[j].budget == c.budget &&
+            s.by_config[i].ids != s.by_config[j].ids) {
           fmt::print(stderr, "kvd-longbench: FAILED: {} decoded other tokens than {} ({})\n", c.name(), configs[j].name(), where());
           ++failures;
         }
@@ -389,7 +390,8 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--samples", o.samples, "samples per task, context and haystack (depths spread over 0-100%)")->check(CLI::Range(1, 100000));
   app.add_option("--budgets", o.budgets, "sparse budgets (fractions of the candidate pages) for --configs all")->delimiter(',');
   app.add_option("--configs", o.configs, "all (dense, every sparse index and tiered:hierarchical at each budget), or a list: dense first, "
-                 "then INDEX@BUDGET or tiered:hierarchical@BUDGET")->delimiter(',');
+                 "then INDEX@BUDGET or tiered:hierarchical@BUDGET; hierarchical{K=V;...} sets expand, min_scored, pair_radii or "
+                 "pages_per_cluster")->delimiter(',');
   app.add_option("--seed", o.seed, "picks every sample's keys, values and haystack start");
   app.add_option("--threads", o.threads, "CPU threads (0: all)");
   app.add_option("--json", o.json, "write every sample and cell as JSON to this file");

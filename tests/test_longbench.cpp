@@ -151,6 +151,21 @@ TEST_CASE("longbench configurations: names round-trip; bad ones are refused") {
   CHECK_THROWS_AS(parse_config("quest@2"), Error);
   CHECK_THROWS_AS(parse_config("quest@x"), Error);
   CHECK_THROWS_AS(parse_config("tiered:quest@0.1"), Error);
+  // Hierarchical's parameters: round trip, applied, refused where unknown, malformed or out of range.
+  for (const char* s : {"hierarchical{min_scored=1}@0.0625", "tiered:hierarchical{expand=4;pair_radii=0}@0.015625"})
+    CHECK(parse_config(s).name() == s);
+  index::HierarchicalParams h;
+  parse_config("hierarchical{min_scored=1;pages_per_cluster=8}@0.0625").apply(h);
+  CHECK(h.min_scored == 1.0);
+  CHECK(h.pages_per_cluster == 8);
+  CHECK(h.expand == index::HierarchicalParams{}.expand);
+  CHECK(parse_config("hierarchical{min_scored=1}@0.0625") != parse_config("hierarchical@0.0625"));
+  CHECK_THROWS_AS(parse_config("quest{expand=2}@0.1"), Error);
+  CHECK_THROWS_AS(parse_config("hierarchical{colour=2}@0.1"), Error);
+  CHECK_THROWS_AS(parse_config("hierarchical{expand}@0.1"), Error);
+  CHECK_THROWS_AS(parse_config("hierarchical{expand=x}@0.1"), Error);
+  CHECK_THROWS_AS(parse_config("hierarchical{min_scored=2}@0.1"), Error);
+  CHECK_THROWS_AS(parse_config("hierarchical{expand=2@0.1"), Error);
   CHECK(default_configs({0.0625, 0.015625}).size() == 1 + 2 * (kSparseIndices.size() + 1));
 }
 

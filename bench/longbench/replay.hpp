@@ -7,6 +7,8 @@
 //   tiered:hierarchical@B         the same index and budget over a fast DRAM cache + SSD store,
 //                                 with lookahead eviction and warm-up placement; by Decision 2
 //                                 it must give sparse's tokens exactly
+//   hierarchical{K=V;...}@B       Hierarchical with some parameters changed (expand, min_scored,
+//                                 pair_radii, pages_per_cluster), to compare variants on the tasks
 #pragma once
 
 #include <algorithm>
@@ -16,6 +18,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -30,26 +34,79 @@ namespace kvdrive::longbench {
 inline constexpr std::array<std::string_view, 7> kSparseIndices = {"hierarchical", "quest", "mean-key", "centroid",
                                                                    "simhash", "product-quant", "oracle-mass"};
 
+/// Hierarchical's parameters a configuration may set: name, then where it goes.
+inline constexpr std::array<std::string_view, 4> kHierarchicalKeys = {"expand", "min_scored", "pair_radii", "pages_per_cluster"};
+
 struct ConfigSpec {
   std::string index = "dense";
   double budget = 1.0;
   bool tiered = false;
+  std::vector<std::pair<std::string, double>> params;  ///< hierarchical{K=V;...}: parameters changed from the defaults
 
   std::string name() const {
     if (index == "dense") return "dense";
-    return fmt::format("{}{}@{:g}", tiered ? "tiered:" : "", index, budget);
+    std::string p;
+    for (const auto& [k, v] : params) p += fmt::format("{}{}={:g}", p.empty() ? "" : ";", k, v);
+    return fmt::format("{}{}{}@{:g}", tiered ? "tiered:" : "", index, p.empty() ? "" : "{" + p + "}", budget);
   }
   bool operator==(const ConfigSpec&) const = default;
+
+  /// Sets the parameters on a Hierarchical index (and checks them).
+  void apply(index::HierarchicalParams& h) const {
+    for (const auto& [k, v] : params) {
+      if (k == "expand") h.expand = v;
+      else if (k == "min_scored") h.min_scored = v;
+      else if (k == "pair_radii") h.pair_radii = static_cast<int>(v);
+      else if (k == "pages_per_cluster") h.pages_per_cluster = static_cast<int>(v);
+    }
+    h.validate();
+  }
 };
 
-/// "dense", "INDEX@BUDGET" or "tiered:hierarchical@BUDGET".
+/// "K=V;K=V" of a hierarchical{...} configuration.
+inline std::vector<std::pair<std::string, double>> parse_params(std::string_view whole, std::string_view s) {
+  std::vector<std::pair<std::string, double>> out;
+  while (!s.empty()) {
+    const auto end = s.find(';');
+    const std::string_view kv = s.substr(0, end);
+    const auto eq = kv.find('=');
+    KVD_EXPECT(eq != std::string_view::npos, "configuration '{}': '{}' is not KEY=VALUE", whole, kv);
+    const std::string key(kv.substr(0, eq));
+    KVD_EXPECT(std::find(kHierarchicalKeys.begin(), kHierarchicalKeys.end(), key) != kHierarchicalKeys.end(),
+               "configuration '{}': unknown parameter '{}' (expand, min_scored, pair_radii, pages_per_cluster)", whole, key);
+    double v = 0;
+    try {
+      std::size_t used = 0;
+      v = std::stod(std::string(kv.substr(eq + 1)), &used);
+      KVD_EXPECT(used == kv.size() - eq - 1, "");
+    } catch (const std::exception&) {
+      throw Error(fmt::format("configuration '{}': the value of {} is not a number", whole, key));
+    }
+    out.emplace_back(key, v);
+    if (end == std::string_view::npos) break;
+    s.remove_prefix(end + 1);
+  }
+  return out;
+}
+
+/// "dense", "INDEX@BUDGET", "tiered:hierarchical@BUDGET", or hierarchical{K=V;...} in place of
+/// hierarchical.
 inline ConfigSpec parse_config(std::string_view s) {
   ConfigSpec c;
   if (s == "dense") return c;
+  const std::string_view whole = s;
   if (s.starts_with("tiered:")) c.tiered = true, s.remove_prefix(7);
   const auto at = s.find('@');
   KVD_EXPECT(at != std::string_view::npos, "configuration '{}': expected dense, INDEX@BUDGET or tiered:hierarchical@BUDGET", s);
   c.index = std::string(s.substr(0, at));
+  if (const auto brace = c.index.find('{'); brace != std::string::npos) {
+    KVD_EXPECT(c.index.back() == '}', "configuration '{}': parameters go in braces, as hierarchical{{min_scored=1}}@0.0625", whole);
+    c.params = parse_params(whole, std::string_view(c.index).substr(brace + 1, c.index.size() - brace - 2));
+    c.index.resize(brace);
+    KVD_EXPECT(c.index == "hierarchical", "configuration '{}': only hierarchical takes parameters", whole);
+    index::HierarchicalParams check;
+    c.apply(check);  // refuse values the index would refuse, before any sample runs
+  }
   KVD_EXPECT(std::find(kSparseIndices.begin(), kSparseIndices.end(), c.index) != kSparseIndices.end(),
              "configuration '{}': unknown index '{}' (hierarchical, quest, mean-key, centroid, simhash, product-quant, oracle-mass)", s, c.index);
   try {
@@ -144,7 +201,9 @@ Replay replay(const ReplayContext& cx, const ConfigSpec& c, const llama::Prefill
     plan = llama::plan_tiers(o, cfg, context);
   }
   using Manager = KvManager<Index, eviction::Lookahead, TierList>;
-  Manager kv(cfg, llama::index_for<Index>(cx.model->config), eviction::Lookahead{plan.window}, llama::make_tiers<TierList>(o, plan), {}, backend::Cpu({o.threads}));
+  Index ix = llama::index_for<Index>(cx.model->config);
+  if constexpr (std::is_same_v<Index, index::Hierarchical>) c.apply(ix.params);
+  Manager kv(cfg, std::move(ix), eviction::Lookahead{plan.window}, llama::make_tiers<TierList>(o, plan), {}, backend::Cpu({o.threads}));
   llama::Decoder<Manager> dec(*cx.model, kv, *cx.pool, snap.chunk);
   if constexpr (TierList::kCount > 1) dec.warm_up_after_prefill(static_cast<int>(std::min<std::int64_t>(o.warm_up, snap.observed)));
   const std::vector<float>& first = dec.prefill_from(snap);
