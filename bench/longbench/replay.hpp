@@ -23,6 +23,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "decoder.hpp"
 #include "kvdrive/kvdrive.hpp"
@@ -63,6 +64,17 @@ struct ConfigSpec {
   }
 };
 
+/// `text` as a whole number or decimal, or an Error naming `what` in configuration `whole`.
+inline double number_in_config(std::string_view whole, std::string_view text, std::string_view what) {
+  try {
+    std::size_t used = 0;
+    const double v = std::stod(std::string(text), &used);
+    if (used == text.size()) return v;
+  } catch (const std::exception&) {
+  }
+  throw Error(fmt::format("configuration '{}': {} is not a number", whole, what));
+}
+
 /// "K=V;K=V" of a hierarchical{...} configuration.
 inline std::vector<std::pair<std::string, double>> parse_params(std::string_view whole, std::string_view s) {
   std::vector<std::pair<std::string, double>> out;
@@ -73,16 +85,8 @@ inline std::vector<std::pair<std::string, double>> parse_params(std::string_view
     KVD_EXPECT(eq != std::string_view::npos, "configuration '{}': '{}' is not KEY=VALUE", whole, kv);
     const std::string key(kv.substr(0, eq));
     KVD_EXPECT(std::find(kHierarchicalKeys.begin(), kHierarchicalKeys.end(), key) != kHierarchicalKeys.end(),
-               "configuration '{}': unknown parameter '{}' (expand, min_scored, pair_radii, pages_per_cluster)", whole, key);
-    double v = 0;
-    try {
-      std::size_t used = 0;
-      v = std::stod(std::string(kv.substr(eq + 1)), &used);
-      KVD_EXPECT(used == kv.size() - eq - 1, "");
-    } catch (const std::exception&) {
-      throw Error(fmt::format("configuration '{}': the value of {} is not a number", whole, key));
-    }
-    out.emplace_back(key, v);
+               "configuration '{}': unknown parameter '{}' ({})", whole, key, fmt::join(kHierarchicalKeys, ", "));
+    out.emplace_back(key, number_in_config(whole, kv.substr(eq + 1), "the value of " + key));
     if (end == std::string_view::npos) break;
     s.remove_prefix(end + 1);
   }
@@ -109,13 +113,7 @@ inline ConfigSpec parse_config(std::string_view s) {
   }
   KVD_EXPECT(std::find(kSparseIndices.begin(), kSparseIndices.end(), c.index) != kSparseIndices.end(),
              "configuration '{}': unknown index '{}' (hierarchical, quest, mean-key, centroid, simhash, product-quant, oracle-mass)", s, c.index);
-  try {
-    std::size_t used = 0;
-    c.budget = std::stod(std::string(s.substr(at + 1)), &used);
-    KVD_EXPECT(used == s.size() - at - 1, "");
-  } catch (const std::exception&) {
-    throw Error(fmt::format("configuration '{}': the budget is not a number", s));
-  }
+  c.budget = number_in_config(s, s.substr(at + 1), "the budget");
   KVD_EXPECT(c.budget > 0 && c.budget <= 1, "configuration '{}': budget outside (0, 1]", s);
   KVD_EXPECT(!c.tiered || c.index == "hierarchical", "configuration '{}': tiered runs the hierarchical index", s);
   return c;
