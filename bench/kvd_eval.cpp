@@ -67,6 +67,7 @@ struct Options {
   int cluster_pages = index::HierarchicalParams{}.pages_per_cluster;
   double expand = index::HierarchicalParams{}.expand;
   double min_scored = index::HierarchicalParams{}.min_scored;
+  std::int64_t score_all_below = index::HierarchicalParams{}.score_all_below;
   float radius_weight = index::HierarchicalParams{}.radius_weight;
   int pair_radii = index::HierarchicalParams{}.pair_radii;
   float pair_weight = index::HierarchicalParams{}.pair_weight;
@@ -112,6 +113,7 @@ index::HierarchicalParams hierarchical_params(const Options& o) {
   p.pages_per_cluster = o.cluster_pages;
   p.expand = o.expand;
   p.min_scored = o.min_scored;
+  p.score_all_below = o.score_all_below;
   p.radius_weight = o.radius_weight;
   p.pair_radii = o.pair_radii;
   p.pair_weight = o.pair_weight;
@@ -462,6 +464,8 @@ int main(int argc, char** argv) {
   app.add_option("--cluster-pages", o.cluster_pages, "hierarchical and centroid: pages per cluster")->check(CLI::Range(1, 1 << 20));
   app.add_option("--expand", o.expand, "hierarchical: expand clusters until they hold this many times the budget");
   app.add_option("--min-scored", o.min_scored, "hierarchical: ... and at least this fraction of the candidates")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--score-all-below", o.score_all_below, "hierarchical: with fewer candidate pages, score every one (no cluster pruning)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--radius-weight", o.radius_weight, "hierarchical: weight of |q| x cluster radius in a centroid's score");
   app.add_option("--pair-radii", o.pair_radii, "hierarchical: rotary-pair radii per page in a member's score (0: its mean alone)")
       ->check(CLI::Range(0, 128));

@@ -390,8 +390,8 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--samples", o.samples, "samples per task, context and haystack (depths spread over 0-100%)")->check(CLI::Range(1, 100000));
   app.add_option("--budgets", o.budgets, "sparse budgets (fractions of the candidate pages) for --configs all")->delimiter(',');
   app.add_option("--configs", o.configs, "all (dense, every sparse index and tiered:hierarchical at each budget), or a list: dense first, "
-                 "then INDEX@BUDGET or tiered:hierarchical@BUDGET; hierarchical{K=V;...} sets expand, min_scored, pair_radii or "
-                 "pages_per_cluster")->delimiter(',');
+                 "then INDEX@BUDGET or tiered:hierarchical@BUDGET; hierarchical{K=V;...} sets expand, min_scored, "
+                 "score_all_below, pair_radii, pair_weight, radius_weight or pages_per_cluster")->delimiter(',');
   app.add_option("--seed", o.seed, "picks every sample's keys, values and haystack start");
   app.add_option("--threads", o.threads, "CPU threads (0: all)");
   app.add_option("--json", o.json, "write every sample and cell as JSON to this file");

@@ -38,15 +38,18 @@ def _paired95(a, b):
 
 
 def merge(runs):
-    """Several kvd-longbench --json runs of the same configurations (say 1K-4K with more samples
-    and 8K with fewer) as one: cells side by side, the pooled table recomputed from the samples."""
+    """Several kvd-longbench --json runs of the same configurations (say 1K-2K with more samples
+    and 4K-8K with fewer) as one: cells side by side, the pooled table recomputed from the samples.
+    A (task, haystack, context) cell an earlier run already holds is taken from that run only, so
+    list the run with more samples first."""
     if len(runs) == 1:
         return runs[0]
     out = {"command": " && ".join(r.get("command", "kvd-longbench") for r in runs), "cells": [], "samples": [],
            "failures": sum(r.get("failures", 0) for r in runs)}
     for r in runs:
-        out["cells"] += r["cells"]
-        out["samples"] += r["samples"]
+        held = {(c["task"], c["haystack"], c["context"]) for c in out["cells"]}
+        out["cells"] += [c for c in r["cells"] if (c["task"], c["haystack"], c["context"]) not in held]
+        out["samples"] += [s for s in r["samples"] if (s["task"], s["haystack"], s["context"]) not in held]
     configs = [p["config"] for p in runs[0]["pooled"]]
     dense_ok = {(c["task"], c["haystack"], c["context"]) for c in out["cells"] if c["config"] == "dense" and c["accuracy"] > 0.5}
     kept = [s for s in out["samples"] if (s["task"], s["haystack"], s["context"]) in dense_ok]

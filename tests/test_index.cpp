@@ -584,10 +584,46 @@ TEST_CASE("Hierarchical: min_scored 1 scores every candidate, so the clustering 
     // clusters, so the two selections are the same pages.
     CHECK(every == select({.pages_per_cluster = 1, .expand = 1.0, .min_scored = 1.0}, budget));
     CHECK(every.size() == static_cast<std::size_t>(budget));
-    differ += every != select({.pages_per_cluster = 8, .expand = 1.0, .min_scored = 0.0}, budget);
+    differ += every != select({.pages_per_cluster = 8, .expand = 1.0, .min_scored = 0.0, .score_all_below = 0}, budget);
   }
   CHECK(differ > 0);  // expanding only budget pages' clusters misses some of them
   CHECK_THROWS_WITH_AS(index::Hierarchical(index::HierarchicalParams{.min_scored = 1.5}), doctest::Contains("min_scored is 1.5"), Error);
+}
+
+TEST_CASE("Hierarchical: below score_all_below candidates every candidate is scored; from it on, the clusters prune") {
+  const int pages = 300, pt = 8, d = 32, group = 3;
+  Stream s = make_topic_stream(pages, pt, d, group, 78);
+  const index::PageKeys all{s.keys.data(), 0, pages, pt, d, DType::f16};
+  const auto select = [&](index::HierarchicalParams p, std::int64_t first, std::int64_t end, int budget) {
+    index::Hierarchical hi{p};
+    index::Hierarchical::State st;
+    hi.build(st, all);
+    std::vector<std::uint32_t> out;
+    hi.select(st, query_for(s, first, end, budget), out);
+    return out;
+  };
+  const index::HierarchicalParams every{.pages_per_cluster = 8, .expand = 1.0, .min_scored = 1.0, .score_all_below = 0};
+  const index::HierarchicalParams pruned{.pages_per_cluster = 8, .expand = 1.0, .min_scored = 0.0, .score_all_below = 0};
+  const std::int64_t first = 1, end = pages - 8, candidates = end - first;
+  int differ = 0;
+  for (int budget : {2, 5, 12}) {
+    const auto all_scored = select(every, first, end, budget), some_scored = select(pruned, first, end, budget);
+    differ += all_scored != some_scored;
+    // One candidate more than there are: every candidate is scored, whatever min_scored says.
+    index::HierarchicalParams below = pruned;
+    below.score_all_below = candidates + 1;
+    CHECK(select(below, first, end, budget) == all_scored);
+    // Exactly as many as there are: the threshold is not reached, so the clusters prune as before.
+    index::HierarchicalParams at = pruned;
+    at.score_all_below = candidates;
+    CHECK(select(at, first, end, budget) == some_scored);
+  }
+  CHECK(differ > 0);  // else the check above could not tell pruning from scoring everything
+  CHECK(index::members_to_score(8.0, 0.25, 512, 8, 511) == 511);
+  CHECK(index::members_to_score(8.0, 0.25, 512, 8, 512) == 128);  // max(8 x 8, 0.25 x 512)
+  CHECK(index::members_to_score(8.0, 0.25, 512, 100, 1000) == 800);
+  CHECK_THROWS_WITH_AS(index::Hierarchical(index::HierarchicalParams{.score_all_below = -1}), doctest::Contains("score_all_below is -1"),
+                       Error);
 }
 
 TEST_CASE("Hierarchical: clusters partition the pages, keep neighbours together, and bound their members") {

@@ -158,6 +158,9 @@ TEST_CASE("longbench configurations: names round-trip; bad ones are refused") {
   parse_config("hierarchical{min_scored=1;pages_per_cluster=8}@0.0625").apply(h);
   CHECK(h.min_scored == 1.0);
   CHECK(h.pages_per_cluster == 8);
+  parse_config("hierarchical{radius_weight=1;pair_weight=0.25}@0.0625").apply(h);
+  CHECK(h.radius_weight == 1.0f);
+  CHECK(h.pair_weight == 0.25f);
   CHECK(h.expand == index::HierarchicalParams{}.expand);
   CHECK(parse_config("hierarchical{min_scored=1}@0.0625") != parse_config("hierarchical@0.0625"));
   CHECK_THROWS_AS(parse_config("quest{expand=2}@0.1"), Error);
@@ -165,6 +168,7 @@ TEST_CASE("longbench configurations: names round-trip; bad ones are refused") {
   CHECK_THROWS_AS(parse_config("hierarchical{expand}@0.1"), Error);
   CHECK_THROWS_AS(parse_config("hierarchical{expand=x}@0.1"), Error);
   CHECK_THROWS_AS(parse_config("hierarchical{min_scored=2}@0.1"), Error);
+  CHECK_THROWS_AS(parse_config("hierarchical{radius_weight=-1}@0.1"), Error);
   CHECK_THROWS_AS(parse_config("hierarchical{expand=2@0.1"), Error);
   CHECK(default_configs({0.0625, 0.015625}).size() == 1 + 2 * (kSparseIndices.size() + 1));
 }

@@ -7,8 +7,8 @@
 //   tiered:hierarchical@B         the same index and budget over a fast DRAM cache + SSD store,
 //                                 with lookahead eviction and warm-up placement; by Decision 2
 //                                 it must give sparse's tokens exactly
-//   hierarchical{K=V;...}@B       Hierarchical with some parameters changed (expand, min_scored,
-//                                 pair_radii, pages_per_cluster), to compare variants on the tasks
+//   hierarchical{K=V;...}@B       Hierarchical with some parameters changed (kHierarchicalKeys),
+//                                 to compare variants on the tasks
 #pragma once
 
 #include <algorithm>
@@ -36,7 +36,8 @@ inline constexpr std::array<std::string_view, 7> kSparseIndices = {"hierarchical
                                                                    "simhash", "product-quant", "oracle-mass"};
 
 /// Hierarchical's parameters a configuration may set: name, then where it goes.
-inline constexpr std::array<std::string_view, 4> kHierarchicalKeys = {"expand", "min_scored", "pair_radii", "pages_per_cluster"};
+inline constexpr std::array<std::string_view, 7> kHierarchicalKeys = {
+    "expand", "min_scored", "score_all_below", "pair_radii", "pair_weight", "radius_weight", "pages_per_cluster"};
 
 struct ConfigSpec {
   std::string index = "dense";
@@ -57,7 +58,10 @@ struct ConfigSpec {
     for (const auto& [k, v] : params) {
       if (k == "expand") h.expand = v;
       else if (k == "min_scored") h.min_scored = v;
+      else if (k == "score_all_below") h.score_all_below = static_cast<std::int64_t>(v);
       else if (k == "pair_radii") h.pair_radii = static_cast<int>(v);
+      else if (k == "pair_weight") h.pair_weight = static_cast<float>(v);
+      else if (k == "radius_weight") h.radius_weight = static_cast<float>(v);
       else if (k == "pages_per_cluster") h.pages_per_cluster = static_cast<int>(v);
     }
     h.validate();
@@ -123,8 +127,8 @@ inline ConfigSpec parse_config(std::string_view s) {
 inline std::vector<ConfigSpec> default_configs(const std::vector<double>& budgets) {
   std::vector<ConfigSpec> out{ConfigSpec{}};
   for (double b : budgets) {
-    for (auto ix : kSparseIndices) out.push_back({std::string(ix), b, false});
-    out.push_back({"hierarchical", b, true});
+    for (auto ix : kSparseIndices) out.push_back({std::string(ix), b, false, {}});
+    out.push_back({"hierarchical", b, true, {}});
   }
   return out;
 }

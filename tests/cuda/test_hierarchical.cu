@@ -71,6 +71,8 @@ static int check(DType dtype, int group, std::mt19937& rng, const ki::Hierarchic
   p.budget = d_budget.data();
   p.radius_weight = index.params.radius_weight;
   p.expand = index.params.expand;
+  p.min_scored = index.params.min_scored;
+  p.score_all_below = index.params.score_all_below;
   p.pair_weight = index.params.pair_weight;
   p.rotary = index.params.rotary;
   p.scratch_est = d_est.data();
@@ -124,6 +126,9 @@ int main() {
     bad += check<kvdrive::half>(DType::f16, group, rng);
     // Members scored with two rotary-pair radii (index::HierarchicalParams::pair_radii).
     bad += check<kvdrive::half>(DType::f16, group, rng, ki::HierarchicalParams{.pair_radii = 2});
+    // Every stream pruned by its clusters (none scored whole), and every stream scored whole.
+    bad += check<float>(DType::f32, group, rng, ki::HierarchicalParams{.score_all_below = 0});
+    bad += check<float>(DType::f32, group, rng, ki::HierarchicalParams{.score_all_below = 2000});
   }
   kc::HierarchicalSelectParams<float> badp;
   badp.streams = 1;

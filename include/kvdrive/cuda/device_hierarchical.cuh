@@ -271,6 +271,7 @@ class DeviceHierarchical {
     p.radius_weight = params.radius_weight;
     p.expand = params.expand;
     p.min_scored = params.min_scored;
+    p.score_all_below = params.score_all_below;
     p.pair_weight = params.pair_weight;
     p.rotary = params.rotary;
     p.scratch_est = sc.est.data();

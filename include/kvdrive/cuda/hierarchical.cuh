@@ -96,7 +96,8 @@ struct HierarchicalSelectParams {
   float radius_weight = 0.5f;
   double expand = 8.0;
   double min_scored = 0.25;                              ///< index::HierarchicalParams::min_scored
-  float pair_weight = 0.75f;                             ///< members' pair radii (index::HierarchicalParams)
+  std::int64_t score_all_below = 512;                    ///< index::HierarchicalParams::score_all_below
+  float pair_weight = 0.5f;                              ///< members' pair radii (index::HierarchicalParams)
   index::RotaryPairs rotary = index::RotaryPairs::adjacent;
   /// Scratch per stream: estimates [group][scratch_stride] with scratch_stride >= clusters +
   /// members of every stream, counts [scratch_stride] (each cluster's candidates, then each
@@ -265,7 +266,7 @@ __global__ void __launch_bounds__(kHierarchicalThreads) HierarchicalSelectKernel
   block.prepare(p.radius_weight, p.rotary, p.bitmap_words);
   const std::int64_t budget = max(p.budget[s], std::int64_t{0});
   const std::uint64_t cut = block.choose_clusters(static_cast<unsigned long long>(
-      index::members_to_score(p.expand, p.min_scored, budget, p.end_candidate[s] - p.first_candidate[s])));
+      index::members_to_score(p.expand, p.min_scored, p.score_all_below, budget, p.end_candidate[s] - p.first_candidate[s])));
   const auto members = static_cast<std::int64_t>(block.score_members(cut, p.pair_weight));
   const auto k = static_cast<unsigned long long>(min(min(budget, members), static_cast<std::int64_t>(p.max_k)));
   if (k > 0) block.write_best(k);
@@ -276,7 +277,8 @@ __global__ void __launch_bounds__(kHierarchicalThreads) HierarchicalSelectKernel
 template <class T>
 cudaError_t hierarchical_select(const HierarchicalSelectParams<T>& p, cudaStream_t stream = nullptr) {
   if (p.streams < 0 || p.group < 1 || p.group > kHierarchicalMaxGroup || p.head_dim < 1 || p.max_k < 0) return cudaErrorInvalidValue;
-  if (!(p.expand >= 1.0) || !std::isfinite(p.expand) || !(p.min_scored >= 0.0 && p.min_scored <= 1.0) || !(p.radius_weight >= 0.0f) || !std::isfinite(p.radius_weight) ||
+  if (!(p.expand >= 1.0) || !std::isfinite(p.expand) || !(p.min_scored >= 0.0 && p.min_scored <= 1.0) || p.score_all_below < 0 ||
+      !(p.radius_weight >= 0.0f) || !std::isfinite(p.radius_weight) ||
       !(p.pair_weight >= 0.0f) || !std::isfinite(p.pair_weight))
     return cudaErrorInvalidValue;
   if (p.streams == 0) return cudaSuccess;

@@ -6,7 +6,7 @@
 //      (the largest distance from the centroid to a member mean), so the score bounds q . m for
 //      every member m when radius_weight is 1; rank clusters by the GQA rule (Decision 4);
 //   2. expand the best clusters until they hold expand x budget pages (and at least min_scored
-//      of the candidates), score their members, and keep the top pages (GQA rule) within the
+//      of the candidates; all of them below score_all_below candidates), score their members, and keep the top pages (GQA rule) within the
 //      budget. With pair_radii > 0 a member
 //      scores q . mean + pair_weight x sum_j |q_pair_j| rho_j over the stream's chosen rotary
 //      pairs (pair_radii.hpp), which keeps the single dominant tokens a mean dilutes.
@@ -46,8 +46,13 @@ namespace kvdrive::index {
 
 /// The candidates whose members Hierarchical scores at level 2 (CPU and GPU): expand x budget,
 /// and at least min_scored of the candidates, since at a small budget expand x budget clusters'
-/// worth of pages misses too many of the pages that matter.
-KVD_HOST_DEVICE std::uint64_t members_to_score(double expand, double min_scored, std::int64_t budget, std::int64_t candidates) {
+/// worth of pages misses too many of the pages that matter; and every candidate while there are
+/// fewer than score_all_below of them, where a few clusters rank too coarsely to prune (on
+/// SmolLM2's 1K-2K retrieval tasks pruning half the clusters cost 12 points of accuracy;
+/// docs/longbench.md) and scoring them all costs a few microseconds.
+KVD_HOST_DEVICE std::uint64_t members_to_score(double expand, double min_scored, std::int64_t score_all_below, std::int64_t budget,
+                                               std::int64_t candidates) {
+  if (candidates < score_all_below) return static_cast<std::uint64_t>(candidates > 0 ? candidates : 0);
   const double by_budget = ceil(expand * static_cast<double>(budget > 0 ? budget : 0));
   const double by_candidates = ceil(min_scored * static_cast<double>(candidates > 0 ? candidates : 0));
   return static_cast<std::uint64_t>(by_budget > by_candidates ? by_budget : by_candidates);
@@ -57,12 +62,13 @@ struct HierarchicalParams {
   int pages_per_cluster = 16;  ///< cluster size at a full clustering
   double expand = 8.0;         ///< expand clusters until they hold expand x budget pages
   double min_scored = 0.25;    ///< ... and at least this fraction of the candidates (small budgets)
+  std::int64_t score_all_below = 512;  ///< with fewer candidate pages, score them all (no cluster pruning)
   float radius_weight = 0.5f;  ///< weight of |q| x radius in a centroid's score (0: centroid only)
   int neighbourhood = 2;       ///< a page may move to clusters up to this many runs away
   int iterations = 4;          ///< k-means iterations of a full clustering
   int split_factor = 2;        ///< a cluster splits past split_factor x pages_per_cluster pages
   int pair_radii = 2;          ///< rotary-pair radii per page in a member's score (0: its mean alone)
-  float pair_weight = 0.75f;   ///< weight of sum_j |q_pair_j| rho_j in a member's score
+  float pair_weight = 0.5f;    ///< weight of sum_j |q_pair_j| rho_j in a member's score
   RotaryPairs rotary = RotaryPairs::adjacent;  ///< how the keys' channels pair under RoPE
 
   void validate() const {
@@ -70,6 +76,7 @@ struct HierarchicalParams {
                "Hierarchical: pages_per_cluster is {}, expected 1..1048576", pages_per_cluster);
     KVD_EXPECT(expand >= 1.0 && std::isfinite(expand), "Hierarchical: expand is {}, expected a finite value >= 1", expand);
     KVD_EXPECT(min_scored >= 0.0 && min_scored <= 1.0, "Hierarchical: min_scored is {}, expected a fraction in [0, 1]", min_scored);
+    KVD_EXPECT(score_all_below >= 0, "Hierarchical: score_all_below is {}, expected >= 0 candidate pages", score_all_below);
     KVD_EXPECT(radius_weight >= 0.0f && std::isfinite(radius_weight),
                "Hierarchical: radius_weight is {}, expected a finite value >= 0", radius_weight);
     KVD_EXPECT(neighbourhood >= 0, "Hierarchical: neighbourhood is {}, expected >= 0", neighbourhood);
@@ -228,7 +235,7 @@ struct Hierarchical {
   /// them (at least the budget, since expand >= 1), scored by their means (w.pscore, w.ids).
   void score_members(const State& s, const IndexQuery& q, SelectScratch& w) const {
     const int g = q.group, d = q.head_dim;
-    const auto target = static_cast<std::size_t>(members_to_score(params.expand, params.min_scored, q.budget_pages, q.candidates()));
+    const auto target = static_cast<std::size_t>(members_to_score(params.expand, params.min_scored, params.score_all_below, q.budget_pages, q.candidates()));
     std::size_t take = 0, members = 0;
     while (take < w.eligible.size() && members < target) {
       const Span& sp = w.eligible[w.order[take++]];
