@@ -6,8 +6,8 @@
 //      (the largest distance from the centroid to a member mean), so the score bounds q . m for
 //      every member m when radius_weight is 1; rank clusters by the GQA rule (Decision 4);
 //   2. expand the best clusters until they hold expand x budget pages (and at least min_scored
-//      of the candidates; all of them below score_all_below candidates), score their members, and keep the top pages (GQA rule) within the
-//      budget. With pair_radii > 0 a member
+//      of the candidates; all of them below score_all_below candidates), score their members,
+//      and keep the top pages (GQA rule) within the budget. With pair_radii > 0 a member
 //      scores q . mean + pair_weight x sum_j |q_pair_j| rho_j over the stream's chosen rotary
 //      pairs (pair_radii.hpp), which keeps the single dominant tokens a mean dilutes.
 // Growth: pages sealed during decode join the cluster with the nearest centroid, and a cluster
@@ -49,7 +49,7 @@ namespace kvdrive::index {
 /// worth of pages misses too many of the pages that matter; and every candidate while there are
 /// fewer than score_all_below of them, where a few clusters rank too coarsely to prune (on
 /// SmolLM2's 1K-2K retrieval tasks pruning half the clusters cost 12 points of accuracy;
-/// docs/longbench.md) and scoring them all costs a few microseconds.
+/// docs/indices.md, "Retrieval on the real model") and scoring them all costs a few microseconds.
 KVD_HOST_DEVICE std::uint64_t members_to_score(double expand, double min_scored, std::int64_t score_all_below, std::int64_t budget,
                                                std::int64_t candidates) {
   if (candidates < score_all_below) return static_cast<std::uint64_t>(candidates > 0 ? candidates : 0);
@@ -235,7 +235,8 @@ struct Hierarchical {
   /// them (at least the budget, since expand >= 1), scored by their means (w.pscore, w.ids).
   void score_members(const State& s, const IndexQuery& q, SelectScratch& w) const {
     const int g = q.group, d = q.head_dim;
-    const auto target = static_cast<std::size_t>(members_to_score(params.expand, params.min_scored, params.score_all_below, q.budget_pages, q.candidates()));
+    const auto target = static_cast<std::size_t>(
+        members_to_score(params.expand, params.min_scored, params.score_all_below, q.budget_pages, q.candidates()));
     std::size_t take = 0, members = 0;
     while (take < w.eligible.size() && members < target) {
       const Span& sp = w.eligible[w.order[take++]];
