@@ -11,7 +11,8 @@
 #   make report      the benchmarks and kvd-eval with JSON output, then docs/results.md and its
 #                    plots (matplotlib); GPU_JSON=path adds a scripts/gpu-check.sh result;
 #                    LONGBENCH_JSON= and FIDELITY_JSON= take full kvd-longbench runs (default:
-#                    short runs of it on SmolLM2, where the model is cached)
+#                    short runs of it on SmolLM2, where the model is cached); REAL_TRACE=a
+#                    kvd-llama --record-trace file adds index and cache tables on real attention
 JOBS ?= $(shell nproc)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
@@ -84,7 +85,8 @@ report:
 	$(CMAKE) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
 	$(CMAKE) --build $(BUILD) -j $(JOBS) --target kvd-eval bench_tier bench_pipeline kvd-llama kvd-longbench
 	$(PYTHON) scripts/report.py --build $(BUILD) $(if $(GPU_JSON),--gpu-json $(GPU_JSON)) \
-	  $(if $(LONGBENCH_JSON),--longbench-json $(LONGBENCH_JSON)) $(if $(FIDELITY_JSON),--fidelity-json $(FIDELITY_JSON))
+	  $(if $(LONGBENCH_JSON),--longbench-json $(LONGBENCH_JSON)) $(if $(FIDELITY_JSON),--fidelity-json $(FIDELITY_JSON)) \
+	  $(if $(REAL_TRACE),--real-trace $(REAL_TRACE))
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)
