@@ -333,7 +333,8 @@ def main():
         for w in [1, 2, 3, 4, 6, 8]:
             j, cmd = r.json([bench / "kvd-eval", "--trace", trace, "--steps", "64", "--index", "quest,hierarchical", "--eviction", "all",
                              "--window", str(w)], f"real_cache_w{w}.json", f"real trace: cache at W={w}")
-            real["sweep"][w] = {(row["index"], row["eviction"]): row for row in j["cache"]["rows"]}
+            for row in j["cache"]["rows"]:  # real["sweep"][index][W][eviction]
+                real["sweep"].setdefault(row["index"], {}).setdefault(w, {})[row["eviction"]] = row
             real["cmds"].append(cmd)
 
     # The GPU figures: --gpu-json, else a check run from this machine's build-gpu, else the last
@@ -345,8 +346,7 @@ def main():
     fig_index(idx, m, figs / "index_quality.png")
     fig_cache(sweep, knap, m, figs / "cache.png")
     if real:
-        hier = {w: {ev: row for (ix, ev), row in rows.items() if ix == "hierarchical"} for w, rows in real["sweep"].items()}
-        fig_cache(hier, None, m, figs / "cache_real.png",
+        fig_cache(real["sweep"]["hierarchical"], None, m, figs / "cache_real.png",
                   "Fast-tier cache on real attention (SmolLM2 trace): hierarchical index's selections per eviction policy")
     fig_tiers(tier, m, figs / "tiers.png")
     fig_pipeline(pipe, m, figs / "pipeline.png")
@@ -436,8 +436,9 @@ def main():
         add("| index | mass recall 1.56% | mass recall 6.25% | output error 6.25% | bytes/token | select us (6.25%) |")
         add("| --- | --- | --- | --- | --- | --- |")
         for name, r6 in real["idx"][0.0625].items():
-            r1 = real["idx"][0.015625].get(name, r6)
-            add(f"| {name} | {r1['mass_recall']:.4f} | {r6['mass_recall']:.4f} | {r6['out_err']:.3f} | {r6['index_bytes_per_token']:.2f} | "
+            r1 = real["idx"][0.015625].get(name)
+            low = f"{r1['mass_recall']:.4f}" if r1 else "-"
+            add(f"| {name} | {low} | {r6['mass_recall']:.4f} | {r6['out_err']:.3f} | {r6['index_bytes_per_token']:.2f} | "
                 f"{r6['select_us']:.1f} |")
         for b in (0.015625, 0.0625):
             h, qu = real["idx"][b].get("hierarchical"), real["idx"][b].get("quest")
@@ -452,10 +453,7 @@ def main():
         add("| index | W | lookahead | lru | lfu | Belady | lookahead / Belady | lookahead − lru (points) |")
         add("| --- | --- | --- | --- | --- | --- | --- | --- |")
         for ix in ("quest", "hierarchical"):
-            for w in sorted(real["sweep"]):
-                row = {ev: rr for (i, ev), rr in real["sweep"][w].items() if i == ix}
-                if "lookahead" not in row:
-                    continue
+            for w, row in sorted(real["sweep"].get(ix, {}).items()):
                 la = row["lookahead"]
                 add(f"| {ix} | {w} | {100 * la['hit_rate']:.2f}% | {100 * row['lru']['hit_rate']:.2f}% | {100 * row['lfu']['hit_rate']:.2f}% | "
                     f"{100 * la['belady_hit_rate']:.2f}% | {la['hit_rate'] / la['belady_hit_rate']:.3f} | "
