@@ -56,6 +56,7 @@ struct Options {
   std::int64_t context = 32768;
   std::int64_t steps = 32;
   double budget = 0.0625;
+  FocusCarry carry{.share = 0.0f};  ///< off unless asked: the tables are each index's own selection
   std::string indices = "all";
   int page_tokens = 8;
   int sink_tokens = 4, local_tokens = 64;
@@ -189,6 +190,7 @@ CacheBudget cache_budget(const ModelShape& shape, const eval::EvalSettings& set,
   c.local_tokens = set.local_tokens;
   c.budget = Budget::fraction(set.budget);
   c.dtype = set.dtype;
+  c.carry = set.carry;
   CacheBudget b;
   b.streams = streams;
   b.page_bytes = c.page_bytes();
@@ -263,6 +265,7 @@ nlohmann::json run_pipeline(const Source& source, const Options& o, const eval::
   c.local_tokens = set.local_tokens;
   c.budget = Budget::fraction(set.budget);
   c.dtype = set.dtype;
+  c.carry = set.carry;
   tier::SsdTier::Params sp;
   sp.path = (std::filesystem::path(dir) / fmt::format("kvd-eval-{}-{}.store", Pipeline::name(), ::getpid())).string();
   tier::SsdTier::remove_files(sp.path);
@@ -366,6 +369,7 @@ int run(const Source& source, const Source* calibration, const Options& o, const
   set.sink_tokens = o.sink_tokens;
   set.local_tokens = o.local_tokens;
   set.budget = o.budget;
+  set.carry = o.carry;
   set.dtype = parse_dtype(o.dtype);
   set.validate();
   const std::vector<std::string> names = split_names(o.indices);
@@ -453,6 +457,9 @@ int main(int argc, char** argv) {
   app.add_option("--steps", o.steps, "decode steps (recorded traces: the last N positions)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
   app.add_option("--budget", o.budget, "fraction of the candidate pages selected, in (0, 1]");
+  app.add_option("--carry-share", o.carry.share, "focus carry (Config::carry): the budget's share that pages the last step "
+                 "attended heavily may take, in [0, 1); 0 (the default here) scores each index's own selection");
+  app.add_option("--carry-mass", o.carry.mass, "focus carry: a head's attention share that keeps a page selected, in (0, 1]");
   app.add_option("--index", o.indices, "all, or a comma-separated list of: dense, oracle-mass, oracle, quest, mean-key, "
                                        "hierarchical, centroid, simhash, product-quant");
   app.add_option("--page-tokens", o.page_tokens, "tokens per page")->check(CLI::Range(1, 4096));

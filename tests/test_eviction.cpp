@@ -428,7 +428,7 @@ struct Spy {
 static_assert(eviction::EvictionPolicy<Spy>);
 }  // namespace
 
-TEST_CASE("the replays see what KvManager's eviction sees: pages, masses, warm-up, hits") {
+TEST_CASE("the replays see what KvManager's eviction sees: pages, masses, warm-up, hits, with and without the focus carry") {
   const eval::SyntheticTrace trace(eval::synthetic_preset("tiny"), 3, 1500, 12);
   const eval::StreamTrace tr = trace.stream(0, 0);
   const int d = tr.head_dim, g = tr.group;
@@ -437,10 +437,14 @@ TEST_CASE("the replays see what KvManager's eviction sees: pages, masses, warm-u
   Config c;
   c.shape = {1, g, 1, d};
   c.budget = Budget::fraction(set.budget);
+  std::vector<std::vector<std::uint32_t>> selections[2];  // without and with the carry
+  for (int carry = 0; carry < 2; ++carry)
   for (bool warm : {false, true}) {
+    CAPTURE(carry);
     CAPTURE(warm);
+    c.carry = set.carry = FocusCarry{.mass = 0.02f, .share = carry ? 0.5f : 0.0f};
     Spy spy;
-    KvManager<index::Quest, Spy, Tiers<tier::HostTier, tier::FaultTier<tier::HostTier>>> kv(c, {}, spy);
+    KvManager<index::MeanKey, Spy, Tiers<tier::HostTier, tier::FaultTier<tier::HostTier>>> kv(c, {}, spy);
     const SeqId id = kv.add_sequence();
     kv.prefill(id, 0, make_view(tr.keys.data(), tr.prefix, 1, d), make_view(tr.values.data(), tr.prefix, 1, d));
     if (warm) kv.warm_up(id, 0, make_view(tr.observed_queries.data(), tr.observed, g, d));
@@ -451,10 +455,12 @@ TEST_CASE("the replays see what KvManager's eviction sees: pages, masses, warm-u
                 make_view(tr.value(tr.prefix + s), 1, 1, d), make_view(out.data(), 1, g, d));
 
     std::vector<std::unique_ptr<eval::AnyIndex>> ix;
-    ix.push_back(eval::make_any_index(index::Quest{}));
+    ix.push_back(eval::make_any_index(index::MeanKey{}));
     std::vector<eval::SelectionLog> logs;
     eval::evaluate_stream(tr, ix, set, &logs);
     const auto& log = logs[0];
+    if (!warm)
+      for (std::size_t st = 0; st < log.steps(); ++st) selections[carry].emplace_back(log.step_pages(st).begin(), log.step_pages(st).end());
     const auto& seen = *spy.seen;
     REQUIRE(seen.size() == log.steps() + (warm ? 1 : 0));
     const std::size_t first = warm ? 1 : 0;
@@ -485,4 +491,5 @@ TEST_CASE("the replays see what KvManager's eviction sees: pages, masses, warm-u
     CHECK(kv.total_stats().misses == t.misses);
     CHECK(kv.total_stats().evictions == t.evictions);
   }
+  CHECK(selections[0] != selections[1]);  // the carry did change some selection: the comparison covered it
 }

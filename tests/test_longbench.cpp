@@ -170,6 +170,16 @@ TEST_CASE("longbench configurations: names round-trip; bad ones are refused") {
   CHECK_THROWS_AS(parse_config("hierarchical{min_scored=2}@0.1"), Error);
   CHECK_THROWS_AS(parse_config("hierarchical{radius_weight=-1}@0.1"), Error);
   CHECK_THROWS_AS(parse_config("hierarchical{expand=2@0.1"), Error);
+  // The focus carry: any index takes it; values the manager refuses are refused here.
+  FocusCarry carry;
+  parse_config("quest{carry_share=0}@0.0625").apply(carry);
+  CHECK(carry.share == 0.0f);
+  CHECK_FALSE(carry.enabled());
+  parse_config("hierarchical{carry_mass=0.2;min_scored=1}@0.0625").apply(carry);
+  CHECK(carry.mass == 0.2f);
+  CHECK(parse_config("mean-key{carry_share=0.5}@0.0625").name() == "mean-key{carry_share=0.5}@0.0625");
+  CHECK_THROWS_AS(parse_config("quest{carry_share=1}@0.1"), Error);
+  CHECK_THROWS_AS(parse_config("quest{carry_mass=0}@0.1"), Error);
   CHECK(default_configs({0.0625, 0.015625}).size() == 1 + 2 * (kSparseIndices.size() + 1));
 }
 

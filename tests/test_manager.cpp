@@ -2,6 +2,7 @@
 // bitwise determinism across threads, tiers and eviction, commit-or-nothing, and bad input.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -877,4 +878,219 @@ TEST_CASE("PageEdit: undo (or destruction before keep) frees its slots and erase
   CHECK(table[0].home == 1);
   CHECK(tiers.fast().free_pages() == 3);  // the table owns the slot now
   CHECK(tiers.get<1>().contains({1, 0, 0, 0}));
+}
+
+namespace {
+
+/// A stream built for the focus carry (Config::carry): head_dim 16, 4-token pages, no sink, 4
+/// local tokens, a budget of 2 pages, one query head. Page 3 holds one "needle" key (8 e0 + 8 e1)
+/// among three keys of -4 e0, so its mean key is -1 along e0; pages 5 and 6 hold +1 e0 everywhere.
+/// Step 0 asks along e1 (MeanKey ranks page 3 first: mean +2 there) and its attention lands on the
+/// needle; step 1 asks along e0, where MeanKey ranks page 3 last although the needle still takes
+/// nearly all of the attention.
+struct NeedleStream {
+  static constexpr int kDim = 16, kPrompt = 32;
+  Config cfg;
+  NeedleStream() {
+    cfg.shape = {1, 1, 1, kDim};
+    cfg.page_tokens = 4;
+    cfg.dtype = DType::f32;
+    cfg.sink_tokens = 0;
+    cfg.local_tokens = 4;
+    cfg.budget = Budget::pages(2);
+  }
+  std::vector<float> key(int t) const {
+    auto k = test::random_floats(kDim, 100 + static_cast<std::uint64_t>(t));
+    for (float& x : k) x *= 0.05f;
+    if (t == 12) k[0] = 8, k[1] = 8;
+    else if (t >= 13 && t < 16) k[0] = -4;
+    else if (t >= 20 && t < 28) k[0] = 1;
+    return k;
+  }
+  std::vector<float> value(int t) const { return test::random_floats(kDim, 5000 + static_cast<std::uint64_t>(t)); }
+  std::vector<float> query(int step) const {
+    std::vector<float> q(kDim, 0.0f);
+    q[step == 0 ? 1 : 0] = 4;
+    return q;
+  }
+  /// Attention of the query of `step` over the tokens of `pages` and the tokens from `first_always`
+  /// on (local and tail), in double.
+  std::vector<double> reference(int step, std::vector<int> pages, int first_always) const {
+    const int n = kPrompt + step + 1;
+    std::vector<int> tokens;
+    for (int p : pages)
+      for (int t = p * 4; t < p * 4 + 4; ++t) tokens.push_back(t);
+    for (int t = first_always; t < n; ++t) tokens.push_back(t);
+    const auto q = query(step);
+    std::vector<double> w, out(kDim, 0.0);
+    double m = -1e300, sum = 0;
+    for (int t : tokens) {
+      const auto k = key(t);
+      double s = 0;
+      for (int i = 0; i < kDim; ++i) s += static_cast<double>(q[i]) * k[i];
+      w.push_back(s * 0.25);
+      m = std::max(m, w.back());
+    }
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      const double e = std::exp(w[i] - m);
+      sum += e;
+      const auto v = value(tokens[i]);
+      for (int j = 0; j < kDim; ++j) out[j] += e * v[j];
+    }
+    for (double& x : out) x /= sum;
+    return out;
+  }
+  /// Prefills the prompt and runs steps 0 and 1; returns both steps' outputs.
+  template <class Manager>
+  std::vector<float> run(Manager& kv) const {
+    const SeqId id = kv.add_sequence();
+    std::vector<float> k, v;
+    for (int t = 0; t < kPrompt; ++t) {
+      auto kr = key(t), vr = value(t);
+      k.insert(k.end(), kr.begin(), kr.end());
+      v.insert(v.end(), vr.begin(), vr.end());
+    }
+    kv.prefill(id, 0, make_view(k, kPrompt, 1, kDim), make_view(v, kPrompt, 1, kDim));
+    std::vector<float> all;
+    for (int step = 0; step < 2; ++step) {
+      auto q = query(step), kr = key(kPrompt + step), vr = value(kPrompt + step);
+      std::vector<float> out(kDim);
+      const SeqId ids[] = {id};
+      kv.attend(0, ids, make_view(q, 1, 1, kDim), make_view(kr, 1, 1, kDim), make_view(vr, 1, 1, kDim), make_view(out, 1, 1, kDim));
+      all.insert(all.end(), out.begin(), out.end());
+    }
+    return all;
+  }
+};
+
+void check_close(std::span<const float> got, const std::vector<double>& want) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-4));
+}
+
+}  // namespace
+
+TEST_CASE("focus carry: a page the last step attended heavily stays selected, within the budget") {
+  const NeedleStream ns;
+  constexpr int d = NeedleStream::kDim;
+  // Step 0: 33 tokens, pages 0..8; local covers tokens 29..32 (pages 7 and 8): candidates 0..6.
+  // MeanKey along e1 ranks page 3 first; the other page is the next best mean along e1.
+  auto best_other = [&](int step, std::vector<int> exclude) {
+    const auto q = ns.query(step);
+    int best = -1;
+    double best_score = -1e300;
+    for (int p = 0; p < 7; ++p) {
+      if (std::find(exclude.begin(), exclude.end(), p) != exclude.end()) continue;
+      double s = 0;
+      for (int t = p * 4; t < p * 4 + 4; ++t) {
+        const auto k = ns.key(t);
+        for (int i = 0; i < d; ++i) s += static_cast<double>(q[i]) * k[i];
+      }
+      if (s > best_score) best_score = s, best = p;
+    }
+    return best;
+  };
+  const int step0_other = best_other(0, {3});
+  REQUIRE(step0_other != 3);
+  SUBCASE("off: step 1 loses the needle's page to pages 5 and 6") {
+    Config c = ns.cfg;
+    c.carry.share = 0.0f;
+    KvManager<index::MeanKey, eviction::Lru> kv(c);
+    const auto out = ns.run(kv);
+    check_close(std::span<const float>(out).first(d), ns.reference(0, {std::min(3, step0_other), std::max(3, step0_other)}, 28));
+    check_close(std::span<const float>(out).subspan(d), ns.reference(1, {5, 6}, 28));
+    CHECK(kv.total_stats().selected == 4);
+  }
+  SUBCASE("on: page 3 stays selected beside MeanKey's best, still 2 pages a step") {
+    Config c = ns.cfg;
+    c.carry = FocusCarry{.mass = 0.05f, .share = 0.5f};  // floor(0.5 x 2) = 1 page may be carried
+    KvManager<index::MeanKey, eviction::Lru> kv(c);
+    const auto out = ns.run(kv);
+    check_close(std::span<const float>(out).first(d), ns.reference(0, {std::min(3, step0_other), std::max(3, step0_other)}, 28));
+    check_close(std::span<const float>(out).subspan(d), ns.reference(1, {3, 5}, 28));
+    CHECK(kv.total_stats().selected == 4);
+    // The same bits whatever the tiers, window and threads (Decision 2).
+    for (int window : {0, 2}) {
+      KvManager<index::MeanKey, eviction::Lru, FaultyTiers> tiered(c, {}, eviction::Lru{window}, {}, {}, backend::Cpu({2}));
+      CHECK(ns.run(tiered) == out);
+      CHECK(tiered.total_stats().misses > 0);
+    }
+  }
+  SUBCASE("a share too small for one page carries nothing") {
+    Config c = ns.cfg;
+    c.carry.share = 0.25f;  // floor(0.25 x 2) = 0
+    KvManager<index::MeanKey, eviction::Lru> kv(c);
+    const auto out = ns.run(kv);
+    check_close(std::span<const float>(out).subspan(d), ns.reference(1, {5, 6}, 28));
+  }
+  SUBCASE("a page below the mass threshold is not carried") {
+    Config c = ns.cfg;
+    c.carry = FocusCarry{.mass = 1.0f, .share = 0.5f};  // the needle takes nearly all, never all
+    KvManager<index::MeanKey, eviction::Lru> kv(c);
+    const auto out = ns.run(kv);
+    check_close(std::span<const float>(out).subspan(d), ns.reference(1, {5, 6}, 28));
+  }
+}
+
+TEST_CASE("focus carry: carried pages are the heavy ones, heaviest first; the merge never exceeds the budget") {
+  // Three selected pages of a group of two heads: masses (0.6, 0.1), (0.02, 0.03), (0.2, 0.7).
+  const std::uint32_t selected[] = {4, 9, 12};
+  const float lse[] = {0.0f, 0.0f};  // totals: log 1, so a page's mass is exp(page_lse)
+  const float page_lse[] = {std::log(0.6f), std::log(0.1f), std::log(0.02f), std::log(0.03f), std::log(0.2f), std::log(0.7f)};
+  std::vector<std::uint32_t> out;
+  manager::carried_pages(FocusCarry{.mass = 0.05f, .share = 0.5f}, selected, page_lse, lse, out);
+  CHECK(out == std::vector<std::uint32_t>{12, 4});  // max over heads: 0.7, 0.6; page 9's 0.03 is below
+  manager::carried_pages(FocusCarry{.mass = 0.65f, .share = 0.5f}, selected, page_lse, lse, out);
+  CHECK(out == std::vector<std::uint32_t>{12});
+  manager::carried_pages(FocusCarry{.mass = 0.05f, .share = 0.0f}, selected, page_lse, lse, out);
+  CHECK(out.empty());
+
+  // The merge against an index whose answers are not nested (a different set for every count):
+  // whatever it answers, the result holds at most the budget and every carried page it can.
+  index::IndexQuery q;
+  q.first_candidate = 2;
+  q.end_candidate = 40;
+  q.budget_pages = 8;
+  const std::uint32_t carried[] = {30, 5, 1, 17};  // page 1 is no candidate
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    manager::CarryMerge m;
+    REQUIRE(m.start(FocusCarry{.mass = 0.05f, .share = 0.5f}, carried, q));  // up to 4 carried
+    std::vector<std::uint32_t> answer;
+    int calls = 0;
+    do {
+      ++calls;
+      answer.clear();
+      std::vector<std::uint32_t> all;
+      for (std::uint32_t p = 2; p < 40; ++p) all.push_back(p);
+      std::shuffle(all.begin(), all.end(), rng);
+      answer.assign(all.begin(), all.begin() + m.ask());
+      std::sort(answer.begin(), answer.end());
+    } while (m.take(answer));
+    const auto& r = m.result();
+    CHECK(calls <= 3);
+    CHECK(r.size() <= 8);
+    CHECK(std::is_sorted(r.begin(), r.end()));
+    for (std::uint32_t p : {30u, 5u, 17u}) CHECK(std::binary_search(r.begin(), r.end(), p));
+    CHECK_FALSE(std::binary_search(r.begin(), r.end(), 1u));
+  }
+  // A nested index (the k lowest pages) gives exactly the budget in at most two calls.
+  manager::CarryMerge m;
+  REQUIRE(m.start(FocusCarry{.mass = 0.05f, .share = 0.5f}, carried, q));
+  int calls = 0;
+  std::vector<std::uint32_t> answer;
+  do {
+    ++calls;
+    answer.clear();
+    for (std::uint32_t p = 2; p < 2 + static_cast<std::uint32_t>(m.ask()); ++p) answer.push_back(p);
+  } while (m.take(answer));
+  CHECK(calls == 2);
+  CHECK(m.result() == std::vector<std::uint32_t>{2, 3, 4, 5, 6, 7, 17, 30});  // asked 8, then 6
+  // Config validation.
+  Config c;
+  c.shape = {1, 1, 1, 16};
+  c.carry.share = 1.0f;
+  CHECK_THROWS_WITH_AS(c.validate(), doctest::Contains("share"), Error);
+  c.carry = FocusCarry{.mass = 0.0f, .share = 0.25f};
+  CHECK_THROWS_WITH_AS(c.validate(), doctest::Contains("mass"), Error);
 }

@@ -9,6 +9,8 @@
 //                                 it must give sparse's tokens exactly
 //   hierarchical{K=V;...}@B       Hierarchical with some parameters changed (kHierarchicalKeys),
 //                                 to compare variants on the tasks
+//   INDEX{carry_share=0}@B        any index with the focus carry changed (kCarryKeys: carry_share,
+//                                 carry_mass; Config::carry), e.g. off
 #pragma once
 
 #include <algorithm>
@@ -39,6 +41,9 @@ inline constexpr std::array<std::string_view, 7> kSparseIndices = {"hierarchical
 inline constexpr std::array<std::string_view, 7> kHierarchicalKeys = {
     "expand", "min_scored", "score_all_below", "pair_radii", "pair_weight", "radius_weight", "pages_per_cluster"};
 
+/// The focus carry's parameters (Config::carry), which any index's configuration may set.
+inline constexpr std::array<std::string_view, 2> kCarryKeys = {"carry_share", "carry_mass"};
+
 struct ConfigSpec {
   std::string index = "dense";
   double budget = 1.0;
@@ -52,6 +57,15 @@ struct ConfigSpec {
     return fmt::format("{}{}{}@{:g}", tiered ? "tiered:" : "", index, p.empty() ? "" : "{" + p + "}", budget);
   }
   bool operator==(const ConfigSpec&) const = default;
+
+  /// Sets the focus carry's parameters on a configuration (and checks them).
+  void apply(FocusCarry& carry) const {
+    for (const auto& [k, v] : params) {
+      if (k == "carry_share") carry.share = static_cast<float>(v);
+      else if (k == "carry_mass") carry.mass = static_cast<float>(v);
+    }
+    carry.validate();
+  }
 
   /// Sets the parameters on a Hierarchical index (and checks them).
   void apply(index::HierarchicalParams& h) const {
@@ -88,8 +102,10 @@ inline std::vector<std::pair<std::string, double>> parse_params(std::string_view
     const auto eq = kv.find('=');
     KVD_EXPECT(eq != std::string_view::npos, "configuration '{}': '{}' is not KEY=VALUE", whole, kv);
     const std::string key(kv.substr(0, eq));
-    KVD_EXPECT(std::find(kHierarchicalKeys.begin(), kHierarchicalKeys.end(), key) != kHierarchicalKeys.end(),
-               "configuration '{}': unknown parameter '{}' ({})", whole, key, fmt::join(kHierarchicalKeys, ", "));
+    KVD_EXPECT(std::find(kHierarchicalKeys.begin(), kHierarchicalKeys.end(), key) != kHierarchicalKeys.end() ||
+                   std::find(kCarryKeys.begin(), kCarryKeys.end(), key) != kCarryKeys.end(),
+               "configuration '{}': unknown parameter '{}' ({}, {})", whole, key, fmt::join(kHierarchicalKeys, ", "),
+               fmt::join(kCarryKeys, ", "));
     out.emplace_back(key, number_in_config(whole, kv.substr(eq + 1), "the value of " + key));
     if (end == std::string_view::npos) break;
     s.remove_prefix(end + 1);
@@ -111,9 +127,15 @@ inline ConfigSpec parse_config(std::string_view s) {
     KVD_EXPECT(c.index.back() == '}', "configuration '{}': parameters go in braces, as hierarchical{{min_scored=1}}@0.0625", whole);
     c.params = parse_params(whole, std::string_view(c.index).substr(brace + 1, c.index.size() - brace - 2));
     c.index.resize(brace);
-    KVD_EXPECT(c.index == "hierarchical", "configuration '{}': only hierarchical takes parameters", whole);
-    index::HierarchicalParams check;
-    c.apply(check);  // refuse values the index would refuse, before any sample runs
+    for (const auto& [k, v] : c.params)
+      KVD_EXPECT(c.index == "hierarchical" || std::find(kCarryKeys.begin(), kCarryKeys.end(), k) != kCarryKeys.end(),
+                 "configuration '{}': only hierarchical takes '{}' (any index takes {})", whole, k, fmt::join(kCarryKeys, ", "));
+    FocusCarry carry;
+    c.apply(carry);  // refuse values the manager or the index would refuse, before any sample runs
+    if (c.index == "hierarchical") {
+      index::HierarchicalParams check;
+      c.apply(check);
+    }
   }
   KVD_EXPECT(std::find(kSparseIndices.begin(), kSparseIndices.end(), c.index) != kSparseIndices.end(),
              "configuration '{}': unknown index '{}' (hierarchical, quest, mean-key, centroid, simhash, product-quant, oracle-mass)", s, c.index);
@@ -192,6 +214,7 @@ template <class Index, class TierList>
 Replay replay(const ReplayContext& cx, const ConfigSpec& c, const llama::PrefillSnapshot& snap, const ReplayPlan& p) {
   llama::RunOptions o = cx.layout;
   o.budget = c.budget;
+  c.apply(o.carry);
   const Config cfg = llama::manager_config(o, cx.model->config);
   const std::int64_t context = snap.tokens + std::max<std::int64_t>(p.max_new, static_cast<std::int64_t>(p.forced.size()));
   llama::TierPlan plan;

@@ -105,6 +105,12 @@ void add_attention_options(CLI::App& app, RunOptions& o, std::string& weights) {
       ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--ssd-path", o.ssd_path, "tiered: the SSD store file (recreated; PATH.log beside it)");
   app.add_option("--budget", o.budget, "sparse budget: fraction of candidate pages, in (0, 1]");
+  app.add_option("--carry-share", o.carry.share, "focus carry: the budget's share that pages the last step attended heavily may "
+                 "take, in [0, 1); 0 turns it off")
+      ->check(CLI::Range(0.0, 0.999999));
+  app.add_option("--carry-mass", o.carry.mass, "focus carry: a page that held this much of one head's attention at the last "
+                 "step stays selected, in (0, 1]")
+      ->check(CLI::Range(1e-6, 1.0));
   app.add_option("--index", o.index, "sparse index: hierarchical (KVDrive), quest, mean-key, centroid, simhash, product-quant, oracle, oracle-mass")
       ->check(CLI::IsMember({"hierarchical", "quest", "mean-key", "centroid", "simhash", "product-quant", "oracle", "oracle-mass", "dense"}));
   app.add_option("--threads", o.threads, "CPU threads (0: all)");

@@ -60,6 +60,7 @@ struct RunOptions {
   std::uint64_t seed = 1;
   std::string mode = "sparse";
   double budget = 0.0625;
+  FocusCarry carry;                 ///< sparse and tiered: pages the last step attended heavily stay selected
   std::string index = "hierarchical";
   unsigned threads = 0;
   bool print_ids = false;
@@ -278,6 +279,8 @@ inline Config manager_config(const RunOptions& o, const LlamaConfig& c) {
   cfg.local_tokens = o.local_tokens;
   cfg.dtype = o.dtype == "f32" ? DType::f32 : o.dtype == "bf16" ? DType::bf16 : DType::f16;
   cfg.budget = Budget::fraction(o.budget);
+  cfg.carry = o.carry;
+  cfg.carry.validate();
   return cfg;
 }
 

@@ -74,6 +74,30 @@ class Budget {
   std::int64_t pages_ = 0;
 };
 
+/// Focus carry: a candidate page that held at least `mass` of one query head's attention at a
+/// stream's previous step stays selected at this one, the heaviest first and at most
+/// floor(share x budget) of them; the index chooses the rest of the budget, so a step never
+/// selects more pages than the budget. Retrieval and induction heads of real models put most of
+/// a step's attention on one token and move to its neighbour at the next step (copying a number
+/// digit by digit); a page's mean key dilutes that one token among the page's others, and the
+/// index then loses the page mid-answer (docs/indices.md, "Focus carry"). The carried pages come
+/// from the stream's own sparse attention, so the output still depends only on the index, the
+/// budget and this rule (Decision 2). share 0 turns it off.
+struct FocusCarry {
+  float mass = 0.05f;   ///< in (0, 1]: a head's attention share that makes a page carried
+  float share = 0.25f;  ///< in [0, 1): the budget's share that carried pages may take
+
+  bool enabled() const { return share > 0.0f; }
+  /// Carried pages a step with a budget of `budget_pages` may keep.
+  std::int64_t pages_for(std::int64_t budget_pages) const {
+    return static_cast<std::int64_t>(std::floor(static_cast<double>(share) * static_cast<double>(budget_pages)));
+  }
+  void validate() const {
+    KVD_EXPECT(mass > 0.0f && mass <= 1.0f, "FocusCarry: mass is {}, expected in (0, 1]", mass);
+    KVD_EXPECT(share >= 0.0f && share < 1.0f, "FocusCarry: share is {}, expected in [0, 1) (0 turns it off)", share);
+  }
+};
+
 struct Config {
   ModelShape shape;
   int page_tokens = 8;   ///< tokens per page (8 x 128 x fp16: K 2 KiB + V 2 KiB = one 4 KiB block)
@@ -82,6 +106,7 @@ struct Config {
   int local_tokens = 64; ///< last tokens of every stream, always attended and resident
   Budget budget = Budget::fraction(0.0625);
   float softmax_scale = 0.0f;  ///< 0 means 1/sqrt(head_dim)
+  FocusCarry carry;            ///< pages the previous step attended heavily stay selected
   /// Semantic packing: KvManager::warm_up rewrites each stream's prompt pages on the last tier
   /// (when it is not addressable) grouped by the index's cluster_of(page), so pages selected
   /// together sit together and a step's misses merge into fewer, larger reads. Costs one more
@@ -110,6 +135,7 @@ struct Config {
     KVD_EXPECT(local_tokens >= 0, "Config: local_tokens is {}, expected >= 0", local_tokens);
     KVD_EXPECT(softmax_scale >= 0.0f && std::isfinite(softmax_scale),
                "Config: softmax_scale is {}, expected >= 0 (0 = 1/sqrt(head_dim))", softmax_scale);
+    carry.validate();
   }
 };
 

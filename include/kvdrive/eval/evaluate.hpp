@@ -8,7 +8,11 @@
 //   topk_recall      |selected ∩ true top pages| / budget, the true top pages being those of
 //                    largest attention mass summed over the group (OracleMass's rule)
 //   out_err          ||sparse output - dense output|| / ||dense output|| over the group's heads
-//   select_us        wall time of the index's select() for the stream
+//   select_us        wall time of the index's select() for the stream (with the focus carry,
+//                    every call the merge makes)
+// With EvalSettings::carry on (off by default, so the figures are the index's own), each index's
+// selection also keeps the pages its own sparse attention of the previous step weighted heavily,
+// as KvManager does (Config::carry, manager/focus_carry.hpp).
 // Dense attention for the reference runs once per step and is shared by every index.
 // Policies are passed type-erased (AnyIndex, eval/any_index.hpp) so a tool can compare a
 // runtime list of them.
@@ -34,6 +38,7 @@
 #include "kvdrive/index/concept.hpp"
 #include "kvdrive/index/row_store.hpp"
 #include "kvdrive/index/selection.hpp"
+#include "kvdrive/manager/focus_carry.hpp"
 #include "kvdrive/tier/placement.hpp"
 
 namespace kvdrive::eval {
@@ -44,8 +49,10 @@ struct EvalSettings {
   int local_tokens = 64;
   double budget = 0.0625;    ///< fraction of the candidate pages, (0, 1]
   DType dtype = DType::f16;  ///< the KV dtype (keys, values and index data)
+  FocusCarry carry{.share = 0.0f};  ///< off: the figures are each index's own selection
 
   void validate() const {
+    carry.validate();
     KVD_EXPECT(page_tokens >= 1 && page_tokens <= 4096, "eval: page_tokens {} outside 1..4096", page_tokens);
     KVD_EXPECT(sink_tokens >= 0 && local_tokens >= 0, "eval: sink {} and local {} tokens must be >= 0", sink_tokens, local_tokens);
     (void)Budget::fraction(budget);
@@ -124,9 +131,13 @@ class StreamReplay {
       const std::int64_t want = r.candidates() > 0 ? budget.pages_for(r.candidates()) : 0;
       reference(s, r, want);
       const index::IndexQuery q = query(s, r, want);
+      carried_.resize(indices.size());
       for (std::size_t i = 0; i < indices.size(); ++i) {
-        select(*indices[i], q, tally[i]);
+        select(*indices[i], q, tally[i], carried_[i]);
         attend_selected(r, want, tally[i], logs ? &(*logs)[i] : nullptr);
+        if (set_.carry.enabled())
+          manager::carried_pages(set_.carry, selected_, sparse_page_lse_.data() + static_cast<std::size_t>(r.sink_end) * g_, sparse_lse_,
+                                 carried_[i]);
         IndexTally& t = tally[i];
         t.index_bytes += static_cast<double>(indices[i]->bytes());
         t.tokens += static_cast<double>(n);
@@ -179,11 +190,21 @@ class StreamReplay {
 
   /// ix's selection for q into selected_, timed into t, checked against the rules KvManager
   /// enforces too: ascending unique candidates within the budget.
-  void select(const AnyIndex& ix, const index::IndexQuery& q, IndexTally& t) {
+  void select(const AnyIndex& ix, const index::IndexQuery& q, IndexTally& t, const std::vector<std::uint32_t>& carried) {
     selected_.clear();
     if (q.candidates() > 0) {
       const auto t0 = std::chrono::steady_clock::now();
-      ix.select(q, selected_);
+      if (merge_.start(set_.carry, carried, q)) {
+        index::IndexQuery ask = q;
+        do {
+          selected_.clear();
+          ask.budget_pages = merge_.ask();
+          ix.select(ask, selected_);
+        } while (merge_.take(selected_));
+        selected_.swap(merge_.result());
+      } else {
+        ix.select(q, selected_);
+      }
       t.select_ns += std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
       ++t.selects;
     }
@@ -248,6 +269,8 @@ class StreamReplay {
   std::vector<float> dense_out_, sparse_out_, lse_, sparse_lse_, page_lse_, sparse_page_lse_;
   std::vector<float> mass_, selected_mass_;  ///< per candidate (summed over the group); per selected page
   std::vector<std::uint32_t> selected_, truth_, attended_ids_;
+  std::vector<std::vector<std::uint32_t>> carried_;  ///< per index: pages its last step attended heavily
+  manager::CarryMerge merge_;
 };
 }  // namespace detail
 

@@ -52,6 +52,7 @@ struct Stream {
   std::uint64_t steps = 0;  ///< decode steps done
   typename Index::State index;
   typename Eviction::State cache;
+  std::vector<std::uint32_t> carried;  ///< pages the last step attended heavily, heaviest first (Config::carry)
   std::vector<std::byte> tail_host;  ///< device fast tier: the tail page's bytes, in host memory
 };
 

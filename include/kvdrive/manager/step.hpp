@@ -77,7 +77,19 @@ class Step {
   void select(std::size_t i) {
     Plan& p = plans_[i];
     const index::IndexQuery query = prepare_select(p);
-    if (p.ranges.candidates() > 0) c_.index.select(p.stream->index, query, p.selected);
+    if (p.ranges.candidates() > 0) {
+      if (p.merge.start(c_.cfg.carry, p.stream->carried, query)) {  // focus carry: see manager/focus_carry.hpp
+        index::IndexQuery ask = query;
+        do {
+          p.selected.clear();
+          ask.budget_pages = p.merge.ask();
+          c_.index.select(p.stream->index, ask, p.selected);
+        } while (p.merge.take(p.selected));
+        p.selected.swap(p.merge.result());
+      } else {
+        c_.index.select(p.stream->index, query, p.selected);
+      }
+    }
     check_selection(p, query);
   }
 
@@ -88,17 +100,37 @@ class Step {
     if constexpr (index::BatchSelectIndex<typename Core::Index>) {
       std::vector<index::IndexQuery> queries(last - first);
       c_.backend.parallel_for(last - first, [&](std::size_t j) { queries[j] = prepare_select(plans_[first + j]); });
-      std::vector<const typename Core::Index::State*> states;
-      std::vector<index::IndexQuery> asked;
-      std::vector<std::vector<std::uint32_t>*> outs;
+      // Streams with carried pages may ask again (focus carry); each round is one batch call.
+      std::vector<std::size_t> ask, again;
+      std::vector<std::uint8_t> merging(queries.size(), 0);
       for (std::size_t j = 0; j < queries.size(); ++j) {
         Plan& p = plans_[first + j];
         if (p.ranges.candidates() <= 0) continue;
-        states.push_back(&p.stream->index);
-        asked.push_back(queries[j]);
-        outs.push_back(&p.selected);
+        merging[j] = p.merge.start(c_.cfg.carry, p.stream->carried, queries[j]);
+        ask.push_back(j);
       }
-      if (!states.empty()) c_.index.select_batch(states, asked, outs);
+      std::vector<const typename Core::Index::State*> states;
+      std::vector<index::IndexQuery> asked;
+      std::vector<std::vector<std::uint32_t>*> outs;
+      while (!ask.empty()) {
+        states.clear(), asked.clear(), outs.clear(), again.clear();
+        for (std::size_t j : ask) {
+          Plan& p = plans_[first + j];
+          p.selected.clear();
+          states.push_back(&p.stream->index);
+          asked.push_back(queries[j]);
+          if (merging[j]) asked.back().budget_pages = p.merge.ask();
+          outs.push_back(&p.selected);
+        }
+        c_.index.select_batch(states, asked, outs);
+        for (std::size_t j : ask) {
+          Plan& p = plans_[first + j];
+          if (!merging[j]) continue;
+          if (p.merge.take(p.selected)) again.push_back(j);
+          else p.selected.swap(p.merge.result());
+        }
+        ask.swap(again);
+      }
       for (std::size_t j = 0; j < queries.size(); ++j) check_selection(plans_[first + j], queries[j]);
     } else {
       c_.backend.parallel_for(last - first, [&](std::size_t j) { select(first + j); });
@@ -294,6 +326,8 @@ class Step {
     u.capacity = c_.cache_capacity(u.window, p.ranges);
     const std::size_t evicted = c_.update_cache(st, u, evicted_);
     c_.slide_local_window(st);
+    if (c_.cfg.carry.enabled() && !p.lse.empty())  // the next step's carried pages (focus_carry.hpp)
+      carried_pages(c_.cfg.carry, p.selected, p.page_lse.data() + static_cast<std::size_t>(p.ranges.sink_end) * c_.cfg.group(), p.lse, st.carried);
     ++st.steps;
     const int g = c_.cfg.group(), d = c_.cfg.shape.head_dim;
     for (int j = 0; j < g; ++j) std::copy_n(p.out.data() + static_cast<std::size_t>(j) * d, d, in_.out.row(p.batch_index, p.head * g + j));

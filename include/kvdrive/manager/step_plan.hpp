@@ -13,6 +13,7 @@
 #include "kvdrive/attention/sparse_decode.hpp"
 #include "kvdrive/core/page_ranges.hpp"
 #include "kvdrive/core/page_table.hpp"
+#include "kvdrive/manager/focus_carry.hpp"
 #include "kvdrive/tier/concept.hpp"
 #include "kvdrive/tier/page_key.hpp"
 
@@ -65,6 +66,7 @@ struct StepPlan {
   Slot new_tail = -1;  ///< slot opened for the new token's page, if it starts one
   std::vector<float> q;  ///< [group][head_dim]
   std::vector<std::uint32_t> selected;
+  CarryMerge merge;  ///< joins the stream's carried pages with the index's selection
   std::vector<std::uint32_t> misses;
   std::vector<Slot> staged;  ///< fast slot holding each miss, in misses order
   /// For the range of streams this one starts (fetch_start): its staging pages and its reads.
