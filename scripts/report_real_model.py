@@ -41,7 +41,7 @@ def merge(runs):
     """Several kvd-longbench --json runs of the same configurations (say 1K-2K with more samples
     and 4K-8K with fewer) as one: cells side by side, the pooled table recomputed from the samples.
     A (task, haystack, context) cell an earlier run already holds is taken from that run only, so
-    list the run with more samples first."""
+    list the run with more samples first. The pooled table keeps the configurations every run has."""
     if len(runs) == 1:
         return runs[0]
     out = {"command": " && ".join(r.get("command", "kvd-longbench") for r in runs), "cells": [], "samples": [],
@@ -50,7 +50,7 @@ def merge(runs):
         held = {(c["task"], c["haystack"], c["context"]) for c in out["cells"]}
         out["cells"] += [c for c in r["cells"] if (c["task"], c["haystack"], c["context"]) not in held]
         out["samples"] += [s for s in r["samples"] if (s["task"], s["haystack"], s["context"]) not in held]
-    configs = [p["config"] for p in runs[0]["pooled"]]
+    configs = [p["config"] for p in runs[0]["pooled"] if all(p["config"] in {q["config"] for q in r["pooled"]} for r in runs)]
     dense_ok = {(c["task"], c["haystack"], c["context"]) for c in out["cells"] if c["config"] == "dense" and c["accuracy"] > 0.5}
     kept = [s for s in out["samples"] if (s["task"], s["haystack"], s["context"]) in dense_ok]
     dense = [s["configs"]["dense"]["score"] for s in kept]
