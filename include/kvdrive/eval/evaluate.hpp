@@ -125,13 +125,13 @@ class StreamReplay {
     if (sealed0 > 0)
       for (auto& ix : indices) ix->build(page_keys(0, sealed0));
     const Budget budget = Budget::fraction(set_.budget);
+    carried_.assign(indices.size(), {});
     for (std::int64_t s = 0; s < tr_.steps; ++s) {
       const std::int64_t n = tr_.prefix + s + 1;
       const PageRanges r = page_ranges(n, pt_, set_.sink_tokens, set_.local_tokens);
       const std::int64_t want = r.candidates() > 0 ? budget.pages_for(r.candidates()) : 0;
       reference(s, r, want);
       const index::IndexQuery q = query(s, r, want);
-      carried_.resize(indices.size());
       for (std::size_t i = 0; i < indices.size(); ++i) {
         select(*indices[i], q, tally[i], carried_[i]);
         attend_selected(r, want, tally[i], logs ? &(*logs)[i] : nullptr);
@@ -194,17 +194,8 @@ class StreamReplay {
     selected_.clear();
     if (q.candidates() > 0) {
       const auto t0 = std::chrono::steady_clock::now();
-      if (merge_.start(set_.carry, carried, q)) {
-        index::IndexQuery ask = q;
-        do {
-          selected_.clear();
-          ask.budget_pages = merge_.ask();
-          ix.select(ask, selected_);
-        } while (merge_.take(selected_));
-        selected_.swap(merge_.result());
-      } else {
-        ix.select(q, selected_);
-      }
+      manager::select_with_carry(merge_, set_.carry, carried, q, selected_,
+                                 [&](const index::IndexQuery& a, std::vector<std::uint32_t>& out) { ix.select(a, out); });
       t.select_ns += std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
       ++t.selects;
     }

@@ -15,7 +15,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "kvdrive/attention/math.hpp"
@@ -100,5 +102,23 @@ class CarryMerge {
   int attempt_ = 0;
   std::vector<std::uint32_t> carried_, merged_, best_;
 };
+
+/// The step's selection for query q into out: select(query, out) alone when nothing is carried,
+/// else the rounds of `merge` (select is asked each time with the count it names).
+template <class Select>
+void select_with_carry(CarryMerge& merge, const FocusCarry& rule, std::span<const std::uint32_t> carried, const index::IndexQuery& q,
+                       std::vector<std::uint32_t>& out, Select&& select) {
+  if (!merge.start(rule, carried, q)) {
+    select(q, out);
+    return;
+  }
+  index::IndexQuery ask = q;
+  do {
+    out.clear();
+    ask.budget_pages = merge.ask();
+    select(ask, out);
+  } while (merge.take(out));
+  out.swap(merge.result());
+}
 
 }  // namespace kvdrive::manager

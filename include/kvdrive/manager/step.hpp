@@ -77,19 +77,9 @@ class Step {
   void select(std::size_t i) {
     Plan& p = plans_[i];
     const index::IndexQuery query = prepare_select(p);
-    if (p.ranges.candidates() > 0) {
-      if (p.merge.start(c_.cfg.carry, p.stream->carried, query)) {  // focus carry: see manager/focus_carry.hpp
-        index::IndexQuery ask = query;
-        do {
-          p.selected.clear();
-          ask.budget_pages = p.merge.ask();
-          c_.index.select(p.stream->index, ask, p.selected);
-        } while (p.merge.take(p.selected));
-        p.selected.swap(p.merge.result());
-      } else {
-        c_.index.select(p.stream->index, query, p.selected);
-      }
-    }
+    if (p.ranges.candidates() > 0)  // with the focus carry (manager/focus_carry.hpp)
+      select_with_carry(p.merge, c_.cfg.carry, p.stream->carried, query, p.selected,
+                        [&](const index::IndexQuery& q, std::vector<std::uint32_t>& out) { c_.index.select(p.stream->index, q, out); });
     check_selection(p, query);
   }
 
