@@ -13,6 +13,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
@@ -20,7 +21,6 @@
 #include <utility>
 #include <vector>
 
-#include "kvdrive/attention/math.hpp"
 #include "kvdrive/core/config.hpp"
 #include "kvdrive/index/concept.hpp"
 
@@ -35,12 +35,15 @@ inline void carried_pages(const FocusCarry& rule, std::span<const std::uint32_t>
   out.clear();
   if (!rule.enabled()) return;
   const std::size_t g = lse.size();
+  // In log space (a page's mass is exp(page_lse - lse)): no exponential per page and head on the
+  // commit path, the same order.
+  const float log_mass = std::log(rule.mass);
   thread_local std::vector<std::pair<float, std::uint32_t>> heavy;
   heavy.clear();
   for (std::size_t i = 0; i < selected.size(); ++i) {
-    float m = 0.0f;
-    for (std::size_t h = 0; h < g; ++h) m = std::max(m, attention::page_mass(page_lse[i * g + h], lse[h]));
-    if (m >= rule.mass) heavy.emplace_back(m, selected[i]);
+    float m = -INFINITY;
+    for (std::size_t h = 0; h < g; ++h) m = std::max(m, page_lse[i * g + h] - lse[h]);
+    if (m >= log_mass) heavy.emplace_back(m, selected[i]);
   }
   std::sort(heavy.begin(), heavy.end(), [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
   for (const auto& [m, page] : heavy) out.push_back(page);
