@@ -611,6 +611,21 @@ TEST_CASE("Hugging Face folders: malformed files give errors naming the file and
   });
   expect_error("too many elements");
 
+  // 2^62 F32 elements fit an int64, but their 2^64 bytes wrap to 0: the header must not pass as a 0-byte tensor.
+  write_safetensors(file, good, [](nlohmann::json& h) {
+    h["model.norm.weight"]["shape"] = {2147483648LL, 2147483648LL};
+    std::uint64_t end = 0;  // an empty range at the end of the data overlaps nothing
+    for (auto& [name, t] : h.items())
+      if (name != "__metadata__") end = std::max(end, t["data_offsets"][1].get<std::uint64_t>());
+    h["model.norm.weight"]["data_offsets"] = {end, end};
+  });
+  try {
+    SafetensorsFile st(file.string());
+    FAIL("a 2^64-byte tensor stored in 0 bytes was accepted");
+  } catch (const Error& e) {
+    CHECK_MESSAGE(std::string(e.what()).find("has too many bytes") != std::string::npos, std::string(e.what()));
+  }
+
   write_safetensors(file, good);
   CHECK_NOTHROW(load_hf(dir.path));
   {
@@ -619,6 +634,16 @@ TEST_CASE("Hugging Face folders: malformed files give errors naming the file and
     std::ofstream(dir.path / "config.json") << j.dump();
   }
   expect_error("'hidden_size' is 4294967360");
+  {
+    // 131074 x 32768 = 2^32 + 65536: as an int product it wraps to hidden_size and a wrong head_dim passes.
+    nlohmann::json j = read_json(dir.path / "config.json");
+    j["hidden_size"] = 65536;
+    j["num_attention_heads"] = 32768;
+    j["num_key_value_heads"] = 32768;
+    j["head_dim"] = 131074;
+    std::ofstream(dir.path / "config.json") << j.dump();
+    CHECK_THROWS_WITH(parse_hf_config(dir.path / "config.json"), doctest::Contains("head_dim 131074 x 32768 heads != hidden_size 65536"));
+  }
   { std::ofstream(dir.path / "config.json") << "{\"hidden_size\": 64}"; }
   expect_error("missing or non-integer 'intermediate_size'");
 }

@@ -62,9 +62,12 @@ inline LlamaConfig parse_hf_config(const std::filesystem::path& path) {
     c.rms_eps = static_cast<float>(positive(j.value("rms_norm_eps", 1e-5), "rms_norm_eps"));
     c.tied_embeddings = j.value("tie_word_embeddings", false);
     c.rope_layout = RopeLayout::half;
-    if (j.contains("head_dim") && !j["head_dim"].is_null())
-      KVD_EXPECT(j["head_dim"].get<int>() * c.heads == c.dim, "{}: head_dim {} x {} heads != hidden_size {} (unsupported)", p,
-                 j["head_dim"].get<int>(), c.heads, c.dim);
+    if (j.contains("head_dim") && !j["head_dim"].is_null()) {
+      // As int64: head_dim x heads in an int could wrap around to hidden_size (131074 x 32768 = 2^32 + 65536).
+      const std::int64_t head_dim = get_int("head_dim");
+      KVD_EXPECT(head_dim * c.heads == c.dim, "{}: head_dim {} x {} heads != hidden_size {} (unsupported)", p, head_dim,
+                 c.heads, c.dim);
+    }
     if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
       const auto& rs = j["rope_scaling"];
       const std::string type = rs.value("rope_type", rs.value("type", std::string()));

@@ -79,9 +79,12 @@ class SafetensorsFile {
                    "{}: tensor '{}': data_offsets [{}, {}) out of range of the {}-byte data region", p, name, info.begin,
                    info.end, data_size);
         KVD_EXPECT(info.elements() >= 0, "{}: tensor '{}': shape has too many elements", p, name);
-        KVD_EXPECT(info.end - info.begin == static_cast<std::uint64_t>(info.elements()) * es,
-                   "{}: tensor '{}': {} bytes for shape of {} {} elements", p, name, info.end - info.begin, info.elements(),
-                   info.dtype);
+        // elements x dtype size can wrap to a small number (2^62 F32 elements are "0 bytes"): check the product.
+        std::uint64_t bytes = 0;
+        KVD_EXPECT(!__builtin_mul_overflow(static_cast<std::uint64_t>(info.elements()), std::uint64_t{es}, &bytes),
+                   "{}: tensor '{}': shape of {} {} elements has too many bytes", p, name, info.elements(), info.dtype);
+        KVD_EXPECT(info.end - info.begin == bytes, "{}: tensor '{}': {} bytes for shape of {} {} elements", p, name,
+                   info.end - info.begin, info.elements(), info.dtype);
         info.data = data + info.begin;
         starts.emplace_back(info.begin, name);
         tensors_.emplace(name, std::move(info));
