@@ -68,7 +68,8 @@ nlohmann::json run_case(const Options& o, std::int64_t context, int batch) {
   auto store = [&](const char* name) {
     SsdTier::Params p;
     p.path = (std::filesystem::path(o.dir) / fmt::format("kvd_bench_pipeline_{}.store", name)).string();
-    SsdTier::remove_files(p.path);
+    p.mode = tier::SsdOpen::recreate;
+    p.delete_on_close = true;
     return p;
   };
   const SsdTier::Params serial_store = store("serial"), elastic_store = store("elastic");
@@ -137,8 +138,6 @@ nlohmann::json run_case(const Options& o, std::int64_t context, int batch) {
   std::fflush(stdout);
   for (SeqId id : ids_s) serial.release(id);
   for (SeqId id : ids_e) elastic.release(id);
-  SsdTier::remove_files(serial_store.path);
-  SsdTier::remove_files(elastic_store.path);
   return {{"context", context}, {"batch", batch}, {"streams", streams}, {"micro_batch", mb}, {"hit_rate", elastic.total_stats().hit_rate()},
           {"serial_ms", ms_s}, {"elastic_ms", ms_e}, {"ideal_ms", ms_i}, {"dram_ms", ms_d}, {"select_fetch_share", median(share)}};
 }

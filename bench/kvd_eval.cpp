@@ -268,11 +268,8 @@ nlohmann::json run_pipeline(const Source& source, const Options& o, const eval::
   c.carry = set.carry;
   tier::SsdTier::Params sp;
   sp.path = (std::filesystem::path(dir) / fmt::format("kvd-eval-{}-{}.store", Pipeline::name(), ::getpid())).string();
-  tier::SsdTier::remove_files(sp.path);
-  struct Cleanup {
-    std::string path;
-    ~Cleanup() { tier::SsdTier::remove_files(path); }
-  } cleanup{sp.path};
+  sp.mode = tier::SsdOpen::recreate;
+  sp.delete_on_close = true;
   const index::HierarchicalParams hp = hierarchical_params(o);
   const int w = o.window == "knapsack" ? 3 : std::stoi(o.window);
   KvManager<index::Hierarchical, eviction::Lookahead, Ssd, Pipeline> kv(c, index::Hierarchical{hp}, eviction::Lookahead{w},

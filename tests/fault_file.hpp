@@ -39,7 +39,7 @@ namespace kvdrive::test {
 
 /// The calls of the File seam, each of which a FaultDisk can fail.
 enum class FileOp {
-  access, open, close, unlink, pread, preadv, pwrite, fdatasync, fsync, ftruncate, fstat, statx,
+  access, open, close, unlink, pread, preadv, pwrite, fdatasync, fsync, ftruncate, fstat, statx, flock,
   uring_init, uring_register, uring_submit, uring_result,
   count_
 };
@@ -254,6 +254,7 @@ class FaultFile {
   }
   int ftruncate(int fd, off_t size) { return guard(FileOp::ftruncate, [&] { return real_.ftruncate(fd, size); }); }
   int fstat(int fd, struct stat* st) { return guard(FileOp::fstat, [&] { return real_.fstat(fd, st); }); }
+  int flock(int fd, int operation) { return guard(FileOp::flock, [&] { return real_.flock(fd, operation); }); }
 #ifdef STATX_DIOALIGN
   int statx(int fd, unsigned mask, struct statx* sx) { return guard(FileOp::statx, [&] { return real_.statx(fd, mask, sx); }); }
 #endif

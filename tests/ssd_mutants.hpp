@@ -1,8 +1,9 @@
 // The store test_ssd tests, and the mutants of its mutation check. The durability tests must
-// catch a store that skips its syncs or its page checks: tests/CMakeLists.txt builds test_ssd
-// again as test_ssd_mutant_NO_SYNC (KVD_TEST_SSD_MUTANT_NO_SYNC: every File under the store
-// reports syncs it never makes) and test_ssd_mutant_NO_VERIFY (KVD_TEST_SSD_MUTANT_NO_VERIFY: a
-// page check that passes every page), and ctest expects them to fail. Neither touches the
+// catch a store that skips its syncs or its page checks, and the lock tests one that takes no
+// lock: tests/CMakeLists.txt builds test_ssd again as test_ssd_mutant_NO_SYNC (every File under
+// the store reports syncs it never makes), test_ssd_mutant_NO_VERIFY (a page check that passes
+// every page) and test_ssd_mutant_NO_LOCK (a File whose flock always succeeds), and ctest
+// expects them to fail. Neither touches the
 // product header: they are BasicSsdTier's own parameters, File and Verify.
 #pragma once
 
@@ -21,6 +22,12 @@ struct NoSyncFile : Inner {
   int fsync(int) { return 0; }
 };
 
+/// A File whose locks always succeed: two writers can open one store.
+template <class Inner>
+struct NoLockFile : Inner {
+  int flock(int, int) { return 0; }
+};
+
 /// A page check that passes every page: the store returns whatever it reads.
 struct SkipPageChecks {
   static bool intact(const std::byte*, std::size_t, std::uint64_t stored, std::uint64_t& read) {
@@ -32,6 +39,11 @@ struct SkipPageChecks {
 #if defined(KVD_TEST_SSD_MUTANT_NO_SYNC)
 template <class File>
 using MutantFile = NoSyncFile<File>;
+using MutantVerify = tier::VerifyPages;
+inline constexpr bool kMutant = true;
+#elif defined(KVD_TEST_SSD_MUTANT_NO_LOCK)
+template <class File>
+using MutantFile = NoLockFile<File>;
 using MutantVerify = tier::VerifyPages;
 inline constexpr bool kMutant = true;
 #elif defined(KVD_TEST_SSD_MUTANT_NO_VERIFY)

@@ -228,11 +228,13 @@ Replay replay(const ReplayContext& cx, const ConfigSpec& c, const llama::Prefill
   using Manager = KvManager<Index, eviction::Lookahead, TierList>;
   Index ix = llama::index_for<Index>(cx.model->config);
   if constexpr (std::is_same_v<Index, index::Hierarchical>) c.apply(ix.params);
-  Manager kv(cfg, std::move(ix), eviction::Lookahead{plan.window}, llama::make_tiers<TierList>(o, plan), {}, backend::Cpu({o.threads}));
-  llama::Decoder<Manager> dec(*cx.model, kv, *cx.pool, snap.chunk);
-  if constexpr (TierList::kCount > 1) dec.warm_up_after_prefill(static_cast<int>(std::min<std::int64_t>(o.warm_up, snap.observed)));
-  const std::vector<float>& first = dec.prefill_from(snap);
-  Replay r = decode(dec, first, p);
+  Replay r = [&] {  // the manager (and its store) closes at the end of this, so the store can go after it
+    Manager kv(cfg, std::move(ix), eviction::Lookahead{plan.window}, llama::make_tiers<TierList>(o, plan), {}, backend::Cpu({o.threads}));
+    llama::Decoder<Manager> dec(*cx.model, kv, *cx.pool, snap.chunk);
+    if constexpr (TierList::kCount > 1) dec.warm_up_after_prefill(static_cast<int>(std::min<std::int64_t>(o.warm_up, snap.observed)));
+    const std::vector<float>& first = dec.prefill_from(snap);
+    return decode(dec, first, p);
+  }();
   if constexpr (TierList::kCount > 1) tier::SsdTier::remove_files(o.ssd_path);
   return r;
 }

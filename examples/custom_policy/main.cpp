@@ -47,24 +47,27 @@ std::vector<float> decode(const eval::SyntheticPreset& preset, const Options& o,
   using Ssd = Tiers<tier::HostTier, tier::SsdTier>;
   tier::SsdTier::Params sp;
   sp.path = store;
-  tier::SsdTier::remove_files(store);
-  KvManager<custom::FirstKey, Eviction, Ssd> kv(cfg, {}, Eviction{3}, Ssd(tier::HostTier{}, tier::SsdTier(sp)));
-  const eval::SyntheticTrace trace(preset, 1, o.context, o.steps);
-  const eval::LayerInputs in = eval::layer_inputs(trace, 0);
-  const SeqId id = kv.add_sequence();
-  kv.prefill(id, 0, in.prompt_k(), in.prompt_v());
-  kv.warm_up(id, 0, in.observation_queries());
-  std::vector<float> q, k, v, out(static_cast<std::size_t>(qh) * d), all;
-  const SeqId batch[] = {id};
-  for (int s = 0; s < o.steps; ++s) {
-    eval::batch_step(std::span<const eval::LayerInputs>(&in, 1), s, q, k, v);
-    kv.attend(0, batch, make_view(q, 1, qh, d), make_view(k, 1, kvh, d), make_view(v, 1, kvh, d), make_view(out, 1, qh, d));
-    all.insert(all.end(), out.begin(), out.end());
-  }
-  const Stats& st = kv.total_stats();
-  std::printf("  %-10s hit rate %5.1f%%, %6.1f pages read from the SSD per step, %llu evictions\n", std::string(Eviction::name()).c_str(),
-              100 * st.hit_rate(), static_cast<double>(st.misses) / static_cast<double>(st.steps), static_cast<unsigned long long>(st.evictions));
-  kv.release(id);
+  sp.mode = tier::SsdOpen::recreate;  // a fresh store (under its lock; never over a file that is not one)
+  std::vector<float> all;
+  {
+    KvManager<custom::FirstKey, Eviction, Ssd> kv(cfg, {}, Eviction{3}, Ssd(tier::HostTier{}, tier::SsdTier(sp)));
+    const eval::SyntheticTrace trace(preset, 1, o.context, o.steps);
+    const eval::LayerInputs in = eval::layer_inputs(trace, 0);
+    const SeqId id = kv.add_sequence();
+    kv.prefill(id, 0, in.prompt_k(), in.prompt_v());
+    kv.warm_up(id, 0, in.observation_queries());
+    std::vector<float> q, k, v, out(static_cast<std::size_t>(qh) * d);
+    const SeqId batch[] = {id};
+    for (int s = 0; s < o.steps; ++s) {
+      eval::batch_step(std::span<const eval::LayerInputs>(&in, 1), s, q, k, v);
+      kv.attend(0, batch, make_view(q, 1, qh, d), make_view(k, 1, kvh, d), make_view(v, 1, kvh, d), make_view(out, 1, qh, d));
+      all.insert(all.end(), out.begin(), out.end());
+    }
+    const Stats& st = kv.total_stats();
+    std::printf("  %-10s hit rate %5.1f%%, %6.1f pages read from the SSD per step, %llu evictions\n", std::string(Eviction::name()).c_str(),
+                100 * st.hit_rate(), static_cast<double>(st.misses) / static_cast<double>(st.steps), static_cast<unsigned long long>(st.evictions));
+    kv.release(id);
+  }  // the manager and its store closed: the store's lock is free
   tier::SsdTier::remove_files(store);
   return all;
 }

@@ -103,7 +103,7 @@ void add_attention_options(CLI::App& app, RunOptions& o, std::string& weights) {
   app.add_option("--tune", o.tune, "tiered: on (choose the index's cluster size after prefill, grow the cache windows while the "
                  "reads outlast selection over the first steps, and with elastic the micro-batch size) or off")
       ->check(CLI::IsMember({"on", "off"}));
-  app.add_option("--ssd-path", o.ssd_path, "tiered: the SSD store file (recreated; PATH.log beside it)");
+  app.add_option("--ssd-path", o.ssd_path, "tiered: the SSD store file (recreated each run, never over a file that is not a kvdrive store; PATH.log and PATH.lock beside it)");
   app.add_option("--budget", o.budget, "sparse budget: fraction of candidate pages, in (0, 1]");
   app.add_option("--carry-share", o.carry.share, "focus carry: the budget's share that pages the last step attended heavily may "
                  "take, in [0, 1); 0 turns it off")

@@ -162,9 +162,9 @@ TierList make_tiers(const RunOptions& o, const TierPlan& p) {
   if constexpr (TierList::kCount == 1) {
     return TierList{};
   } else {
-    tier::SsdTier::remove_files(o.ssd_path);  // a fresh store per run
     tier::SsdTier::Params sp;
     sp.path = o.ssd_path;
+    sp.mode = tier::SsdOpen::recreate;  // a fresh store per run, under its lock, never over a file that is not a store
     using Fast = typename TierList::template Type<0>;  // HostTier, or cuda::DeviceTier
     Fast fast(typename Fast::Params{p.fast_pages});
     if constexpr (TierList::kCount == 2)

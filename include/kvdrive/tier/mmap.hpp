@@ -53,7 +53,7 @@ class MmapTier {
     KVD_EXPECT(params_.capacity_pages > 0 && g.page_bytes > 0, "MmapTier {}: capacity_pages and the page size must be > 0", params_.path);
     page_bytes_ = g.page_bytes;
     bytes_ = params_.capacity_pages * page_bytes_;
-    fd_ = ::open(params_.path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    fd_ = ::open(params_.path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     KVD_EXPECT(fd_ >= 0, "MmapTier: cannot open {}: {}", params_.path, std::strerror(errno));
     KVD_EXPECT(::ftruncate(fd_, static_cast<off_t>(bytes_)) == 0, "MmapTier {}: cannot size it to {} bytes: {}", params_.path, bytes_,
                std::strerror(errno));

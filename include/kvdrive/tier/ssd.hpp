@@ -11,8 +11,10 @@
 // - Reads of adjacent slots merge into one I/O (up to max_merge_bytes); every page's xxh3 is
 //   checked against the log's, so a flipped bit is an error naming the page, never wrong data
 //   (ssd/read_plan.hpp).
-// - open() of an existing store checks its headers (magic, version, page size) and replays the
-//   log up to the first bad block: pages the log calls present read back exactly (ssd/log.hpp).
+// - open() takes the store's lock (PATH.lock, flock: one writer per store, in any process; a
+//   read-only open shares it with other readers), then checks an existing store's headers
+//   (magic, version, page size) and replays the log up to the first bad block: pages the log
+//   calls present read back exactly (ssd/log.hpp). Files are made 0600.
 // - submit() starts a batch's reads (in flight on io_uring when it returns, so several batches
 //   can be read at once; the thread backend runs them in wait()); wait() finishes the batch and
 //   checks it. Aligned destinations are read into directly (readv, fixed reads into registered
@@ -52,9 +54,19 @@
 
 namespace kvdrive::tier {
 
+/// How SsdTier::open treats the files at its path. Every mode takes the store's lock first
+/// (PATH.lock): one writer per store, in this process or any other.
+enum class SsdOpen {
+  open_or_create,  ///< reopen the store there (recovering its pages), or make one
+  recreate,        ///< delete the store there (only if its files are a kvdrive store's, or empty), then make one
+  read_only,       ///< inspect an existing store: its pages read back; writes, erases and syncs are refused
+};
+
 /// SsdTier::Params (one type for every BasicSsdTier).
 struct SsdParams {
-  std::string path;                           ///< the data file (made if missing); the log is PATH.log
+  std::string path;                           ///< the data file (made if missing); the log is PATH.log, the lock PATH.lock
+  SsdOpen mode = SsdOpen::open_or_create;
+  bool delete_on_close = false;               ///< a scratch store: its data file and log go when the tier does
   std::size_t capacity_pages = 0;             ///< 0: grows until the disk is full
   std::size_t alignment = 0;                  ///< 0: statx STATX_DIOALIGN, else 4096
   unsigned queue_depth = 64;                  ///< reads in flight
@@ -79,9 +91,10 @@ class BasicSsdTier {
   ~BasicSsdTier() {
     try {
       std::lock_guard lock(mutex_);
-      if (files_.is_open() && !dead_) flush_erases();
+      if (files_.is_open() && !dead_ && !params_.delete_on_close) flush_erases();
     } catch (...) {  // the erases stay undone on disk; their pages come back on reopen, intact
     }
+    if (params_.delete_on_close && files_.is_open()) files_.unlink_store(params_.path);  // still under the lock
   }
 
   std::string_view name() const { return "ssd"; }
@@ -95,16 +108,25 @@ class BasicSsdTier {
                params_.path);
     layout_.page_bytes = g.page_bytes;
     slots_.configure(params_.capacity_pages, params_.extent_pages);
-    const bool exists = files_.exists(params_.path);
-    files_.open(params_.path, exists, exists && files_.exists(log_name()), params_.direct_io);
-    layout_.align = params_.alignment ? params_.alignment : files_.dio_alignment();
-    KVD_EXPECT(layout_.align >= 512 && (layout_.align & (layout_.align - 1)) == 0,
-               "SsdTier {}: alignment {} is not a power of two >= 512", params_.path, layout_.align);
-    if (exists)
-      recover();
-    else
-      create();
-    io_.open(params_.io, params_.queue_depth, 0);
+    try {
+      files_.lock(params_.path, read_only());
+      if (params_.mode == SsdOpen::recreate) files_.remove_store(params_.path);
+      const bool exists = files_.exists(params_.path);
+      KVD_EXPECT(exists || !read_only(), "SsdTier {}: no store there to open read-only", params_.path);
+      files_.open(params_.path, exists, exists && files_.exists(log_name()), params_.direct_io, read_only());
+      layout_.align = params_.alignment ? params_.alignment : files_.dio_alignment();
+      KVD_EXPECT(layout_.align >= 512 && (layout_.align & (layout_.align - 1)) == 0,
+                 "SsdTier {}: alignment {} is not a power of two >= 512", params_.path, layout_.align);
+      if (exists)
+        recover();
+      else
+        create();
+      io_.open(params_.io, params_.queue_depth, 0);
+    } catch (...) {  // nothing half-open stays behind, the lock included
+      files_.close();
+      map_.clear();
+      throw;
+    }
   }
 
   // ---- writes --------------------------------------------------------------------------------
@@ -118,7 +140,7 @@ class BasicSsdTier {
   /// pages stored before stay readable.
   void write_batch(std::span<const WriteRequest> pages) {
     std::lock_guard lock(mutex_);
-    check_open();
+    check_writable();
     if (pages.empty()) return;
     check_distinct(pages);
     // Erased pages' slots become usable once their records are durable: flush them first when
@@ -148,6 +170,7 @@ class BasicSsdTier {
   /// Forgets a page now; durable at the next write or sync().
   void erase(const PageKey& key) {
     std::lock_guard lock(mutex_);
+    check_writable();
     auto it = map_.find(key);
     if (it == map_.end()) return;
     pending_erases_.push_back(ssd::make_record(ssd_format::RecordKind::erase, key, it->second.slot, 0));
@@ -159,7 +182,7 @@ class BasicSsdTier {
   /// Makes every erase so far durable.
   void sync() {
     std::lock_guard lock(mutex_);
-    check_open();
+    check_writable();
     flush_erases();
   }
 
@@ -221,6 +244,13 @@ class BasicSsdTier {
     KVD_EXPECT(it != map_.end(), "SsdTier {}: no page {}", params_.path, key);
     return it->second.slot;
   }
+  /// What open() found in the log of an existing store: records replayed, and what it dropped
+  /// from the first bad block on (bytes, records intact on their own, and why). All zero for a
+  /// new store, and after a clean close.
+  ssd::LogEnd recovery() const {
+    std::lock_guard lock(mutex_);
+    return recovery_;
+  }
   std::uint64_t slot_offset(std::uint64_t slot) const { return layout_.slot_offset(slot); }
   std::size_t slot_bytes() const { return layout_.slot_bytes; }
   std::size_t alignment() const { return layout_.align; }
@@ -260,10 +290,13 @@ class BasicSsdTier {
     return scattered_ops_;
   }
 
-  /// Deletes a store's files (for tests and tools); missing files are fine.
+  /// Deletes a store's files (for tests and tools); missing files are fine. Like
+  /// SsdOpen::recreate it takes the store's lock (an error names the holder) and deletes only a
+  /// kvdrive store's files or empty ones. The lock file stays.
   static void remove_files(const std::string& path, File file = File()) {
-    file.unlink(path.c_str());
-    file.unlink((path + ".log").c_str());
+    ssd::StoreFiles<File> files(std::move(file));
+    files.lock(path, false);
+    files.remove_store(path);
   }
 
  private:
@@ -278,6 +311,11 @@ class BasicSsdTier {
     KVD_EXPECT(files_.is_open(), "SsdTier {}: not open", params_.path);
     KVD_EXPECT(!dead_, "SsdTier {}: the (simulated) power went out; reopen the store", params_.path);
   }
+  void check_writable() const {
+    check_open();
+    KVD_EXPECT(!read_only(), "SsdTier {}: opened read-only", params_.path);
+  }
+  bool read_only() const { return params_.mode == SsdOpen::read_only; }
 
   void check_distinct(std::span<const WriteRequest> pages) const {
     std::vector<PageKey> keys;
@@ -370,9 +408,11 @@ class BasicSsdTier {
   void recover() {
     read_headers();
     const ssd::LogEnd end = ssd::replay_log(files_, layout_, params_.path, [&](const ssd_format::LogRecord& rec) { apply(rec); });
+    recovery_ = end;
     log_end_ = end.offset;
     next_sequence_ = end.next_sequence;
-    KVD_EXPECT(files_.cut(files_.log(), log_end_), "{}.log: cannot cut the log after recovery: {}", params_.path, std::strerror(errno));
+    if (!read_only())  // a read-only open leaves the log as it is
+      KVD_EXPECT(files_.cut(files_.log(), log_end_), "{}.log: cannot cut the log after recovery: {}", params_.path, std::strerror(errno));
     slots_.rebuild(map_);
   }
 
@@ -435,6 +475,7 @@ class BasicSsdTier {
   ssd::StoreFiles<File> files_;
   ssd::Layout layout_;
   std::uint64_t log_end_ = 0, next_sequence_ = 1;
+  ssd::LogEnd recovery_;
   std::unordered_map<PageKey, Entry, PageKeyHash> map_;
   ssd::Slots slots_;
   std::vector<ssd_format::LogRecord> pending_erases_;

@@ -54,9 +54,16 @@ inline std::size_t encode_records(std::vector<LogRecord>& records, std::uint64_t
 }
 
 /// Where a replayed log ends: the offset of its first bad block, and the next record's number.
+/// Also what recovery dropped there (Decision 9 keeps nothing past the first bad block): the
+/// log's bytes from that block on, the records in them that are intact on their own (their
+/// checksums hold, but an earlier record or block did not), and why the log ends there.
 struct LogEnd {
   std::uint64_t offset = 0;
   std::uint64_t next_sequence = 1;
+  std::uint64_t replayed_records = 0;
+  std::uint64_t dropped_bytes = 0;
+  std::uint64_t dropped_records = 0;
+  std::string why = "the end of the log";
 };
 
 /// Replays the log: hands each record of every valid block, in order, to apply(record).
@@ -80,15 +87,27 @@ class LogReplay {
       reader_.read_all(files_.log(), std::span<IoRead>(&r, 1));
       KVD_EXPECT(r.result >= 0, "{}.log: read error during recovery: {}", path_, std::strerror(static_cast<int>(-r.result)));
       const std::size_t blocks = static_cast<std::size_t>(r.result) / l_.align;
-      if (blocks == 0) break;
+      if (blocks == 0) {
+        why_ = "a short block at the log's end";
+        break;
+      }
       for (std::size_t b = 0; b < blocks && !stop; ++b) {
         stop = !parse_block(buf + b * l_.align, end.next_sequence);
         if (stop) break;  // torn, unwritten or garbage: the log ends before this block
         for (const LogRecord& rec : records_) apply_(rec);
         end.next_sequence += records_.size();
+        end.replayed_records += records_.size();
         end.offset += l_.align;
       }
-      if (blocks < len / l_.align) break;
+      if (!stop && blocks < len / l_.align) {
+        why_ = "a short block at the log's end";
+        break;
+      }
+    }
+    if (end.offset < log_size) {
+      end.why = why_;
+      end.dropped_bytes = log_size - end.offset;
+      end.dropped_records = count_intact(end.offset, log_size);
     }
     return end;
   }
@@ -104,13 +123,45 @@ class LogReplay {
       std::memcpy(&rec, block + i * sizeof rec, sizeof rec);
       if (rec.sequence == 0) {  // padding: the rest of the block must be zero
         for (std::size_t k = i * sizeof rec; k < l_.align; ++k)
-          if (block[k] != std::byte{0}) return false;
+          if (block[k] != std::byte{0}) return bad("garbage in a block's padding (a torn or damaged block)");
         break;
       }
-      if (!rec.valid() || rec.sequence != expected + records_.size() || !slot_in_file(rec)) return false;
+      if (!rec.valid()) return bad("a record whose checksum fails (a torn or damaged block)");
+      if (rec.sequence != expected + records_.size()) return bad("a record out of sequence (a block older than the log's end, or a lost one)");
+      if (!slot_in_file(rec)) return bad("a put whose slot lies past the data file's end (its data never landed)");
       records_.push_back(rec);
     }
-    return !records_.empty();
+    return !records_.empty() || bad("an empty block (never written)");
+  }
+
+  bool bad(const char* why) {
+    why_ = why;
+    return false;
+  }
+
+  /// The records in [from, to) of the log whose own checksums hold (what recovery dropped
+  /// intact). A read error here only leaves the count short.
+  std::uint64_t count_intact(std::uint64_t from, std::uint64_t to) {
+    constexpr std::size_t kChunkBlocks = 256;
+    std::uint64_t intact = 0;
+    const std::size_t per_block = l_.records_per_block(sizeof(LogRecord));
+    for (std::uint64_t at = from; at < to;) {
+      const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(kChunkBlocks * l_.align, round_up(to - at, l_.align)));
+      std::byte* buf = buffer_.get(len, l_.align);
+      IoRead r{at, len, buf, 0};
+      reader_.read_all(files_.log(), std::span<IoRead>(&r, 1));
+      if (r.result <= 0) break;
+      const std::size_t blocks = static_cast<std::size_t>(r.result) / l_.align;
+      for (std::size_t b = 0; b < blocks; ++b)
+        for (std::size_t i = 0; i < per_block; ++i) {
+          LogRecord rec;
+          std::memcpy(&rec, buf + b * l_.align + i * sizeof rec, sizeof rec);
+          intact += rec.sequence != 0 && rec.valid() ? 1 : 0;
+        }
+      if (blocks == 0 || blocks < len / l_.align) break;
+      at += len;
+    }
+    return intact;
   }
 
   /// A put's data was synced before its record: its slot lies inside the data file.
@@ -127,6 +178,7 @@ class LogReplay {
   std::uint64_t data_size_ = 0;
   AlignedBuffer buffer_;
   std::vector<LogRecord> records_;
+  std::string why_ = "the end of the log";
 };
 
 /// Replays the log of an opened store (see LogReplay).

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -35,6 +36,7 @@ struct PosixFile {
   int fsync(int fd) { return ::fsync(fd); }
   int ftruncate(int fd, off_t size) { return ::ftruncate(fd, size); }
   int fstat(int fd, struct stat* st) { return ::fstat(fd, st); }
+  int flock(int fd, int operation) { return ::flock(fd, operation); }
 #ifdef STATX_DIOALIGN
   int statx(int fd, unsigned mask, struct statx* sx) { return ::statx(fd, "", AT_EMPTY_PATH, mask, sx); }
 #endif
@@ -68,6 +70,7 @@ concept SsdFile = std::copy_constructible<F> &&
                     { f.fsync(fd) } -> std::same_as<int>;
                     { f.ftruncate(fd, off_t{}) } -> std::same_as<int>;
                     { f.fstat(fd, st) } -> std::same_as<int>;
+                    { f.flock(fd, 0) } -> std::same_as<int>;
                   };
 static_assert(SsdFile<PosixFile>);
 

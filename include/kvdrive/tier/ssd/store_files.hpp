@@ -9,10 +9,13 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <span>
 #include <string>
 #include <utility>
+
+#include <fmt/format.h>
 
 #include "kvdrive/core/error.hpp"
 #include "kvdrive/tier/io_engine.hpp"
@@ -29,19 +32,75 @@ class StoreFiles {
   explicit StoreFiles(File file) : file_(std::move(file)) {}
   StoreFiles(const StoreFiles&) = delete;
   StoreFiles& operator=(const StoreFiles&) = delete;
-  ~StoreFiles() {
-    for (int fd : {data_, log_})
-      if (fd >= 0) file_.close(fd);
+  ~StoreFiles() { close(); }
+
+  /// Closes the files, then lets the lock go.
+  void close() noexcept {
+    for (int* fd : {&data_, &log_})
+      if (*fd >= 0) {
+        file_.close(*fd);
+        *fd = -1;
+      }
+    unlock();
   }
 
   File& file() { return file_; }
   const File& file() const { return file_; }
   bool exists(const std::string& path) { return file_.access(path.c_str(), F_OK) == 0; }
 
-  /// Opens the data file, then the log (each made when it is not `existing`).
-  void open(const std::string& path, bool data_exists, bool log_exists, bool direct_io) {
-    data_ = open_file(path, data_exists, direct_io);
-    log_ = open_file(path + ".log", log_exists, direct_io);
+  /// Takes the store's lock, PATH.lock (made 0600 beside the files; it stays there, empty while no
+  /// writer holds it): exclusive for a writer, shared for a read-only open. A flock lock belongs
+  /// to one open file description, so a second open of the store fails in the same process as in
+  /// another. The writer records its pid in the lock file, and the error names the holder.
+  void lock(const std::string& path, bool shared) {
+    if (lock_ >= 0) return;
+    const std::string name = path + ".lock";
+    lock_ = file_.open(name.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (lock_ < 0 && shared && (errno == EACCES || errno == EROFS)) {  // inspecting a store in a folder we cannot write
+      lock_ = file_.open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
+      if (lock_ < 0 && errno == ENOENT) return;  // no writer has ever held it
+    }
+    KVD_EXPECT(lock_ >= 0, "SsdTier {}: cannot open the lock file {}: {}", path, name, std::strerror(errno));
+    int rc;
+    while ((rc = file_.flock(lock_, (shared ? LOCK_SH : LOCK_EX) | LOCK_NB)) != 0 && errno == EINTR) {
+    }
+    if (rc != 0) {
+      const int error = errno;
+      const std::string holder = holder_of_lock();
+      file_.close(lock_);
+      lock_ = -1;
+      KVD_EXPECT(error == EWOULDBLOCK, "SsdTier {}: cannot lock {}: {}", path, name, std::strerror(error));
+      fail("SsdTier {}: the store is in use {}; one process at a time may write a store (lock file {})", path, holder, name);
+    }
+    writer_ = !shared;
+    if (writer_) {  // best effort: the pid only names the holder in others' errors
+      const std::string pid = fmt::format("{}\n", ::getpid());
+      if (file_.ftruncate(lock_, 0) == 0) (void)file_.pwrite(lock_, pid.data(), pid.size(), 0);
+    }
+  }
+
+  /// Each of the store's files that exists must be empty or a kvdrive store's (its magic): then
+  /// they are deleted. Anything else is left alone, with an error naming it. Hold the lock.
+  void remove_store(const std::string& path) {
+    for (const std::string& name : {path, path + ".log"}) {
+      if (!exists(name)) continue;
+      KVD_EXPECT(is_store_or_empty(name), "SsdTier: {} is not a kvdrive store; it is not deleted", name);
+    }
+    for (const std::string& name : {path, path + ".log"})
+      KVD_EXPECT(file_.unlink(name.c_str()) == 0 || errno == ENOENT, "SsdTier: cannot delete {}: {}", name, std::strerror(errno));
+  }
+
+  /// Deletes the data file and the log, errors ignored (a scratch store closing; hold the lock).
+  void unlink_store(const std::string& path) noexcept {
+    (void)file_.unlink(path.c_str());
+    (void)file_.unlink((path + ".log").c_str());
+  }
+
+  /// Opens the data file, then the log (each made when it is not `existing`; read-only opens
+  /// neither make nor write them).
+  void open(const std::string& path, bool data_exists, bool log_exists, bool direct_io, bool read_only = false) {
+    data_ = open_file(path, data_exists, direct_io, read_only);
+    log_ = open_file(path + ".log", log_exists, direct_io, read_only);
   }
   bool is_open() const { return data_ >= 0; }
   int data() const { return data_; }
@@ -137,28 +196,58 @@ class StoreFiles {
   }
 
  private:
-  int open_file(const std::string& path, bool existing, bool direct_io) {
-    const int flags = O_RDWR | O_CLOEXEC | (existing ? 0 : O_CREAT | O_EXCL);
+  int open_file(const std::string& path, bool existing, bool direct_io, bool read_only) {
+    const int flags = (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC | (existing ? 0 : O_CREAT | O_EXCL);
+    constexpr mode_t kMode = 0600;  // a store holds a user's documents' K/V: for its owner only
     int fd = -1;
     if (direct_io) {
-      fd = file_.open(path.c_str(), flags | O_DIRECT, 0644);
+      fd = file_.open(path.c_str(), flags | O_DIRECT, kMode);
       if (fd < 0 && errno == EINVAL) {  // the file system refuses O_DIRECT (tmpfs): buffered I/O
-        fd = file_.open(path.c_str(), flags, 0644);
+        fd = file_.open(path.c_str(), flags, kMode);
         direct_ = false;
       } else {
         direct_ = fd >= 0;
       }
     } else {
-      fd = file_.open(path.c_str(), flags, 0644);
+      fd = file_.open(path.c_str(), flags, kMode);
       direct_ = false;
     }
     KVD_EXPECT(fd >= 0, "SsdTier: cannot open {}: {}", path, std::strerror(errno));
     return fd;
   }
 
+  /// "by process N", "by this process ...", or "by a read-only open" from the lock file.
+  std::string holder_of_lock() {
+    char text[32] = {};
+    const ssize_t n = file_.pread(lock_, text, sizeof text - 1, 0);
+    const long pid = n > 0 ? std::strtol(text, nullptr, 10) : 0;
+    if (pid <= 0) return "by a read-only open (or a writer just starting)";
+    if (pid == ::getpid()) return fmt::format("by this process (pid {}): another SsdTier has it open", pid);
+    return fmt::format("by process {}", pid);
+  }
+
+  /// Clears the pid (a writer's) and lets the lock go.
+  void unlock() noexcept {
+    if (lock_ < 0) return;
+    if (writer_) (void)file_.ftruncate(lock_, 0);
+    file_.close(lock_);
+    lock_ = -1;
+  }
+
+  bool is_store_or_empty(const std::string& name) {
+    const int fd = file_.open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0) return false;
+    ssd_format::Header h;
+    const ssize_t n = file_.pread(fd, &h, sizeof h, 0);
+    file_.close(fd);
+    if (n == 0) return true;
+    return n == static_cast<ssize_t>(sizeof h) &&
+           (std::memcmp(h.magic, ssd_format::kDataMagic, 8) == 0 || std::memcmp(h.magic, ssd_format::kLogMagic, 8) == 0);
+  }
+
   [[no_unique_address]] File file_;
-  int data_ = -1, log_ = -1;
-  bool direct_ = false;
+  int data_ = -1, log_ = -1, lock_ = -1;
+  bool direct_ = false, writer_ = false;
 };
 
 }  // namespace kvdrive::tier::ssd
