@@ -245,8 +245,8 @@ class BasicSsdTier {
     return it->second.slot;
   }
   /// What open() found in the log of an existing store: records replayed, and what it dropped
-  /// from the first bad block on (bytes, records intact on their own, and why). All zero for a
-  /// new store, and after a clean close.
+  /// from the first bad block on (bytes, records intact on their own, and why). Nothing is
+  /// dropped for a new store or after a clean close.
   ssd::LogEnd recovery() const {
     std::lock_guard lock(mutex_);
     return recovery_;
