@@ -251,6 +251,57 @@ TEST_CASE("SsdTier: a reopened store has every page the log committed, and nothi
   CHECK(read_one(t, b, 4096) == page_bytes_of(4096, b, 1));
 }
 
+TEST_CASE("SsdTier: a store whose making was cut short opens as an empty store; a file that is not a store is still refused") {
+  // A writer killed while it made the store leaves the data file (empty, or with its header) and
+  // an empty or missing log: no page was committed, so the next writer finishes making it. (The
+  // kill test found this: such a store could never be opened again.)
+  TempDir dir;
+  const std::string path = dir.file("store");
+  const PageKey a{1, 0, 0, 0};
+  auto finishes = [&](const char* what) {
+    CAPTURE(what);
+    {
+      Ssd t(params(path));
+      t.open({4096});
+      CHECK(t.stored_pages() == 0);
+      CHECK(t.recovery().why.find("making was cut short") != std::string::npos);
+      t.write(a, page_bytes_of(4096, a).data());
+    }
+    Ssd t(params(path));
+    t.open({4096});
+    CHECK(t.stored_pages() == 1);
+    CHECK(read_one(t, a, 4096) == page_bytes_of(4096, a));
+  };
+  SUBCASE("both files empty") {
+    { std::ofstream(path, std::ios::binary); }
+    { std::ofstream(path + ".log", std::ios::binary); }
+    Ssd::Params ro = params(path);
+    ro.mode = SsdOpen::read_only;
+    Ssd r(ro);
+    CHECK_THROWS_WITH_AS(r.open({4096}), doctest::Contains("making was cut short"), Error);
+    finishes("both files empty");
+  }
+  SUBCASE("the data file's header written, the log empty or missing") {
+    { Ssd t(params(path)); t.open({4096}); }
+    REQUIRE(::truncate((path + ".log").c_str(), 0) == 0);
+    finishes("log empty");
+    SsdTier::remove_files(path);
+    { Ssd t(params(path)); t.open({4096}); }
+    std::filesystem::remove(path + ".log");
+    finishes("log missing");
+  }
+  SUBCASE("a file that is not a store, with no log: refused and left as it was") {
+    { std::ofstream(path) << "notes"; }
+    Ssd t(params(path));
+    CHECK_THROWS_WITH_AS(t.open({4096}), doctest::Contains("is not a kvdrive store"), Error);
+    std::ifstream f(path);
+    std::string text;
+    f >> text;
+    CHECK(text == "notes");
+    CHECK_FALSE(std::filesystem::exists(path + ".log"));  // nothing made beside it
+  }
+}
+
 TEST_CASE("SsdTier: a torn last log block loses only its own records") {
   TempDir dir;
   const std::string path = dir.file("store");
@@ -663,8 +714,8 @@ TEST_CASE("SsdTier over a failing File: each failed call is an error that names 
       std::uint64_t nth;
       const char* says;
     };
-    for (const Fault& f : {Fault{FileOp::fstat, 1, "stat failed"}, Fault{FileOp::pread, 3, "read error during recovery"},
-                           Fault{FileOp::ftruncate, 2, "cannot cut the log after recovery"}}) {  // the 1st: the lock file's pid
+    for (const Fault& f : {Fault{FileOp::fstat, 1, "stat failed"}, Fault{FileOp::pread, 4, "read error during recovery"},
+                           Fault{FileOp::ftruncate, 2, "cannot cut the log after recovery"}}) {  // pread 1: the data header checked before the log is opened; ftruncate 1: the lock file's pid
       CAPTURE(f.says);
       disk->fail(f.op, f.nth);
       auto t = make();

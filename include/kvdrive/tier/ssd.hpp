@@ -112,12 +112,13 @@ class BasicSsdTier {
       files_.lock(params_.path, read_only());
       if (params_.mode == SsdOpen::recreate) files_.remove_store(params_.path);
       const bool exists = files_.exists(params_.path);
-      KVD_EXPECT(exists || !read_only(), "SsdTier {}: no store there to open read-only", params_.path);
+      KVD_EXPECT(!exists || files_.is_store_or_empty(params_.path), "{} is not a kvdrive store (bad header)", params_.path);  // before the log is made beside it
+      KVD_EXPECT(!read_only() || (exists && files_.exists(log_name())), "SsdTier {}: no store there to open read-only", params_.path);
       files_.open(params_.path, exists, exists && files_.exists(log_name()), params_.direct_io, read_only());
       layout_.align = params_.alignment ? params_.alignment : files_.dio_alignment();
       KVD_EXPECT(layout_.align >= 512 && (layout_.align & (layout_.align - 1)) == 0,
                  "SsdTier {}: alignment {} is not a power of two >= 512", params_.path, layout_.align);
-      if (exists)
+      if (exists && !creation_cut_short())
         recover();
       else
         create();
@@ -392,6 +393,17 @@ class BasicSsdTier {
     scattered_ops_ += b.scatter ? b.ops.size() : 0;
     ++read_batches_;
     read_ops_ += b.ops.size();
+  }
+
+  /// A store whose making was cut short (killed between making the files and syncing the log's
+  /// header): the log is empty, so no page was ever committed, and the data file is empty or has
+  /// a kvdrive header. create() finishes it. Anything else is for recover() to accept or refuse.
+  bool creation_cut_short() {
+    if (files_.size(files_.log(), log_name()) != 0 || !files_.is_store_or_empty(params_.path)) return false;
+    KVD_EXPECT(!read_only(), "SsdTier {}: a store whose making was cut short (an empty log); open it for writing once to finish it",
+               params_.path);
+    recovery_.why = "a store whose making was cut short (an empty log): made again";
+    return true;
   }
 
   /// A new store: both headers, then the directory entries.

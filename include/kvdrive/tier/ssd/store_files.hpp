@@ -90,6 +90,18 @@ class StoreFiles {
       KVD_EXPECT(file_.unlink(name.c_str()) == 0 || errno == ENOENT, "SsdTier: cannot delete {}: {}", name, std::strerror(errno));
   }
 
+  /// True if the file is empty or begins with a kvdrive store's magic (its data file's or its log's).
+  bool is_store_or_empty(const std::string& name) {
+    const int fd = file_.open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0) return false;
+    ssd_format::Header h;
+    const ssize_t n = file_.pread(fd, &h, sizeof h, 0);
+    file_.close(fd);
+    if (n == 0) return true;
+    return n == static_cast<ssize_t>(sizeof h) &&
+           (std::memcmp(h.magic, ssd_format::kDataMagic, 8) == 0 || std::memcmp(h.magic, ssd_format::kLogMagic, 8) == 0);
+  }
+
   /// Deletes the data file and the log, errors ignored (a scratch store closing; hold the lock).
   void unlink_store(const std::string& path) noexcept {
     (void)file_.unlink(path.c_str());
@@ -232,17 +244,6 @@ class StoreFiles {
     if (writer_) (void)file_.ftruncate(lock_, 0);
     file_.close(lock_);
     lock_ = -1;
-  }
-
-  bool is_store_or_empty(const std::string& name) {
-    const int fd = file_.open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
-    if (fd < 0) return false;
-    ssd_format::Header h;
-    const ssize_t n = file_.pread(fd, &h, sizeof h, 0);
-    file_.close(fd);
-    if (n == 0) return true;
-    return n == static_cast<ssize_t>(sizeof h) &&
-           (std::memcmp(h.magic, ssd_format::kDataMagic, 8) == 0 || std::memcmp(h.magic, ssd_format::kLogMagic, 8) == 0);
   }
 
   [[no_unique_address]] File file_;
