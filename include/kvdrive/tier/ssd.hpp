@@ -396,10 +396,11 @@ class BasicSsdTier {
   }
 
   /// A store whose making was cut short (killed between making the files and syncing the log's
-  /// header): the log is empty, so no page was ever committed, and the data file is empty or has
-  /// a kvdrive header. create() finishes it. Anything else is for recover() to accept or refuse.
+  /// header): the log is empty, so no page was ever committed (open() has checked that the data
+  /// file is empty or has a kvdrive header). create() finishes it. Anything else is for recover()
+  /// to accept or refuse.
   bool creation_cut_short() {
-    if (files_.size(files_.log(), log_name()) != 0 || !files_.is_store_or_empty(params_.path)) return false;
+    if (files_.size(files_.log(), log_name()) != 0) return false;
     KVD_EXPECT(!read_only(), "SsdTier {}: a store whose making was cut short (an empty log); open it for writing once to finish it",
                params_.path);
     recovery_.why = "a store whose making was cut short (an empty log): made again";
