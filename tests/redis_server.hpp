@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -100,6 +101,10 @@ class RedisServer {
 
   /// Kills the server at once (SIGKILL), as a crash would.
   void kill() { stop_process(); }
+  /// Stops the server without closing its sockets (SIGSTOP), as a hung machine does; resume()
+  /// lets it go on.
+  void pause() const { ::kill(pid_, SIGSTOP); }
+  void resume() const { ::kill(pid_, SIGCONT); }
 
   /// Runs one command on a fresh connection and returns its reply as text (strings, status,
   /// integers, "(nil)", or "ERR ..."); throws if the server cannot be reached.
@@ -162,7 +167,8 @@ class RedisServer {
       bool pong = false;
       if (up) {
         auto* r = static_cast<redisReply*>(redisCommand(c, "PING"));
-        pong = r != nullptr && r->type == REDIS_REPLY_STATUS;
+        pong = r != nullptr && (r->type == REDIS_REPLY_STATUS ||  // or a server with a password, asking for it
+                                (r->type == REDIS_REPLY_ERROR && std::string_view(r->str, r->len).starts_with("NOAUTH")));
         if (r) freeReplyObject(r);
       }
       if (c) redisFree(c);

@@ -147,14 +147,14 @@ TEST_CASE("RedisTier: pages round-trip over TCP and a Unix socket, in batches la
   // Shared pages are found by any tier object on the same server and db, not on another db.
   RedisTier db1 = open_tier({.url = server.url(1)}, kBytes), db1_again = open_tier({.url = server.url(1)}, kBytes),
             db2 = open_tier({.url = server.url(2)}, kBytes);
-  const PrefixDigest prefix{9, 9, 64};
+  const std::vector<PrefixDigest> chain{{9, 9, 16}, {9, 10, 32}, {9, 11, 48}}, other{{9, 9, 16}, {8, 10, 32}};
   const auto p = page_bytes(kBytes, 1);
   std::vector<tier::WriteRequest> two{{PageKey{1, 0, 0, 0}, p.data()}, {PageKey{1, 0, 0, 1}, p.data()}};
-  db1.publish(prefix, two);
+  db1.publish(chain, two);
   db1.flush();
-  CHECK(db1_again.lookup(prefix, 1, 1, 8) == 2);
-  CHECK(db2.lookup(prefix, 1, 1, 8) == 0);
-  CHECK(db1_again.lookup(PrefixDigest{9, 8, 64}, 1, 1, 8) == 0);  // another prefix
+  CHECK(db1_again.lookup(chain, 1, 1) == 2);
+  CHECK(db2.lookup(chain, 1, 1) == 0);
+  CHECK(db1_again.lookup(other, 1, 1) == 1);  // a chain that parts after its first page
 }
 
 TEST_CASE("RedisTier: a damaged, truncated or misplaced value is a checksum miss, never data") {
@@ -222,7 +222,7 @@ TEST_CASE("RedisTier: the byte budget bounds what it stores; erases and expiry g
   CHECK(server.command({"DBSIZE"}) == "3");
   CHECK(t.free_pages() == 0);
   CHECK_THROWS_WITH_AS(t.write(PageKey{2, 0, 0, 9}, p.data()), doctest::Contains("byte budget"), Error);
-  t.publish(PrefixDigest{5, 5, 80}, std::span(w).first(2));  // shared pages count against the same budget
+  t.publish(std::vector<PrefixDigest>(5, PrefixDigest{5, 5, 80}), std::span(w).first(2));  // shared pages count against the same budget
   t.flush();
   CHECK(t.remote_stats().over_budget == 5);
   t.write(w[0].key, p.data());  // a rewrite takes no more room
@@ -252,10 +252,10 @@ TEST_CASE("RedisTier: a server that is down or dies gives misses and errors, fas
   t.wait_each(t.submit(std::span(&r, 1)), std::span(&o, 1));
   CHECK(o == RemoteRead::error);
   const std::vector<tier::WriteRequest> w{{PageKey{3, 0, 0, 1}, p.data()}};
-  t.publish(PrefixDigest{1, 2, 0}, w);  // queued, fails in the background
+  t.publish(std::vector<PrefixDigest>(2, PrefixDigest{1, 2, 0}), w);  // queued, fails in the background
   t.flush();
   CHECK_FALSE(t.contains(PageKey{3, 0, 0, 0}));
-  CHECK(t.lookup(PrefixDigest{3, 0, 0}, 1, 1, 4) == 0);
+  CHECK(t.lookup(std::vector<PrefixDigest>(4, PrefixDigest{3, 0, 0}), 1, 1) == 0);
   CHECK_THROWS_AS(t.write(PageKey{3, 0, 0, 2}, p.data()), Error);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   CHECK(secs < 3.0);  // no hang: a refused connection fails at once, then fast for retry_after_ms
@@ -267,7 +267,7 @@ TEST_CASE("RedisTier: a server that is down or dies gives misses and errors, fas
   RedisTier nowhere = open_tier({.url = fmt::format("redis://127.0.0.1:{}/0", kvdrive::testing::free_loopback_port())}, kBytes);
   nowhere.wait_each(nowhere.submit(std::span(&r, 1)), std::span(&o, 1));
   CHECK(o == RemoteRead::error);
-  CHECK(nowhere.lookup(PrefixDigest{1, 0, 0}, 2, 2, 8) == 0);
+  CHECK(nowhere.lookup(std::vector<PrefixDigest>(8, PrefixDigest{1, 0, 0}), 2, 2) == 0);
   CHECK(nowhere.remote_stats().errors == 1);
   CHECK(nowhere.remote_stats().connects == 0);
   (void)url;
@@ -299,8 +299,8 @@ PrefixDigest prefix_digest(const Workload& w, int s, int tokens) {
 struct KillAfterLookup : RedisTier {
   RedisServer* server = nullptr;
   using RedisTier::RedisTier;
-  std::uint32_t lookup(const PrefixDigest& prefix, std::uint32_t l, std::uint32_t h, std::uint32_t n) {
-    const std::uint32_t found = RedisTier::lookup(prefix, l, h, n);
+  std::uint32_t lookup(tier::PageChain chain, std::uint32_t l, std::uint32_t h) {
+    const std::uint32_t found = RedisTier::lookup(chain, l, h);
     if (server) server->kill();
     return found;
   }
@@ -437,7 +437,7 @@ TEST_CASE("sharing survives the server: a corrupt page, a server killed mid-load
     const auto ia = add_all(a, w, prefix);
     for (int s = 0; s < 2; ++s) prefill_sharing(a, ia[s], w, s, chunk);
     r.flush();
-    return r.key(*a.shared_digest(ia[0]), tier::PageKey{0, 1, 2, 5});  // a page inside sequence 0's prefix
+    return r.key(a.shared_chain(ia[0])[5], tier::PageKey{0, 1, 2, 5});  // a page inside sequence 0's prefix
   };
 
   SUBCASE("a corrupt page ends the run there; the rest is computed") {
@@ -571,5 +571,187 @@ TEST_CASE("the decoder reads a shared prompt prefix from the server instead of c
       CHECK(test::same_bits(la, lc));
       CHECK(test::same_bits(lb, lc));
     }
+  }
+}
+
+// ---- values that cannot be forged (Params::secret), a hung server, a password ----------------
+
+namespace {
+const std::string kSecretA = "deployment A: 32 bytes of secret", kSecretB = "deployment B: 32 bytes of secret";
+
+/// A value for `key` as a client without secret A could write it: a plain checksummed value, or
+/// one keyed with another secret.
+std::string forged_value(const std::string& key, const std::vector<std::byte>& page, const std::string* other_secret) {
+  std::vector<std::byte> v;
+  if (other_secret != nullptr) {
+    const tier::redis::ValueMac mac(*other_secret);
+    v.resize(tier::redis::ValueMac::kHeaderBytes + page.size());
+    mac.encode(key, page.data(), page.size(), v.data());
+  } else {
+    v.resize(tier::RemoteValue::kHeaderBytes + page.size());
+    tier::RemoteValue::encode(key, page.data(), page.size(), v.data());  // the checksum recomputed: well formed
+  }
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size());
+}
+}  // namespace
+
+TEST_CASE("keyed value: the HMAC binds the page to its key and the secret; the secret names a key space") {
+  const auto page = page_bytes(300, 3);
+  const tier::redis::ValueMac a(kSecretA), a_again(kSecretA), b(kSecretB);
+  std::vector<std::byte> value(tier::redis::ValueMac::kHeaderBytes + page.size()), back(page.size());
+  a.encode("k1", page.data(), page.size(), value.data());
+  CHECK(a_again.decode("k1", value.data(), value.size(), back.data(), back.size()));
+  CHECK(back == page);
+  std::vector<std::byte> untouched(page.size(), std::byte{7});
+  CHECK_FALSE(b.decode("k1", value.data(), value.size(), untouched.data(), untouched.size()));  // another secret
+  CHECK_FALSE(a.decode("k2", value.data(), value.size(), untouched.data(), untouched.size()));  // another key
+  for (std::size_t at : {std::size_t{0}, std::size_t{5}, std::size_t{20}, tier::redis::ValueMac::kHeaderBytes + 299}) {
+    auto bad = value;
+    bad[at] ^= std::byte{0x10};
+    CHECK_FALSE(a.decode("k1", bad.data(), bad.size(), untouched.data(), untouched.size()));
+  }
+  CHECK(untouched == std::vector<std::byte>(page.size(), std::byte{7}));
+  CHECK(a.key_namespace() == a_again.key_namespace());
+  CHECK(a.key_namespace() != b.key_namespace());
+  CHECK(a.key_namespace().size() == 16);
+  CHECK(a.key_namespace().find("deployment") == std::string::npos);
+  CHECK_THROWS_WITH_AS(tier::redis::ValueMac("short"), doctest::Contains("at least 16"), Error);
+  CHECK_THROWS_WITH_AS(RedisTier({.secret = "short"}), doctest::Contains("at least 16"), Error);
+}
+
+TEST_CASE("RedisTier with a secret: a value written without it, or with another deployment's, is a miss and never data") {
+  if (!have_redis()) return;
+  RedisServer server;
+  constexpr std::size_t kBytes = 512;
+  const PrefixDigest model{4, 4, 0};
+  RedisTier a = open_tier({.url = server.url(), .model = model, .secret = kSecretA}, kBytes),
+            a2 = open_tier({.url = server.url(), .model = model, .secret = kSecretA}, kBytes),
+            b = open_tier({.url = server.url(), .model = model, .secret = kSecretB}, kBytes),
+            plain = open_tier({.url = server.url(), .model = model}, kBytes);
+  const std::vector<PrefixDigest> chain{{1, 1, 8}, {2, 2, 16}, {3, 3, 24}};
+  std::vector<std::vector<std::byte>> pages;
+  std::vector<tier::WriteRequest> w;
+  for (std::uint32_t p = 0; p < 3; ++p) pages.push_back(page_bytes(kBytes, 10 + p));
+  for (std::uint32_t p = 0; p < 3; ++p) w.push_back({PageKey{1, 0, 0, p}, pages[p].data()});
+  a.publish(chain, w);
+  a.flush();
+  CHECK(a2.lookup(chain, 1, 1) == 3);  // the same deployment finds them
+  CHECK(b.lookup(chain, 1, 1) == 0);   // another deployment's key space: not even found
+  CHECK(plain.lookup(chain, 1, 1) == 0);
+  // A client without the secret overwrites page 1 with a well-formed plain value, page 2 with a
+  // value keyed by another secret: both are misses, and the reader's buffers keep their bytes.
+  const auto evil = page_bytes(kBytes, 666);
+  CHECK(server.command({"SET", a.key(chain[1], PageKey{0, 0, 0, 1}), forged_value(a.key(chain[1], PageKey{0, 0, 0, 1}), evil, nullptr)}) == "OK");
+  CHECK(server.command({"SET", a.key(chain[2], PageKey{0, 0, 0, 2}), forged_value(a.key(chain[2], PageKey{0, 0, 0, 2}), evil, &kSecretB)}) ==
+        "OK");
+  std::vector<std::byte> buf(3 * kBytes, std::byte{9});
+  std::vector<tier::ReadRequest> reads;
+  for (std::uint32_t p = 0; p < 3; ++p) reads.push_back({PageKey{5, 0, 0, p}, buf.data() + p * kBytes});
+  std::vector<RemoteRead> out(3);
+  a2.wait_each(a2.submit(chain, reads), out);
+  CHECK(out[0] == RemoteRead::hit);
+  CHECK(std::memcmp(buf.data(), pages[0].data(), kBytes) == 0);
+  CHECK(out[1] == RemoteRead::corrupt);
+  CHECK(out[2] == RemoteRead::corrupt);
+  CHECK(std::memcmp(buf.data() + kBytes, evil.data(), kBytes) != 0);
+  CHECK(std::memcmp(buf.data() + 2 * kBytes, evil.data(), kBytes) != 0);
+  CHECK(a2.remote_stats().corrupt == 2);
+}
+
+TEST_CASE("a forged page on the server never reaches the decoder: the run ends before it, same logits as computing all") {
+  if (!have_redis()) return;
+  using namespace kvdrive::llama;
+  RedisServer server;
+  ThreadPool pool(2);
+  const Model m = make_synthetic({"tiny", 4}, ShapeOverrides{.layers = 2, .heads = {}, .kv_heads = {}, .head_dim = {}, .hidden = {}, .vocab = {}}, pool);
+  std::mt19937 rng(8);
+  std::vector<int> prompt(200);
+  for (auto& t : prompt) t = static_cast<int>(rng() % 512);
+  Config cfg;
+  cfg.shape = {m.config.layers, m.config.heads, m.config.kv_heads, m.config.head_dim()};
+  cfg.budget = Budget::fraction(0.25);
+  cfg.local_tokens = 32;
+  using Shared = KvManager<index::Hierarchical, eviction::Lookahead, Tiers<tier::HostTier>, pipeline::Serial, backend::Cpu, RedisTier>;
+  using Alone = KvManager<index::Hierarchical, eviction::Lookahead>;
+  const auto params = [&] { return RedisTier::Params{.url = server.url(), .model = model_digest(m), .secret = kSecretA}; };
+  constexpr int kChunk = 16;
+  Alone c(cfg);
+  Decoder<Alone> dc(m, c, pool, kChunk);
+  const std::vector<float> lc = dc.prefill(prompt);
+  RedisTier ra(params()), rb(params());
+  Shared a(cfg), b(cfg);
+  a.share_prefixes(ra);
+  b.share_prefixes(rb);
+  {
+    Decoder<Shared> da(m, a, pool, kChunk, std::span<const int>(prompt));
+    CHECK(test::same_bits(da.prefill(prompt), lc));
+    ra.flush();
+    // An attacker without the secret replaces page 6 of layer 1, head 0 with its own bytes, as a
+    // well-formed plain value.
+    const std::string key = ra.key(a.shared_chain(da.sequence())[6], PageKey{0, 1, 0, 6});
+    const auto evil = page_bytes(a.config().page_bytes(), 13);
+    CHECK(server.command({"SET", key, forged_value(key, evil, nullptr)}) == "OK");
+  }
+  Decoder<Shared> db(m, b, pool, kChunk, std::span<const int>(prompt));
+  CHECK(test::same_bits(db.prefill(prompt), lc));
+  CHECK(db.times().prefix_loaded_tokens == 6 * cfg.page_tokens / kChunk * kChunk);  // pages 0-5, cut to whole chunks
+  CHECK(rb.remote_stats().corrupt == 1);
+}
+
+TEST_CASE("a hung server (SIGSTOP) costs at most about the timeout per call, and the output is unchanged") {
+  if (!have_redis()) return;
+  RedisServer server;
+  constexpr std::size_t kBytes = 256;
+  constexpr int kTimeoutMs = 300;
+  RedisTier t = open_tier({.url = server.url(), .model = {5, 5, 0}, .timeout_ms = kTimeoutMs, .retry_after_ms = 0}, kBytes);
+  const std::vector<PrefixDigest> chain{{1, 2, 8}, {3, 4, 16}};
+  const auto page = page_bytes(kBytes, 1);
+  const std::vector<tier::WriteRequest> w{{PageKey{1, 0, 0, 0}, page.data()}, {PageKey{1, 0, 0, 1}, page.data()}};
+  t.publish(chain, w);
+  t.flush();
+  CHECK(t.lookup(chain, 1, 1) == 2);
+  server.pause();
+  const auto seconds_of = [](auto&& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  // A call on the open connection waits one timeout; a reconnect (the retry) may wait another.
+  const double bound = 2.0 * kTimeoutMs / 1000 + 0.5;
+  std::uint32_t found = 99;
+  CHECK(seconds_of([&] { found = t.lookup(chain, 1, 1); }) < bound);
+  CHECK(found == 0);
+  std::vector<std::byte> buf(kBytes, std::byte{3});
+  const tier::ReadRequest r{PageKey{2, 0, 0, 0}, buf.data()};
+  RemoteRead o = RemoteRead::hit;
+  CHECK(seconds_of([&] { t.wait_each(t.submit(chain, std::span(&r, 1)), std::span(&o, 1)); }) < bound);
+  CHECK(o == RemoteRead::error);
+  CHECK(buf == std::vector<std::byte>(kBytes, std::byte{3}));
+  CHECK(seconds_of([&] { t.publish(chain, w), t.flush(); }) < bound);
+  server.resume();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(t.lookup(chain, 1, 1) == 2);  // back, on a new connection
+}
+
+TEST_CASE("RedisTier: AUTH with a password in the URL; a wrong or missing password is a miss, never a hang or a throw") {
+  if (!have_redis()) return;
+  RedisServer server({"--requirepass", "p@ss word"});
+  constexpr std::size_t kBytes = 128;
+  const std::string url = fmt::format("redis://:p%40ss%20word@127.0.0.1:{}/0", server.port());
+  RedisTier good = open_tier({.url = url, .model = {6, 6, 0}}, kBytes);
+  const std::vector<PrefixDigest> chain{{7, 7, 8}};
+  const auto page = page_bytes(kBytes, 2);
+  good.publish(chain, std::vector<tier::WriteRequest>{{PageKey{1, 0, 0, 0}, page.data()}});
+  good.flush();
+  CHECK(good.remote_stats().written == 1);
+  CHECK(good.lookup(chain, 1, 1) == 1);
+  for (const std::string& other : {fmt::format("redis://:wrong@127.0.0.1:{}/0", server.port()), server.url()}) {
+    RedisTier t = open_tier({.url = other, .model = {6, 6, 0}, .retry_after_ms = 0}, kBytes);
+    CHECK(t.lookup(chain, 1, 1) == 0);
+    std::vector<std::byte> buf(kBytes);
+    const tier::ReadRequest r{PageKey{2, 0, 0, 0}, buf.data()};
+    RemoteRead o = RemoteRead::hit;
+    t.wait_each(t.submit(chain, std::span(&r, 1)), std::span(&o, 1));
+    CHECK(o == RemoteRead::error);
   }
 }

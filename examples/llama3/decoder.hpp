@@ -75,8 +75,22 @@ template <class Manager, class Linear = CpuLinear>
 class Decoder {
  public:
   /// prefill_chunk: tokens per prefill chunk.
+  /// digest: identifies the prompt's prefix for a remote tier (KvManager::add_sequence).
   Decoder(const Model& model, Manager& kv, ThreadPool& pool, int prefill_chunk = 256,
           std::optional<PrefixDigest> digest = std::nullopt)
+      : Decoder(AddWith{}, model, kv, pool, prefill_chunk, [&] { return kv.add_sequence(digest); }) {}
+  /// shared_tokens: the prompt's leading token ids that remote tiers share page by page (a
+  /// prompt that begins with the same pages reads them back, whatever follows).
+  Decoder(const Model& model, Manager& kv, ThreadPool& pool, int prefill_chunk, std::span<const int> shared_tokens)
+      : Decoder(AddWith{}, model, kv, pool, prefill_chunk, [&] { return kv.add_sequence(shared_tokens); }) {}
+  Decoder(const Decoder&) = delete;
+  Decoder& operator=(const Decoder&) = delete;
+  ~Decoder() { kv_.release(seq_); }
+
+ private:
+  struct AddWith {};  // the constructor below starts the sequence with add_sequence()
+  template <class AddSequence>
+  Decoder(AddWith, const Model& model, Manager& kv, ThreadPool& pool, int prefill_chunk, AddSequence&& add_sequence)
       : c_(model.config), kv_(kv), pool_(pool), fwd_(model, pool), chunk_(prefill_chunk) {
     KVD_EXPECT(prefill_chunk >= 1, "prefill chunk {} must be >= 1", prefill_chunk);
     const auto& s = kv.config().shape;
@@ -84,12 +98,11 @@ class Decoder {
                "decoder: the KvManager's shape ({} layers, {}/{} heads, head_dim {}) does not match the model's "
                "({} layers, {}/{} heads, head_dim {})",
                s.layers, s.q_heads, s.kv_heads, s.head_dim, c_.layers, c_.heads, c_.kv_heads, c_.head_dim());
-    seq_ = kv.add_sequence(digest);
+    seq_ = add_sequence();
     logits_.resize(static_cast<std::size_t>(c_.vocab));
   }
-  Decoder(const Decoder&) = delete;
-  Decoder& operator=(const Decoder&) = delete;
-  ~Decoder() { kv_.release(seq_); }
+
+ public:
 
   /// For benchmarks of long contexts that a CPU cannot prefill: the caller has stored `tokens`
   /// tokens of K/V for every layer straight into the manager (KvManager::prefill on sequence()),

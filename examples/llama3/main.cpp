@@ -30,10 +30,14 @@
 using namespace kvdrive;
 using namespace kvdrive::llama;
 
+// --prefix-store keeps the prompt's pages in a local folder across runs; --remote shares them
+// through a Redis server (where hiredis is built in).
 #ifdef KVD_LLAMA_REDIS
-using CpuRemote = tier::RedisTier;  // --remote shares the prompt's prefix
+struct CpuRemote : tier::RemoteChoice<tier::PrefixStore, tier::RedisTier> {
+  using Redis = tier::RedisTier;
+};
 #else
-using CpuRemote = tier::NoRemote;
+using CpuRemote = tier::RemoteChoice<tier::PrefixStore>;
 #endif
 
 /// A run on the CPU: backend::Cpu, CpuLinear, and the remote tier type when built in.
@@ -68,6 +72,8 @@ void add_prompt_options(CLI::App& app, RunOptions& o) {
       ->check(CLI::Range(std::int64_t{64}, std::int64_t{1} << 24));
   app.add_option("--needle-depth", o.needle_depth, "--needle: where the number goes, as a fraction of the document")->check(CLI::Range(0.0, 1.0));
   app.add_option("--needle-seed", o.needle_seed, "--needle: picks the number");
+  app.add_option("--question", o.question, "--needle: ask this after the document instead of the magic-number question (the reply "
+                 "is not checked; with --prefix-store, the document's pages stored by an earlier run are read back)");
   app.add_option("--expect", o.expect, "the reply must contain this text; the summary says whether it does (and --needle sets it)");
   app.add_flag("--ignore-eos", o.ignore_eos, "decode all --steps even past an end-of-generation token");
   app.add_option("--batch", o.batch, "decode N sequences of different lengths together (one attend per layer for the batch): "
@@ -141,18 +147,35 @@ void add_remote_options(CLI::App& app, RunOptions& o) {
                  "instead of computing them, and publishes its own (docs/remote.md)");
   app.add_option("--remote-ttl", o.remote_ttl_ms, "--remote: milliseconds the published pages live (0: until the server evicts them)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
-  app.add_option("--shared-prefix", o.shared_prefix, "--remote: the first N prompt tokens form the shared prefix (default: the whole prompt)")
+  app.add_option("--remote-secret-file", o.remote_secret_file, "--remote: a file (mode 600) holding the secret every engine of the "
+                 "deployment shares, at least 16 bytes: pages are stored with an HMAC-SHA-256 under it, in a key space it names, so "
+                 "pages written by a client without it are never used");
+  app.add_option("--prefix-store", o.prefix_store, "keep the prompt's pages in this folder across runs (made if missing; one kvd-llama "
+                 "at a time): prefill reads the longest stored run of the prompt's leading pages instead of computing it (the same "
+                 "document asked again with a new question), and stores the rest (docs/remote.md)");
+  app.add_option("--prefix-store-bytes", o.prefix_store_bytes, "--prefix-store: bytes it keeps; least recently used pages go first (default 8 GiB)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 50));
+  app.add_option("--shared-prefix", o.shared_prefix, "--remote, --prefix-store: the first N prompt tokens are shared, page by page "
+                 "(default: the whole prompt)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
 }
 
 /// Options that apply only with another: 0, or 2 (kvd-llama's usage error) after saying why.
 int check_option_pairs(const CLI::App& app, const RunOptions& o) {
-  if (o.needle_tokens == 0 && (app.count("--needle-depth") + app.count("--needle-seed")) > 0) {
-    fmt::print(stderr, "kvd-llama: --needle-depth and --needle-seed apply with --needle\n");
+  if (o.needle_tokens == 0 && (app.count("--needle-depth") + app.count("--needle-seed") + app.count("--question")) > 0) {
+    fmt::print(stderr, "kvd-llama: --needle-depth, --needle-seed and --question apply with --needle\n");
     return 2;
   }
-  if (o.remote.empty() && (app.count("--remote-ttl") + app.count("--shared-prefix")) > 0) {
-    fmt::print(stderr, "kvd-llama: --remote-ttl and --shared-prefix apply with --remote\n");
+  if (o.remote.empty() && (app.count("--remote-ttl") + app.count("--remote-secret-file")) > 0) {
+    fmt::print(stderr, "kvd-llama: --remote-ttl and --remote-secret-file apply with --remote\n");
+    return 2;
+  }
+  if (o.prefix_store.empty() && app.count("--prefix-store-bytes") > 0) {
+    fmt::print(stderr, "kvd-llama: --prefix-store-bytes applies with --prefix-store\n");
+    return 2;
+  }
+  if (o.remote.empty() && o.prefix_store.empty() && app.count("--shared-prefix") > 0) {
+    fmt::print(stderr, "kvd-llama: --shared-prefix applies with --remote or --prefix-store\n");
     return 2;
   }
   return 0;

@@ -24,6 +24,7 @@ namespace kvdrive::llama {
 
 struct NeedleTask {
   std::string prompt;        ///< instruction, document and question: the user's turn
+  std::string question;      ///< the question: the end of prompt
   std::string reply_prefix;  ///< the start of the assistant's reply
   std::string answer;        ///< the number the reply must contain
   std::int64_t document_tokens = 0;  ///< tokens of the document (haystack and needle)
@@ -116,8 +117,9 @@ inline NeedleTask make_needle_task(const NeedleSpec& spec, const std::function<s
   if (doc.rfind("\n\n", 0) == 0) doc.erase(0, 2);
   t.document_tokens = total + needle_tokens;
   t.needle_token = before;
+  t.question = "What is the special magic number mentioned in the provided text?";
   t.prompt = "Some special magic numbers are hidden within the following text. Make sure to memorize it. I will quiz you about "
-             "the numbers afterwards.\n" + doc + "\nWhat is the special magic number mentioned in the provided text?";
+             "the numbers afterwards.\n" + doc + "\n" + t.question;
   t.reply_prefix = "The special magic number mentioned in the provided text is";
   return t;
 }

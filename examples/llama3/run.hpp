@@ -20,11 +20,17 @@
 #include <utility>
 #include <vector>
 
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "chat.hpp"
 #include "decoder.hpp"
 #include "kvdrive/kvdrive.hpp"
+#include "kvdrive/tier/prefix_store.hpp"
+#include "kvdrive/tier/remote_choice.hpp"
 #include "kvdrive/tier/ssd.hpp"
 #include "linear.hpp"
 #include "model.hpp"
@@ -50,6 +56,7 @@ struct RunOptions {
   std::int64_t needle_tokens = 0;   ///< a needle-in-a-haystack task of this many document tokens (needle.hpp)
   double needle_depth = 0.5;
   std::uint64_t needle_seed = 1;
+  std::string question;  ///< --needle: asked instead of the magic-number question (the reply is then not checked)
   std::string expect;               ///< the reply must contain this text (the summary says whether it does)
   bool ignore_eos = false;          ///< run every --steps even past an end-of-generation token
   int batch = 1;                    ///< sequences decoded together (run_batch.hpp)
@@ -75,9 +82,13 @@ struct RunOptions {
   std::string tune = "on";          ///< tiered: tune cluster size, cache windows and micro-batch
   std::string ssd_path = "kvd-llama.store";
   std::string device = "cpu";       ///< cpu, or cuda (run_cuda.cu)
-  // sharing the prompt's prefix through a remote tier (tier::RedisTier)
+  // sharing the prompt's prefix: through a Redis server (tier::RedisTier), or a local folder kept
+  // across runs (tier::PrefixStore)
   std::string remote;               ///< redis://... or unix://...; empty: no sharing
   std::int64_t remote_ttl_ms = 0;   ///< expiry of the pages it stores (0: none)
+  std::string remote_secret_file;   ///< the deployment's shared secret (keyed values); empty: none
+  std::string prefix_store;         ///< a folder; empty: none
+  std::int64_t prefix_store_bytes = std::int64_t{8} << 30;  ///< its capacity (least recently used pages go first)
   std::int64_t shared_prefix = -1;  ///< prompt tokens that form the shared prefix (-1: the whole prompt)
 };
 
@@ -211,9 +222,13 @@ inline PromptText prompt_text(const RunOptions& o, const Model& m, const Tokeniz
     KVD_EXPECT(tok != nullptr, "--needle needs a tokenizer (a GGUF model carries one)");
     const NeedleTask t = make_needle_task({o.needle_tokens, o.needle_depth, o.needle_seed},
                                           [&](const std::string& s) { return static_cast<std::int64_t>(tok->encode(s, false).size()); });
-    p.text = t.prompt;
-    if (p.reply_prefix.empty()) p.reply_prefix = t.reply_prefix;
-    if (p.expect.empty()) p.expect = t.answer;
+    if (o.question.empty()) {
+      p.text = t.prompt;
+      if (p.reply_prefix.empty()) p.reply_prefix = t.reply_prefix;
+      if (p.expect.empty()) p.expect = t.answer;
+    } else {  // the same document, another question
+      p.text = t.prompt.substr(0, t.prompt.size() - t.question.size()) + o.question;
+    }
     chat = true;
     p.what = fmt::format("needle: a {}-token document from {} ({} files), the number {} after its first {} tokens (depth {:.2f})",
                          t.document_tokens, NeedleSpec{}.dir, t.sources.size(), t.answer, t.needle_token,
@@ -337,45 +352,75 @@ std::vector<TierReads> tier_reads(const Stats& s, const std::array<std::uint64_t
   return reads;
 }
 
-/// --remote: the remote tier that shares the prompt's prefix (it outlives the manager that
-/// reads and publishes through it) and the digest of the shared prefix. With Remote =
-/// tier::NoRemote, sharing is not built in and --remote is refused.
+/// --remote-secret-file: the file's bytes, less one trailing newline. A file that other users
+/// may read is refused (as ssh refuses such a key): the secret is what keeps forged pages out.
+inline std::string read_secret_file(const std::string& path) {
+  struct stat st {};
+  KVD_EXPECT(::stat(path.c_str(), &st) == 0, "--remote-secret-file {}: {}", path, std::strerror(errno));
+  KVD_EXPECT((st.st_mode & 0077) == 0, "--remote-secret-file {}: other users may read or write it (mode {:o}); chmod 600 it", path,
+             st.st_mode & 0777);
+  std::string secret = read_text_file(path);
+  if (secret.ends_with('\n')) secret.pop_back();
+  if (secret.ends_with('\r')) secret.pop_back();
+  return secret;
+}
+
+/// --remote or --prefix-store: the tier that shares the prompt's prefix (it outlives the manager
+/// that reads and publishes through it) and the prompt tokens it shares page by page. Remote is
+/// tier::NoRemote (sharing not built in: both options are refused) or a tier::RemoteChoice
+/// holding a tier::PrefixStore, and a RedisTier when it names one as Remote::Redis (hiredis).
 template <class Remote>
 struct PrefixShare {
   static constexpr bool kBuiltIn = !std::is_same_v<Remote, tier::NoRemote>;
-  std::conditional_t<kBuiltIn, std::optional<Remote>, int> remote{};
-  std::optional<PrefixDigest> digest;
+  static constexpr bool kRedis = requires { typename Remote::Redis; };
+  std::conditional_t<kBuiltIn, Remote, int> remote{};
+  bool on = false;
+  std::vector<int> shared;  ///< the prompt's leading tokens whose whole pages are shared
 
   static void check(const RunOptions& o) {
-    KVD_EXPECT(kBuiltIn || o.remote.empty(), "--remote: prefix sharing is not built into this run ({}; it needs hiredis, and --device cpu)",
-               o.device);
+    const char* what = !o.remote.empty() ? "--remote" : "--prefix-store";
+    KVD_EXPECT(kBuiltIn || (o.remote.empty() && o.prefix_store.empty()), "{}: prefix sharing is not built into this run ({}; it needs --device cpu)",
+               what, o.device);
+    KVD_EXPECT(kRedis || o.remote.empty(), "--remote: this kvd-llama was built without hiredis (install libhiredis-dev and build again)");
+    KVD_EXPECT(o.remote.empty() || o.prefix_store.empty(), "--remote and --prefix-store: choose one");
     KVD_EXPECT(o.shared_prefix >= -1, "--shared-prefix {}: expected a token count, or -1 for the whole prompt", o.shared_prefix);
+    KVD_EXPECT(o.prefix_store_bytes > 0, "--prefix-store-bytes {}: expected a positive byte count", o.prefix_store_bytes);
   }
 
-  /// Connects to --remote, if given, and shares its prefixes with `kv`.
+  /// Opens --prefix-store or connects to --remote, if given, and shares the prompt's prefix with `kv`.
   template <class Manager>
   void connect(const RunOptions& o, const Model& model, Manager& kv, const std::vector<int>& prompt) {
     if constexpr (kBuiltIn) {
-      if (o.remote.empty()) return;
-      typename Remote::Params rp;
-      rp.url = o.remote;
-      rp.ttl_ms = o.remote_ttl_ms;
-      rp.model = model_digest(model);
-      remote.emplace(std::move(rp));
-      kv.share_prefixes(*remote);
-      const std::size_t shared = o.shared_prefix < 0 ? prompt.size() : std::min<std::size_t>(prompt.size(), o.shared_prefix);
-      digest = PrefixDigest::of_tokens(std::span<const int>(prompt.data(), shared));
+      if (!o.prefix_store.empty()) {
+        remote.template emplace<tier::PrefixStore>(tier::PrefixStore::Params{
+            .dir = o.prefix_store, .model = model_digest(model), .capacity_bytes = static_cast<std::uint64_t>(o.prefix_store_bytes)});
+      } else if (!o.remote.empty()) {
+        if constexpr (kRedis) {
+          typename Remote::Redis::Params rp;
+          rp.url = o.remote;
+          rp.ttl_ms = o.remote_ttl_ms;
+          rp.model = model_digest(model);
+          if (!o.remote_secret_file.empty()) rp.secret = read_secret_file(o.remote_secret_file);
+          remote.template emplace<typename Remote::Redis>(std::move(rp));
+        }
+      } else {
+        return;
+      }
+      kv.share_prefixes(remote);
+      on = true;
+      const std::size_t n = o.shared_prefix < 0 ? prompt.size() : std::min<std::size_t>(prompt.size(), o.shared_prefix);
+      shared.assign(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(n));
     } else {
       (void)o, (void)model, (void)kv, (void)prompt;
     }
   }
 
-  /// The summary's account of the sharing (none without --remote).
+  /// The summary's account of the sharing (none without --remote or --prefix-store).
   std::optional<RemoteSummary> summary() const {
     if constexpr (kBuiltIn) {
-      if (!remote) return std::nullopt;
-      const tier::RemoteStats rs = remote->remote_stats();
-      return RemoteSummary{remote->url().describe(), digest->tokens, rs.hits, rs.missing, rs.corrupt, rs.errors + rs.lookup_errors,
+      if (!on) return std::nullopt;
+      const tier::RemoteStats rs = remote.remote_stats();
+      return RemoteSummary{remote.describe(), static_cast<std::int64_t>(shared.size()), rs.hits, rs.missing, rs.corrupt, rs.errors + rs.lookup_errors,
                            rs.written, rs.write_errors + rs.over_budget + rs.dropped};
     } else {
       return std::nullopt;
@@ -551,7 +596,7 @@ int run(const RunOptions& o, const Model& model, ThreadPool& pool, Backend backe
   PrefixShare<Remote> share;  // outlives kv
   Manager kv(cfg, index_for<Index>(model.config), eviction::Lookahead{plan.window}, make_tiers<TierList>(o, plan), {}, std::move(backend));
   share.connect(o, model, kv, in.ids);
-  Decoder<Manager, Linear> decoder(model, kv, pool, o.prefill_chunk, share.digest);
+  Decoder<Manager, Linear> decoder(model, kv, pool, o.prefill_chunk, std::span<const int>(share.shared));
   if constexpr (tiered) set_up_tiered<Index, Pipeline>(o, plan, kv, decoder);
   std::optional<eval::TraceWriter> trace;
   if (!o.record_trace.empty()) {

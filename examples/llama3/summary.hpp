@@ -255,7 +255,7 @@ inline void print_pipeline(const PipelineSummary& p, const Stats& s) {
 }
 
 inline void print_remote(const RemoteSummary& rs, const DecoderTimes& t) {
-  fmt::print("  remote {}: {} of the {}-token shared prefix read instead of computed ({:.1f} s); pages: {} read, {} missing, "
+  fmt::print("  prefix shared through {}: {} of the {}-token shared prefix read instead of computed ({:.1f} s); pages: {} read, {} missing, "
              "{} corrupt, {} errors; {} published ({} not)\n",
              rs.url, t.prefix_loaded_tokens, rs.shared_prefix_tokens, t.prefix_load_ms / 1000, rs.page_hits, rs.page_missing,
              rs.page_corrupt, rs.errors, rs.pages_published, rs.publish_failed);

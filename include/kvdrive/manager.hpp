@@ -1,14 +1,15 @@
 // KvManager: the KV cache of many sequences across the tiers, with sparse decode attention.
 // An engine calls it once per layer per decode step in place of its attention:
 //
-//   auto id = kv.add_sequence(digest);             // optional prefix digest (Decision 10)
+//   auto id = kv.add_sequence(prompt_tokens);      // optional: the prompt's ids, or a prefix digest (Decision 10)
 //   kv.prefill(id, layer, K, V);                   // per layer: the prompt's keys and values
 //   kv.attend(layer, batch, q, k, v, out);         // per layer per step: append + attend
 //   kv.release(id);
 //
-// With a remote tier (Remote = tier::RedisTier, share_prefixes()), engines share the pages of a
-// common prompt prefix: prefill publishes the prefix's pages, and load_prefix() lets another
-// engine read them instead of computing them (docs/remote.md).
+// With a remote tier (Remote = tier::RedisTier across engines, tier::PrefixStore on local disk
+// across runs; share_prefixes()), sequences share the pages of a common prompt prefix: prefill
+// publishes the prefix's pages, and load_prefix() lets a later sequence, in this engine or
+// another, read them instead of computing them (docs/remote.md).
 //
 // This class is a facade: each member checks its inputs and hands the work to one unit of
 // manager/ over the shared state (manager/core.hpp): prefill.hpp, warm_up.hpp, step.hpp (one
@@ -103,12 +104,21 @@ class KvManager {
 
   // ---- sequences -----------------------------------------------------------------------------
 
-  /// Starts a sequence; `digest` identifies its prompt prefix for content-addressed tiers.
+  /// Starts a sequence; `digest` identifies its prompt prefix for content-addressed tiers, which
+  /// then share its pages only with sequences whose prefix has the same digest.
   SeqId add_sequence(std::optional<PrefixDigest> digest = std::nullopt) {
     auto [id, s] = core_.sequences.add();
     s.digest = digest;
     s.streams.resize(static_cast<std::size_t>(core_.cfg.shape.layers) * core_.cfg.shape.kv_heads);
     if (kRemote) manager::mark_shared(core_.cfg, s, digest);
+    return id;
+  }
+  /// Starts a sequence whose prompt begins with `prefix_tokens` (token ids): content-addressed
+  /// tiers share its whole pages with any prompt that begins with the same pages, whatever
+  /// follows (a long document with a new question reads the document's pages back).
+  SeqId add_sequence(std::span<const std::int32_t> prefix_tokens) {
+    const SeqId id = add_sequence(PrefixDigest::of_tokens(prefix_tokens));
+    if (kRemote) manager::mark_shared(core_.cfg, core_.sequences.find(id), prefix_tokens);
     return id;
   }
 
@@ -129,12 +139,9 @@ class KvManager {
   }
 
   std::optional<PrefixDigest> prefix_digest(SeqId id) const { return core_.sequences.find(id).digest; }
-  /// The digest that addresses the sequence's shared pages on a remote tier (its prefix digest
-  /// mixed with this manager's page layout), if it shares any.
-  std::optional<PrefixDigest> shared_digest(SeqId id) const {
-    const auto& s = core_.sequences.find(id);
-    return s.shared_pages > 0 ? std::optional<PrefixDigest>(s.shared_digest) : std::nullopt;
-  }
+  /// The content keys of the sequence's shared pages on a remote tier (empty if it shares none):
+  /// entry p names page p of every layer and head (manager/prefix_share.hpp).
+  std::span<const PrefixDigest> shared_chain(SeqId id) const { return core_.sequences.find(id).shared_chain; }
 
   /// Tokens stored for one layer of a sequence (prefill plus decoded).
   std::int64_t length(SeqId id, int layer) const {
@@ -145,10 +152,10 @@ class KvManager {
   // ---- sharing prefixes through a remote tier ------------------------------------------------
 
   /// Shares prompt prefixes through `remote` (kept by the caller; it must outlive the manager):
-  /// from now on, a sequence added with a PrefixDigest covering `tokens` tokens publishes the
-  /// pages wholly inside those tokens as prefill seals them, and load_prefix() reads them. The
-  /// keys mix the digest with this manager's layout (shape, page size, dtype), so managers that
-  /// lay pages out differently never share. The remote tier is never the only copy of a page:
+  /// from now on, a sequence added with its prompt's token ids (or a PrefixDigest) publishes its
+  /// whole pages as prefill seals them, and load_prefix() reads them. The keys chain the tokens
+  /// from this manager's layout (shape, page size, dtype), so managers that lay pages out
+  /// differently never share. The remote tier is never the only copy of a page:
   /// every page is also on this manager's own tiers.
   void share_prefixes(Remote& remote)
     requires kRemote
@@ -156,7 +163,8 @@ class KvManager {
     if constexpr (requires { remote.params().model; })
       KVD_EXPECT(remote.params().model.low != 0 || remote.params().model.high != 0,
                  "share_prefixes: the remote tier has no model digest (Params::model): pages of different models would meet");
-    remote.open(tier::TierGeometry{store_.page_bytes()});
+    remote.open(tier::TierGeometry{store_.page_bytes(), static_cast<std::uint32_t>(core_.cfg.shape.layers),
+                                   static_cast<std::uint32_t>(core_.cfg.shape.kv_heads)});
     core_.remote = &remote;
   }
 

@@ -59,9 +59,8 @@ struct Stream {
 template <class StreamT>
 struct Sequence {
   std::optional<PrefixDigest> digest;
-  std::uint32_t shared_pages = 0;  ///< leading pages content-addressed on the remote tier
-  std::uint32_t loaded_pages = 0;  ///< of those, pages load_prefix() read from it
-  PrefixDigest shared_digest;      ///< their remote digest (manager/prefix_share.hpp)
+  std::vector<PrefixDigest> shared_chain;  ///< content keys of the leading pages shared on the remote tier (manager/prefix_share.hpp)
+  std::uint32_t loaded_pages = 0;          ///< of those, pages load_prefix() read from it
   bool broken = false;             ///< a policy threw after a point of no return; only release() works
   std::vector<StreamT> streams;    ///< [layer][kv_head]
 };

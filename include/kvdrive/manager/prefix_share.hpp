@@ -1,8 +1,10 @@
 // Sharing prompt prefixes through a remote tier (docs/remote.md): prefill publishes the sealed
 // pages inside a sequence's shared prefix, and load_prefix() reads the longest run of them that
 // the remote tier holds for every layer and head, then prefills the sequence with it, so the
-// engine computes only the tokens after. The remote keys mix the engine's prefix digest with
-// this manager's page layout, so managers that lay pages out differently never share.
+// engine computes only the tokens after. Pages are addressed by a chain of content keys
+// (page_chain): page p's key digests page p-1's key and page p's tokens, starting from this
+// manager's page layout, so two prompts share exactly their common leading whole pages,
+// whatever follows them, and managers that lay pages out differently never share.
 #pragma once
 
 #include <algorithm>
@@ -29,21 +31,52 @@ struct PrefixLoad {
   std::int64_t tokens = 0;         ///< tokens now in every layer (pages_loaded x page_tokens)
 };
 
-/// The remote tier's digest for a prefix: the engine's digest mixed with this manager's page
-/// layout, so pages only meet managers that store them alike.
-inline PrefixDigest remote_digest(const Config& cfg, const PrefixDigest& prefix) {
-  const std::int64_t layout[] = {static_cast<std::int64_t>(prefix.low), static_cast<std::int64_t>(prefix.high), prefix.tokens,
-                                 cfg.shape.layers, cfg.shape.q_heads, cfg.shape.kv_heads, cfg.shape.head_dim,
-                                 cfg.page_tokens, static_cast<std::int64_t>(cfg.dtype)};
-  return PrefixDigest::of_bytes(layout, sizeof layout, prefix.tokens);
+/// The layout every chain starts from: this manager's shape, page size and KV dtype, so pages
+/// only meet managers that store them alike.
+inline PrefixDigest layout_digest(const Config& cfg) {
+  const std::int64_t layout[] = {cfg.shape.layers, cfg.shape.q_heads, cfg.shape.kv_heads, cfg.shape.head_dim, cfg.page_tokens,
+                                 static_cast<std::int64_t>(cfg.dtype)};
+  return PrefixDigest::of_bytes(layout, sizeof layout);
 }
 
-/// A new sequence with a digest covering whole pages shares them (when there is a remote tier).
+/// The chained keys of a prompt's whole pages: key[p] digests key[p-1] (the layout's digest for
+/// p = 0) and the token ids of page p, so it names pages 0..p exactly. A trailing part page has
+/// no key (it is not sealed by the prompt alone). Each key's `tokens` is the tokens it covers.
+inline std::vector<PrefixDigest> page_chain(const Config& cfg, std::span<const std::int32_t> tokens) {
+  const auto pt = static_cast<std::size_t>(cfg.page_tokens);
+  std::vector<PrefixDigest> chain(std::min<std::size_t>(tokens.size() / pt, UINT32_MAX));
+  std::vector<std::int64_t> buf(2 + pt);
+  PrefixDigest prev = layout_digest(cfg);
+  for (std::size_t p = 0; p < chain.size(); ++p) {
+    buf[0] = static_cast<std::int64_t>(prev.low), buf[1] = static_cast<std::int64_t>(prev.high);
+    std::copy_n(tokens.begin() + static_cast<std::ptrdiff_t>(p * pt), pt, buf.begin() + 2);
+    prev = chain[p] = PrefixDigest::of_bytes(buf.data(), buf.size() * sizeof buf[0], static_cast<std::int64_t>((p + 1) * pt));
+  }
+  return chain;
+}
+
+/// The keys of the whole pages inside a prefix known only by an opaque digest: each mixes the
+/// layout, the digest and the page number, so they meet only a prefix with the same digest.
+inline std::vector<PrefixDigest> opaque_chain(const Config& cfg, const PrefixDigest& prefix) {
+  const PrefixDigest layout = layout_digest(cfg);
+  std::vector<PrefixDigest> chain(static_cast<std::size_t>(std::clamp<std::int64_t>(prefix.tokens / cfg.page_tokens, 0, UINT32_MAX)));
+  for (std::size_t p = 0; p < chain.size(); ++p) {
+    const std::int64_t mix[] = {static_cast<std::int64_t>(layout.low), static_cast<std::int64_t>(layout.high), static_cast<std::int64_t>(prefix.low),
+                                static_cast<std::int64_t>(prefix.high), prefix.tokens, static_cast<std::int64_t>(p)};
+    chain[p] = PrefixDigest::of_bytes(mix, sizeof mix, static_cast<std::int64_t>(p + 1) * cfg.page_tokens);
+  }
+  return chain;
+}
+
+/// A new sequence shares the whole pages of its prompt prefix (when there is a remote tier): by
+/// their token ids, or by an opaque digest of the prefix.
+template <class Seq>
+void mark_shared(const Config& cfg, Seq& s, std::span<const std::int32_t> tokens) {
+  s.shared_chain = page_chain(cfg, tokens);
+}
 template <class Seq>
 void mark_shared(const Config& cfg, Seq& s, const std::optional<PrefixDigest>& digest) {
-  if (!digest || digest->tokens < cfg.page_tokens) return;
-  s.shared_pages = static_cast<std::uint32_t>(std::min<std::int64_t>(digest->tokens / cfg.page_tokens, UINT32_MAX));
-  s.shared_digest = remote_digest(cfg, *digest);
+  if (digest) s.shared_chain = opaque_chain(cfg, *digest);
 }
 
 /// Hands the sealed pages inside the sequence's shared prefix to the remote tier (best effort,
@@ -51,12 +84,12 @@ void mark_shared(const Config& cfg, Seq& s, const std::optional<PrefixDigest>& d
 template <class Core>
 void publish_prefix_pages(Core& c, const typename Core::SequenceT& seq, std::span<const SealedPage> seals) noexcept {
   if constexpr (Core::kRemote) {
-    if (c.remote == nullptr || seq.shared_pages == 0) return;
+    if (c.remote == nullptr || seq.shared_chain.empty()) return;
     try {
       std::vector<tier::WriteRequest> pages;
       for (const SealedPage& p : seals)
-        if (p.key.page < seq.shared_pages && p.key.page >= seq.loaded_pages) pages.push_back({p.key, p.bytes});
-      c.remote->publish(seq.shared_digest, pages);
+        if (p.key.page < seq.shared_chain.size() && p.key.page >= seq.loaded_pages) pages.push_back({p.key, p.bytes});
+      c.remote->publish(tier::PageChain(seq.shared_chain), pages);
     } catch (...) {  // out of memory: not sharing these pages is allowed; prefill goes on
     }
   } else {
@@ -82,16 +115,17 @@ class PrefixLoader {
     }
     PrefixLoad r;
     const int pt = c_.cfg.page_tokens;
-    if (c_.remote == nullptr || seq.shared_pages == 0 || max_tokens < pt) return r;
+    if (c_.remote == nullptr || seq.shared_chain.empty() || max_tokens < pt) return r;
     // Runs are cut to whole chunks (which are whole pages too) before anything is read.
     unit_ = std::lcm<std::int64_t>(chunk, pt);
-    const std::uint32_t max_pages = cut(std::min<std::int64_t>(seq.shared_pages, max_tokens / pt));
+    const std::uint32_t max_pages = cut(std::min<std::int64_t>(static_cast<std::int64_t>(seq.shared_chain.size()), max_tokens / pt));
     if (max_pages == 0) return r;
     const auto layers = static_cast<std::uint32_t>(c_.cfg.shape.layers), kvh = static_cast<std::uint32_t>(c_.cfg.shape.kv_heads);
-    r.pages_found = std::min(max_pages, c_.remote->lookup(seq.shared_digest, layers, kvh, max_pages));
+    const tier::PageChain chain = tier::PageChain(seq.shared_chain).first(max_pages);
+    r.pages_found = std::min(max_pages, c_.remote->lookup(chain, layers, kvh));
     want_ = cut(r.pages_found);
     if (want_ == 0) return r;
-    const std::uint32_t run = cut(read_run(id, seq.shared_digest));
+    const std::uint32_t run = cut(read_run(id, chain));
     r.pages_loaded = run;
     r.tokens = static_cast<std::int64_t>(run) * pt;
     if (run == 0) return r;
@@ -113,7 +147,7 @@ class PrefixLoader {
 
   /// Reads want_ leading pages of every stream, every layer's reads queued at once; returns the
   /// run that every stream read and verified.
-  std::uint32_t read_run(SeqId id, const PrefixDigest& digest) {
+  std::uint32_t read_run(SeqId id, tier::PageChain chain) {
     const int layers = c_.cfg.shape.layers, kvh = c_.cfg.shape.kv_heads;
     const std::size_t pb = store_.page_bytes();
     bytes_.assign(static_cast<std::size_t>(layers) * per_layer() * pb, std::byte{0});
@@ -125,7 +159,7 @@ class PrefixLoader {
         for (std::uint32_t p = 0; p < want_; ++p)
           reads[static_cast<std::size_t>(h) * want_ + p] = {
               tier::PageKey{id, static_cast<std::uint32_t>(l), static_cast<std::uint32_t>(h), p}, page(l, h, p)};
-      t.tickets.push_back(c_.remote->submit(digest, reads));
+      t.tickets.push_back(c_.remote->submit(chain, reads));
     }
     std::uint32_t run = want_;
     for (int l = 0; l < layers; ++l) {

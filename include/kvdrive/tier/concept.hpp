@@ -21,6 +21,7 @@ namespace kvdrive::tier {
 /// What the manager tells a tier when it opens it.
 struct TierGeometry {
   std::size_t page_bytes = 0;
+  std::uint32_t layers = 0, kv_heads = 0;  ///< remote tiers: the streams one chain key names (0: not told)
 };
 
 struct ReadRequest {

@@ -2,11 +2,14 @@
 // serve the same prompt prefix share its KV pages through it instead of recomputing them
 // (KvManager::share_prefixes, load_prefix; docs/remote.md).
 //
-// - Keys: "<key_prefix>:<model digest>:<prefix digest>:<layer>:<head>:<page>" for shared pages
-//   (publish, lookup, submit with a digest). As a plain StorageTier (PageKey only) the middle
+// - Keys: "<key_prefix>:<model digest>:<page digest>:<layer>:<head>:<page>" for shared pages
+//   (publish, lookup, submit with a page chain: the page digest is chain[page]). As a plain StorageTier (PageKey only) the middle
 //   part is "<tier instance>.seq<N>", private to this object.
 // - Values: the page behind a 16-byte header whose checksum is bound to the key (RemoteValue);
-//   a value that fails it is a miss ("corrupt"), never data.
+//   a value that fails it is a miss ("corrupt"), never data. With Params::secret, a 40-byte
+//   header with an HMAC-SHA-256 of key and page under the deployment's secret instead
+//   (redis/value_mac.hpp), and keys in the deployment's namespace: values from a client without
+//   the secret fail it.
 // - One I/O thread owns the connection. Reads (submit/wait, so the caller overlaps them),
 //   lookups and other calls that wait run first, in order; best-effort writes (publish) run
 //   when none is waiting. Commands are pipelined, max_in_flight at a time.
@@ -67,6 +70,7 @@ class RedisTier {
                p.max_in_flight);
     KVD_EXPECT(!p.key_prefix.empty(), "RedisTier: empty key_prefix");
     s_->budget.configure(p.byte_budget, p.ttl_ms);
+    if (!p.secret.empty()) s_->mac = std::make_unique<redis::ValueMac>(p.secret);
     s_->p = std::move(p);
     s_->instance = fmt::format("{:016x}", std::random_device{}() * 0x100000001ull ^ std::random_device{}());
   }
@@ -88,23 +92,24 @@ class RedisTier {
     KVD_EXPECT(s_->page_bytes == 0 || s_->page_bytes == g.page_bytes,
                "RedisTier: opened for {}-byte pages, now asked for {} (one tier serves one page size)", s_->page_bytes.load(), g.page_bytes);
     if (s_->worker.joinable()) return;
-    s_->budget.set_value_bytes(RemoteValue::kHeaderBytes + g.page_bytes);
+    s_->budget.set_value_bytes(s_->header_bytes() + g.page_bytes);
     s_->worker = std::thread([s = s_.get()] { redis::IoThread(*s).run(); });
     s_->page_bytes = g.page_bytes;  // read by the I/O thread only after a job is queued under mu
   }
 
   // ---- sharing (RemoteTier): pages addressed by content --------------------------------------
 
-  /// The Redis key of a shared page: the prefix digest, and the key's layer, head and page (its
-  /// sequence is not part of it).
-  std::string key(const PrefixDigest& prefix, const PageKey& k) const { return s_->key_of(&prefix, k); }
+  /// The Redis key of a shared page: its page digest (its chain's entry), and the key's layer,
+  /// head and page (its sequence is not part of it).
+  std::string key(const PrefixDigest& page_digest, const PageKey& k) const { return s_->key_of(&page_digest, k); }
   /// The Redis key of a page stored through the plain StorageTier calls.
   std::string key(const PageKey& k) const { return s_->key_of(nullptr, k); }
 
   /// Stores shared pages in the background, best effort: copies them and returns at once; never
   /// throws. Pages past the byte budget or the queue's limit are not stored (remote_stats()).
-  void publish(const PrefixDigest& prefix, std::span<const WriteRequest> pages) noexcept {
+  void publish(PageChain chain, std::span<const WriteRequest> pages) noexcept {
     if (pages.empty() || s_->page_bytes == 0) return;
+    if (std::ranges::any_of(pages, [&](const WriteRequest& w) { return w.key.page >= chain.size(); })) return;  // not shared: no key
     try {
       auto job = std::make_shared<Job>();
       job->kind = Job::Kind::publish;
@@ -112,8 +117,8 @@ class RedisTier {
       job->keys.reserve(pages.size());
       job->values.resize(pages.size() * vb);
       for (std::size_t i = 0; i < pages.size(); ++i) {
-        job->keys.push_back(s_->key_of(&prefix, pages[i].key));
-        RemoteValue::encode(job->keys.back(), pages[i].src, s_->page_bytes, job->values.data() + i * vb);
+        job->keys.push_back(s_->key_of(&chain[pages[i].key.page], pages[i].key));
+        s_->encode(job->keys.back(), pages[i].src, job->values.data() + i * vb);
       }
       std::lock_guard lock(s_->mu);
       // Over the backlog limit: keep the first pages that fit, drop the rest.
@@ -140,7 +145,11 @@ class RedisTier {
   }
 
   /// Starts reading shared pages into the callers' buffers; returns at once.
-  ReadTicket submit(const PrefixDigest& prefix, std::span<const ReadRequest> reads) { return submit_reads(&prefix, reads); }
+  ReadTicket submit(PageChain chain, std::span<const ReadRequest> reads) {
+    for (const ReadRequest& r : reads)
+      KVD_EXPECT(r.key.page < chain.size(), "RedisTier: page {} is past its chain of {} pages", r.key, chain.size());
+    return submit_reads(chain, reads);
+  }
 
   /// Blocks until every page queued by publish() so far is stored or given up.
   void flush() {
@@ -149,13 +158,13 @@ class RedisTier {
     run_sync(job);
   }
 
-  /// How many leading pages (0, 1, ...) of the prefix are present for every layer < layers and
-  /// head < heads, up to max_pages. A server that fails counts as holding nothing more.
-  std::uint32_t lookup(const PrefixDigest& prefix, std::uint32_t layers, std::uint32_t heads, std::uint32_t max_pages) {
-    if (layers == 0 || heads == 0 || max_pages == 0) return 0;
+  /// How many leading pages (0, 1, ...) of the chain are present for every layer < layers and
+  /// head < heads. A server that fails counts as holding nothing more.
+  std::uint32_t lookup(PageChain chain, std::uint32_t layers, std::uint32_t heads) {
+    if (layers == 0 || heads == 0 || chain.empty()) return 0;
     auto job = std::make_shared<Job>();
     job->kind = Job::Kind::lookup;
-    job->lookup = {prefix, layers, heads, max_pages};
+    job->lookup = {std::vector<PrefixDigest>(chain.begin(), chain.end()), layers, heads};
     run_sync(job);
     return job->found;
   }
@@ -177,7 +186,7 @@ class RedisTier {
     job->values.resize(pages.size() * vb);
     for (std::size_t i = 0; i < pages.size(); ++i) {
       job->keys.push_back(s_->key_of(nullptr, pages[i].key));
-      RemoteValue::encode(job->keys.back(), pages[i].src, s_->page_bytes, job->values.data() + i * vb);
+      s_->encode(job->keys.back(), pages[i].src, job->values.data() + i * vb);
     }
     run_sync(job);
     KVD_EXPECT(job->stored == pages.size(), "RedisTier: stored {} of {} pages on {} ({})", job->stored, pages.size(),
@@ -185,7 +194,7 @@ class RedisTier {
   }
 
   /// Starts reading pages (stored through write()) into the callers' buffers; returns at once.
-  ReadTicket submit(std::span<const ReadRequest> reads) { return submit_reads(nullptr, reads); }
+  ReadTicket submit(std::span<const ReadRequest> reads) { return submit_reads({}, reads); }
 
   /// Finishes a read batch and reports each read's outcome (in submit order); never throws for
   /// a server's trouble. A buffer whose read is not a hit holds undefined bytes.
@@ -237,14 +246,15 @@ class RedisTier {
   using Job = redis::Job;
   using Clock = redis::Clock;
 
-  ReadTicket submit_reads(const PrefixDigest* prefix, std::span<const ReadRequest> reads) {
+  /// Reads pages by their chain's keys, or (an empty chain) by the plain StorageTier keys.
+  ReadTicket submit_reads(PageChain chain, std::span<const ReadRequest> reads) {
     auto job = std::make_shared<Job>();
     job->kind = Job::Kind::read;
     s_->check_open();
     job->keys.reserve(reads.size());
     job->dst.reserve(reads.size());
     for (const ReadRequest& r : reads) {
-      job->keys.push_back(s_->key_of(prefix, r.key));
+      job->keys.push_back(s_->key_of(chain.empty() ? nullptr : &chain[r.key.page], r.key));
       job->dst.push_back(r.dst);
     }
     job->outcomes.assign(reads.size(), RemoteRead::error);

@@ -1,11 +1,13 @@
 // Remote tiers: stores shared by engines on other machines (tier::RedisTier), addressed by
 // content so that sequences with a common prompt prefix share its pages (Decision 10).
 //
-// A remote tier addresses shared pages by content: publish() stores pages best-effort in the
-// background, lookup() counts the leading pages present for every stream, and submit() +
-// wait_each() read pages and report each read's outcome instead of throwing; each takes the
-// prefix digest, and a page's key is (model, prefix digest, layer, head, page): the PageKey's
-// sequence is not part of it. A remote tier is never the only copy of a page (KvManager keeps
+// A remote tier addresses shared pages by content: publish() stores pages best-effort,
+// lookup() counts the leading pages present for every stream, and submit() + wait_each() read
+// pages and report each read's outcome instead of throwing. Each takes the sequence's page
+// chain (PageChain): chain[p] names page p of every layer and head, and a page's key is
+// (model, chain[page], layer, head, page): the PageKey's sequence is not part of it. Chained
+// keys digest a page's tokens and every token before it (manager/prefix_share.hpp), so two
+// prompts meet on exactly their common leading whole pages, whatever follows them. A remote tier is never the only copy of a page (KvManager keeps
 // every page on its own tiers) and never stops decoding: a down server, a timeout, a missing or
 // a corrupt value is a miss. It is not a tier of Tiers<...> (see KvManager::share_prefixes).
 //
@@ -82,14 +84,18 @@ struct RemoteValue {
   }
 };
 
+/// The content keys of a sequence's shared pages: chain[p] names page p (of every layer and
+/// head). A request's PageKey::page indexes it.
+using PageChain = std::span<const PrefixDigest>;
+
 template <class T>
 concept RemoteTier =
-    requires(T& t, const T& ct, const TierGeometry& g, const PrefixDigest& prefix, std::span<const WriteRequest> pages,
+    requires(T& t, const T& ct, const TierGeometry& g, PageChain chain, std::span<const WriteRequest> pages,
              std::span<const ReadRequest> reads, ReadTicket ticket, std::span<RemoteRead> outcomes, std::uint32_t n) {
-      t.open(g);                  // the page size; a tier may be opened again with the same one
-      t.publish(prefix, pages);   // store best-effort, in the background; never throws
-      { t.lookup(prefix, n, n, n) } -> std::same_as<std::uint32_t>;  // leading pages present for every (layer, head)
-      { t.submit(prefix, reads) } -> std::same_as<ReadTicket>;
+      t.open(g);                 // the page size; a tier may be opened again with the same one
+      t.publish(chain, pages);   // store best-effort; never throws
+      { t.lookup(chain, n, n) } -> std::same_as<std::uint32_t>;  // leading pages of chain present for every (layer, head)
+      { t.submit(chain, reads) } -> std::same_as<ReadTicket>;
       t.wait_each(ticket, outcomes);  // each read's outcome; never throws for server trouble
       { ct.remote_stats() } -> std::same_as<RemoteStats>;
     };

@@ -83,7 +83,7 @@ class IoThread {
             out = RemoteRead::missing;
             delta.missing += 1;
           } else if (r->type == REDIS_REPLY_STRING &&
-                     RemoteValue::decode(job.keys[i], reinterpret_cast<const std::byte*>(r->str), r->len, job.dst[i], page_bytes)) {
+                     s_.decode(job.keys[i], reinterpret_cast<const std::byte*>(r->str), r->len, job.dst[i])) {
             out = RemoteRead::hit;
             delta.hits += 1;
             delta.bytes_read += page_bytes;
@@ -170,8 +170,9 @@ class IoThread {
     const std::size_t per_page = static_cast<std::size_t>(q.layers) * q.heads;
     std::vector<std::string> keys(per_page);  // hiredis copies a command when it is appended
     bool run = true, failed = false;
-    for (std::uint32_t first = 0; run && first < q.max_pages; first += static_cast<std::uint32_t>(s_.p.max_in_flight)) {
-      const std::size_t n = std::min<std::size_t>(s_.p.max_in_flight, q.max_pages - first);
+    const auto max_pages = static_cast<std::uint32_t>(q.chain.size());
+    for (std::uint32_t first = 0; run && first < max_pages; first += static_cast<std::uint32_t>(s_.p.max_in_flight)) {
+      const std::size_t n = std::min<std::size_t>(s_.p.max_in_flight, max_pages - first);
       conn_.pipeline(
           job, n,
           [&](std::size_t i, Command& c) {
@@ -179,7 +180,7 @@ class IoThread {
             for (std::uint32_t l = 0; l < q.layers; ++l)
               for (std::uint32_t h = 0; h < q.heads; ++h) {
                 std::string& k = keys[static_cast<std::size_t>(l) * q.heads + h];
-                k = s_.key_of(&q.prefix, PageKey{0, l, h, static_cast<std::uint32_t>(first + i)});
+                k = s_.key_of(&q.chain[first + i], PageKey{0, l, h, static_cast<std::uint32_t>(first + i)});
                 c.add(k);
               }
           },

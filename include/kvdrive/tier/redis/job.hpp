@@ -23,8 +23,8 @@ struct Job {
   std::vector<std::byte*> dst;    // read
   std::vector<RemoteRead> outcomes;
   struct {
-    PrefixDigest prefix;
-    std::uint32_t layers = 0, heads = 0, max_pages = 0;
+    std::vector<PrefixDigest> chain;  // the page digests to look for, in order
+    std::uint32_t layers = 0, heads = 0;
   } lookup;
   std::size_t stored = 0;
   std::uint32_t found = 0;

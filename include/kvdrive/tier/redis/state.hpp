@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -24,6 +25,7 @@
 #include "kvdrive/tier/redis/budget.hpp"
 #include "kvdrive/tier/redis/job.hpp"
 #include "kvdrive/tier/redis/params.hpp"
+#include "kvdrive/tier/redis/value_mac.hpp"
 #include "kvdrive/tier/redis_url.hpp"
 #include "kvdrive/tier/remote.hpp"
 
@@ -48,11 +50,24 @@ struct State {
 
   ~State() { stop(); }
 
-  std::size_t value_bytes() const { return RemoteValue::kHeaderBytes + page_bytes; }
+  std::unique_ptr<ValueMac> mac;  // Params::secret: values carry an HMAC, keys a namespace
+
+  std::size_t header_bytes() const { return mac ? ValueMac::kHeaderBytes : RemoteValue::kHeaderBytes; }
+  std::size_t value_bytes() const { return header_bytes() + page_bytes; }
+  /// A page as stored under `key` (value_bytes() bytes into out): keyed with the secret, if any.
+  void encode(std::string_view key, const std::byte* page, std::byte* out) const {
+    if (mac) mac->encode(key, page, page_bytes, out);
+    else RemoteValue::encode(key, page, page_bytes, out);
+  }
+  /// Checks a value read for `key` and copies its page into dst, only if it passes.
+  bool decode(std::string_view key, const std::byte* value, std::size_t n, std::byte* dst) const {
+    return mac ? mac->decode(key, value, n, dst, page_bytes) : RemoteValue::decode(key, value, n, dst, page_bytes);
+  }
   void check_open() const { KVD_EXPECT(page_bytes > 0, "RedisTier: used before open()"); }
 
   std::string key_of(const PrefixDigest* prefix, const PageKey& k) const {
     const std::string who = prefix ? prefix->hex() : fmt::format("{}.seq{}", instance, k.sequence);
+    if (mac) return fmt::format("{}:{}:{}:{}:{}:{}:{}", p.key_prefix, mac->key_namespace(), p.model.hex(), who, k.layer, k.head, k.page);
     return fmt::format("{}:{}:{}:{}:{}:{}", p.key_prefix, p.model.hex(), who, k.layer, k.head, k.page);
   }
 
