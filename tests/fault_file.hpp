@@ -6,11 +6,14 @@
 //   tier::BasicSsdTier<test::FaultFile> t(params, test::FaultFile(disk));
 //   disk->fail(test::FileOp::fdatasync, 2);   // the second fdatasync from now fails (EIO)
 //   disk->power_loss_after(7);                // the power goes at the 7th write or sync
+//   disk->power_loss_at_sync(3, seed);        // ... at the 3rd sync, unsynced writes meeting seeded fates
 //
 // Power loss: the disk remembers each write since its file's last sync; when the power goes,
 // they are undone, newest first, and the newest is then torn (its first half lands, as a
 // device that was writing it would leave it); that call throws "simulated power loss", and
-// every later call but close fails with EIO (reopen the store with another File). A fail()ed
+// every later call but close fails with EIO (reopen the store with another File). With
+// power_loss_at_sync, each unsynced write instead meets a fate of its own: kept, dropped, torn
+// at 512- or 4096-byte sectors, or replaced by garbage. A fail()ed
 // call returns -1 with errno set (io_uring calls: -errno; a completion: its result -errno).
 // flip_stored_bit flips a bit of a stored page on the medium, below the store's checksum.
 #pragma once
@@ -27,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -66,6 +70,20 @@ class FaultDisk {
   void heal() {
     std::lock_guard lock(mu_);
     rules_ = {};
+    short_countdown_ = 0;
+  }
+  /// The n-th pwrite from now (n >= 1) writes only part of its bytes (half, cut to 512-byte
+  /// sectors) and returns that short count, as a write the kernel cut short.
+  void short_write(std::uint64_t nth) {
+    std::lock_guard lock(mu_);
+    short_countdown_ = nth;
+  }
+  /// What a pwrite of `len` bytes writes: `len`, or less when a short write is due now.
+  std::size_t write_length(std::size_t len) {
+    std::lock_guard lock(mu_);
+    if (short_countdown_ == 0 || --short_countdown_ > 0) return len;
+    ++injected_;
+    return len > 512 ? len / 2 / 512 * 512 : len / 2;
   }
   /// Calls of `op` so far (failed ones included).
   std::uint64_t calls(FileOp op) const {
@@ -82,7 +100,28 @@ class FaultDisk {
     std::lock_guard lock(mu_);
     KVD_EXPECT(n >= 1, "power_loss_after: n must be >= 1");
     countdown_ = n;
+    sync_only_ = fates_on_ = false;
     unsynced_.clear();
+  }
+  /// The power goes at the n-th fdatasync or fsync from now (n >= 1), before it takes effect.
+  /// Each write since its file's last sync then meets a fate drawn from `fate_seed`, oldest
+  /// first, as a device's volatile cache may leave it: kept, dropped, torn at 512-byte or at
+  /// 4096-byte sectors (each sector of the write lands or not), or replaced by garbage.
+  void power_loss_at_sync(std::uint64_t n, std::uint64_t fate_seed) {
+    std::lock_guard lock(mu_);
+    KVD_EXPECT(n >= 1, "power_loss_at_sync: n must be >= 1");
+    countdown_ = n;
+    sync_only_ = fates_on_ = true;
+    fate_seed_ = fate_seed;
+    unsynced_.clear();
+  }
+  /// The fates dealt so far by power_loss_at_sync.
+  struct Fates {
+    std::uint64_t kept = 0, dropped = 0, torn_512 = 0, torn_4096 = 0, garbage = 0;
+  };
+  Fates fates() const {
+    std::lock_guard lock(mu_);
+    return fates_;
   }
   bool power_out() const {
     std::lock_guard lock(mu_);
@@ -121,7 +160,7 @@ class FaultDisk {
     std::lock_guard lock(mu_);
     if (const int e = check_locked(FileOp::pwrite)) return e;
     if (countdown_ == 0) return 0;
-    tick(fd);
+    if (!sync_only_) tick(fd);
     remember(fd, static_cast<const std::byte*>(buf), len, static_cast<std::uint64_t>(offset));
     return 0;
   }
@@ -170,7 +209,9 @@ class FaultDisk {
       raw_write(it->path, it->before.data(), it->before.size(), it->offset);
       real_.ftruncate(buffered(it->path), static_cast<off_t>(it->old_size));
     }
-    if (!unsynced_.empty()) {
+    if (fates_on_) {
+      deal_fates();
+    } else if (!unsynced_.empty()) {
       const Unsynced& last = unsynced_.back();
       const std::size_t half = last.after.size() / 2 / 512 * 512;
       raw_write(last.path, last.after.data(), std::max<std::size_t>(half, 256), last.offset);
@@ -178,6 +219,37 @@ class FaultDisk {
     unsynced_.clear();
     out_ = true;
     ::kvdrive::fail("SsdTier {}: simulated power loss", paths_[fd]);
+  }
+
+  /// Lands each unsynced write (undone by now) as its fate says, oldest first.
+  void deal_fates() {
+    std::mt19937_64 rng(fate_seed_);
+    for (const Unsynced& u : unsynced_) {
+      switch (rng() % 5) {
+        case 0:
+          raw_write(u.path, u.after.data(), u.after.size(), u.offset);
+          ++fates_.kept;
+          break;
+        case 1: ++fates_.dropped; break;
+        case 2:
+        case 3: {  // torn: each sector of the write (at the file's sector boundaries) lands or not
+          const std::uint64_t sector = rng() % 2 ? 512 : 4096;
+          ++(sector == 512 ? fates_.torn_512 : fates_.torn_4096);
+          for (std::uint64_t at = u.offset; at < u.offset + u.after.size();) {
+            const std::uint64_t end = std::min<std::uint64_t>((at / sector + 1) * sector, u.offset + u.after.size());
+            if (rng() % 2) raw_write(u.path, u.after.data() + (at - u.offset), end - at, at);
+            at = end;
+          }
+          break;
+        }
+        default: {
+          std::vector<std::byte> junk(u.after.size());
+          for (auto& b : junk) b = static_cast<std::byte>(rng());
+          raw_write(u.path, junk.data(), junk.size(), u.offset);
+          ++fates_.garbage;
+        }
+      }
+    }
   }
 
   void remember(int fd, const std::byte* buf, std::size_t len, std::uint64_t offset) {
@@ -211,7 +283,11 @@ class FaultDisk {
   std::map<int, std::string> paths_;  ///< the store's open descriptors
   std::map<std::string, int> buffered_;
   std::uint64_t countdown_ = 0;  ///< writes and syncs left before the power goes (0: it does not)
+  std::uint64_t short_countdown_ = 0;  ///< pwrites left before one is cut short (0: none)
   std::vector<Unsynced> unsynced_;
+  bool sync_only_ = false, fates_on_ = false;  ///< power_loss_at_sync
+  std::uint64_t fate_seed_ = 0;
+  Fates fates_;
   bool out_ = false;
 };
 
@@ -242,7 +318,7 @@ class FaultFile {
   }
   ssize_t pwrite(int fd, const void* buf, std::size_t len, off_t offset) {
     if (const int e = disk_->before_write(fd, buf, len, offset)) return refuse<ssize_t>(e);
-    return real_.pwrite(fd, buf, len, offset);
+    return real_.pwrite(fd, buf, disk_->write_length(len), offset);
   }
   int fdatasync(int fd) {
     if (const int e = disk_->before_sync(fd, FileOp::fdatasync)) return refuse<int>(e);
