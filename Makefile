@@ -19,6 +19,7 @@ ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
+FUZZ_RUNS ?=
 CMAKE ?= cmake
 # Debian's python3 (where apt puts matplotlib), not one a version manager put first on PATH.
 PYTHON ?= $(shell [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
@@ -78,7 +79,7 @@ fuzz:
 	CC=clang CXX=clang++ $(CMAKE) -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKVD_FUZZ=ON -DKVD_CUDA=OFF \
 	  -DKVD_BUILD_TESTS=OFF -DKVD_BUILD_BENCH=OFF -DKVD_BUILD_EXAMPLES=OFF
 	$(CMAKE) --build $(FUZZ_BUILD) -j $(JOBS)
-	bash scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+	bash scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_RUNS)
 
 report:
 	@bash scripts/bootstrap --report

@@ -1,56 +1,86 @@
 // SsdTier opening a damaged store (tier/ssd.hpp; Decision 9). Once per process a valid store of
-// 48 pages is written (the template); each input then damages a copy of it and the copy is
-// opened and every page read. The first byte picks the damage:
-//   even: the input replaces the metadata log (PATH.log) from byte 4096 on (its header kept);
-//   odd:  the input overwrites the data file at the offset its next 4 bytes give.
+// 48 pages is written (the template), in memory (fuzz::MemFile under the store's File seam: no
+// disk, no syncs); each input then damages a copy of it and the copy is opened and every page
+// read. The first byte picks the damage:
+//   0 mod 4: the input replaces the metadata log (PATH.log) from byte 4096 on (its header kept);
+//   2 mod 4: the same, but with every record's checksum recomputed first ("sealed"), so that
+//            the fuzzer gets past the record check to the sequence, slot and kind rules;
+//   odd:     the input overwrites the data file at the offset its next 4 bytes give.
 // Opening may fail with kvdrive::Error and reads may too (a checksum miss, a page recovery
 // dropped), but a read that succeeds must return exactly the bytes written for that key: wrong
 // data is a finding (the target aborts). The erased page may come back with its bytes: a
-// damaged log can lose the erase record.
+// damaged log can lose the erase record. A sealed log is well formed by construction and may
+// name any stored page under any key (the checksums catch damage, not forgery), so there a read
+// that succeeds must return the bytes of some page the template wrote: never other bytes.
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
+#include <memory>
 #include <vector>
 
+#include "mem_file.hpp"
 #include "ssd_store.hpp"
 
 namespace {
 
-namespace fs = std::filesystem;
 using namespace kvdrive::fuzz;
 
-std::string template_store() {
-  const std::string path = input_path("_template.store");
-  write_store(path);
-  return path;
+/// The template store's files, written once.
+std::shared_ptr<MemDisk> template_store(const std::string& path) {
+  auto disk = std::make_shared<MemDisk>();
+  write_store(path, MemFile(disk));
+  return disk;
+}
+
+/// Writes `bytes` into `f` at `at`, growing it as a write past its end does.
+void overwrite(std::vector<std::byte>& f, std::size_t at, const std::uint8_t* bytes, std::size_t n) {
+  if (f.size() < at + n) f.resize(at + n);
+  std::memcpy(f.data() + at, bytes, n);
+}
+
+/// Recomputes the checksum of every record in the log's blocks (those not marked empty).
+void reseal(std::vector<std::uint8_t>& log) {
+  using kvdrive::tier::ssd_format::LogRecord;
+  constexpr std::size_t kBlock = 4096, kPerBlock = kBlock / sizeof(LogRecord);
+  for (std::size_t b = 0; b + kBlock <= log.size(); b += kBlock)
+    for (std::size_t i = 0; i < kPerBlock; ++i) {
+      LogRecord r;
+      std::memcpy(&r, log.data() + b + i * sizeof r, sizeof r);
+      if (r.sequence == 0) continue;
+      r.checksum = r.compute_checksum();
+      std::memcpy(log.data() + b + i * sizeof r, &r, sizeof r);
+    }
+}
+
+/// True if `bytes` are the bytes of a page the template wrote (under any key).
+bool some_page(const std::vector<std::byte>& bytes) {
+  for (std::size_t i = 0; i < kStorePages; ++i)
+    if (bytes == page_bytes(key_of(i))) return true;
+  return false;
 }
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 1) return 0;
-  static const std::string tmpl = template_store();
-  static const std::string path = input_path(".store");
-  fs::copy_file(tmpl, path, fs::copy_options::overwrite_existing);
-  fs::copy_file(tmpl + ".log", path + ".log", fs::copy_options::overwrite_existing);
+  static const std::string path = "/kvd/fuzz.store";
+  static const std::shared_ptr<MemDisk> tmpl = template_store(path);
+  const std::shared_ptr<MemDisk> disk = tmpl->clone();
+  const bool sealed = data[0] % 4 == 2;
   if (data[0] % 2 == 0) {
-    fs::resize_file(path + ".log", 4096);
-    std::FILE* f = std::fopen((path + ".log").c_str(), "r+b");
-    std::fseek(f, 4096, SEEK_SET);
-    std::fwrite(data + 1, 1, size - 1, f);
-    std::fclose(f);
+    std::vector<std::uint8_t> log(data + 1, data + size);
+    if (sealed) reseal(log);
+    std::vector<std::byte>& f = disk->file(path + ".log");
+    f.resize(4096);
+    overwrite(f, 4096, log.data(), log.size());
   } else {
     if (size < 5) return 0;
     std::uint32_t at = 0;
     std::memcpy(&at, data + 1, 4);
-    const auto len = static_cast<std::uintmax_t>(fs::file_size(path));
-    std::FILE* f = std::fopen(path.c_str(), "r+b");
-    std::fseek(f, static_cast<long>(at % (len + 1)), SEEK_SET);
-    std::fwrite(data + 5, 1, size - 5, f);
-    std::fclose(f);
+    std::vector<std::byte>& f = disk->file(path);
+    overwrite(f, at % (f.size() + 1), data + 5, size - 5);
   }
   try {
-    SsdTier t(store_params(path));
+    kvdrive::tier::BasicSsdTier<MemFile> t(store_params(path), MemFile(disk));
     t.open({kStorePage});
     std::vector<std::byte> got(kStorePage);
     for (std::size_t i = 0; i < kStorePages + 2; ++i) {
@@ -64,7 +94,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       }
       // Wrong data, or a page never written, is a finding. The erased page may come back intact:
       // recovery stops at the first bad record, so a damaged log can lose the erase (Decision 9).
-      if (i >= kStorePages || got != page_bytes(k)) std::abort();
+      if (sealed ? !some_page(got) : (i >= kStorePages || got != page_bytes(k))) std::abort();
     }
   } catch (const kvdrive::Error&) {
   }

@@ -220,12 +220,13 @@ int main(int argc, char** argv) {
   put(dir / "fuzz_tokenizer_llama2c" / "bytes.bin", tokenizer_llama2c());
   put(dir / "fuzz_tokenizer_tiktoken" / "ranks.model", tokenizer_tiktoken());
   trace(dir / "fuzz_trace" / "tiny.kvdtrace");
-  {  // fuzz_ssd_recover: the intact log after its header (mode 0), and a small data patch (mode 1)
+  {  // fuzz_ssd_recover: the intact log after its header (modes 0 and 2, sealed), and a small data patch (mode 1)
     const std::string store = (dir / "ssd_template.store").string();
     kvdrive::fuzz::write_store(store);
     std::ifstream log(store + ".log", std::ios::binary);
     std::string bytes((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
     put(dir / "fuzz_ssd_recover" / "log", std::string(1, '\0') + bytes.substr(std::min<std::size_t>(4096, bytes.size())));
+    put(dir / "fuzz_ssd_recover" / "sealed-log", std::string(1, '\2') + bytes.substr(std::min<std::size_t>(4096, bytes.size())));
     put(dir / "fuzz_ssd_recover" / "patch", std::string("\x01\x00\x20\x00\x00xyz", 8));
     kvdrive::tier::SsdTier::remove_files(store);
   }

@@ -1,5 +1,6 @@
 // The store fuzz_ssd_recover damages: 48 pages of known bytes and one erase, written by SsdTier
-// itself. kvd-fuzz-seeds writes its log as the target's seed.
+// itself (in memory for the target, fuzz/mem_file.hpp; on disk for kvd-fuzz-seeds, which writes
+// its log as the target's seed: the same bytes).
 #pragma once
 
 #include <cstddef>
@@ -33,10 +34,11 @@ inline SsdTier::Params store_params(const std::string& path) {
   return p;
 }
 
-/// Writes the store at `path` (and PATH.log).
-inline void write_store(const std::string& path) {
-  SsdTier::remove_files(path);
-  SsdTier t(store_params(path));
+/// Writes the store at `path` (and PATH.log), through `file` (real files, or fuzz::MemFile).
+template <class File = tier::PosixFile>
+void write_store(const std::string& path, File file = File()) {
+  tier::BasicSsdTier<File>::remove_files(path, file);
+  tier::BasicSsdTier<File> t(store_params(path), file);
   t.open({kStorePage});
   for (std::size_t i = 0; i < kStorePages; ++i) {
     const auto bytes = page_bytes(key_of(i));
