@@ -12,6 +12,7 @@
 #include <fstream>
 #include <string_view>
 #include <string>
+#include <vector>
 
 #include "gguf_loader.hpp"
 #include "hf_loader.hpp"
@@ -162,21 +163,24 @@ void add_remote_options(CLI::App& app, RunOptions& o) {
 
 /// Options that apply only with another: 0, or 2 (kvd-llama's usage error) after saying why.
 int check_option_pairs(const CLI::App& app, const RunOptions& o) {
-  if (o.needle_tokens == 0 && (app.count("--needle-depth") + app.count("--needle-seed") + app.count("--question")) > 0) {
-    fmt::print(stderr, "kvd-llama: --needle-depth, --needle-seed and --question apply with --needle\n");
-    return 2;
-  }
-  if (o.remote.empty() && (app.count("--remote-ttl") + app.count("--remote-secret-file")) > 0) {
-    fmt::print(stderr, "kvd-llama: --remote-ttl and --remote-secret-file apply with --remote\n");
-    return 2;
-  }
-  if (o.prefix_store.empty() && app.count("--prefix-store-bytes") > 0) {
-    fmt::print(stderr, "kvd-llama: --prefix-store-bytes applies with --prefix-store\n");
-    return 2;
-  }
-  if (o.remote.empty() && o.prefix_store.empty() && app.count("--shared-prefix") > 0) {
-    fmt::print(stderr, "kvd-llama: --shared-prefix applies with --remote or --prefix-store\n");
-    return 2;
+  struct Pair {
+    bool missing;                      // the option they apply with is not given
+    std::vector<const char*> options;  // the options that need it
+    const char* needs;
+  };
+  const Pair pairs[] = {
+      {o.needle_tokens == 0, {"--needle-depth", "--needle-seed", "--question"}, "--needle"},
+      {o.remote.empty(), {"--remote-ttl", "--remote-secret-file"}, "--remote"},
+      {o.prefix_store.empty(), {"--prefix-store-bytes"}, "--prefix-store"},
+      {o.remote.empty() && o.prefix_store.empty(), {"--shared-prefix"}, "--remote or --prefix-store"},
+  };
+  for (const Pair& p : pairs) {
+    if (!p.missing) continue;
+    for (const char* opt : p.options)
+      if (app.count(opt) > 0) {
+        fmt::print(stderr, "kvd-llama: {} applies with {}\n", opt, p.needs);
+        return 2;
+      }
   }
   return 0;
 }
