@@ -112,28 +112,38 @@ void remote_report(const Options& o, nlohmann::json& result) {
   params.key_prefix = "kvd-bench";
   RedisTier tier(params);
   tier.open({kPage});
+  // The same pages through a tier with a deployment secret (an HMAC-SHA-256 per value).
+  RedisTier::Params keyed_params = params;
+  keyed_params.key_prefix = "kvd-bench-keyed";
+  keyed_params.secret = "bench_tier: a 32-byte secret ...";
+  RedisTier keyed(keyed_params);
+  keyed.open({kPage});
   // The store: remote_pages random pages, written in batches of `batch`.
   std::vector<std::byte> data(kPage * 256);
   std::mt19937_64 rng(3);
   for (auto& b : data) b = static_cast<std::byte>(rng());
   std::vector<PageKey> keys;
-  std::vector<WriteRequest> w;
-  auto t0 = std::chrono::steady_clock::now();
-  for (std::size_t i = 0; i < o.remote_pages; ++i) {
-    keys.push_back({1, static_cast<std::uint32_t>(i % 8), 0, static_cast<std::uint32_t>(i / 8)});
-    w.push_back({keys.back(), data.data() + (i % 256) * kPage});
-    if (w.size() == o.batch || i + 1 == o.remote_pages) {
-      tier.write_batch(w);
-      w.clear();
+  for (std::size_t i = 0; i < o.remote_pages; ++i) keys.push_back({1, static_cast<std::uint32_t>(i % 8), 0, static_cast<std::uint32_t>(i / 8)});
+  const auto write_all = [&](RedisTier& t) {
+    std::vector<WriteRequest> w;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (std::size_t i = 0; i < o.remote_pages; ++i) {
+      w.push_back({keys[i], data.data() + (i % 256) * kPage});
+      if (w.size() == o.batch || i + 1 == o.remote_pages) {
+        t.write_batch(w);
+        w.clear();
+      }
     }
-  }
-  const double t_write = seconds_since(t0);
-  // Reads: random batches of `batch` pages, as a step's misses; two passes around redis-benchmark.
+    return seconds_since(t0);
+  };
+  const double t_write = write_all(tier), t_write_keyed = write_all(keyed);
+  // Reads: random batches of `batch` pages, as a step's misses; two passes of each tier around
+  // redis-benchmark.
   const AlignedPages dst(o.batch);
   std::vector<RemoteRead> outcome;
-  std::size_t pages_read = 0;
-  double t_read = 0;
-  const auto read_pass = [&](std::uint64_t seed) {
+  std::size_t pages_read = 0, pages_read_keyed = 0;
+  double t_read = 0, t_read_keyed = 0;
+  const auto read_pass = [&](RedisTier& t, std::uint64_t seed, std::size_t& pages, double& secs) {
     std::mt19937_64 r(seed);
     std::vector<ReadRequest> req;
     for (std::size_t at = 0; at < o.remote_pages; at += o.batch) {
@@ -141,13 +151,14 @@ void remote_report(const Options& o, nlohmann::json& result) {
       for (std::size_t j = 0; j < std::min(o.batch, o.remote_pages - at); ++j) req.push_back({keys[r() % keys.size()], dst[j]});
       outcome.resize(req.size());
       const auto t1 = std::chrono::steady_clock::now();
-      tier.wait_each(tier.submit(req), outcome);
-      t_read += seconds_since(t1);
+      t.wait_each(t.submit(req), outcome);
+      secs += seconds_since(t1);
       for (RemoteRead x : outcome) KVD_EXPECT(x == RemoteRead::hit, "bench_tier: remote read missed: {}", RedisTier::describe(x));
-      pages_read += req.size();
+      pages += req.size();
     }
   };
-  read_pass(11);
+  read_pass(tier, 11, pages_read, t_read);
+  read_pass(keyed, 11, pages_read_keyed, t_read_keyed);
   // redis-benchmark: SET fills key:N with values of the same size, then GET reads them.
   double bench_get = 0, bench_set = 0;
   const std::size_t value = kPage + RemoteValue::kHeaderBytes;
@@ -165,8 +176,11 @@ void remote_report(const Options& o, nlohmann::json& result) {
       ::pclose(p);
     }
   }
-  read_pass(12);
+  read_pass(keyed, 12, pages_read_keyed, t_read_keyed);
+  read_pass(tier, 12, pages_read, t_read);
   const double reads_per_s = static_cast<double>(pages_read) / t_read, writes_per_s = static_cast<double>(o.remote_pages) / t_write;
+  const double keyed_reads_per_s = static_cast<double>(pages_read_keyed) / t_read_keyed,
+               keyed_writes_per_s = static_cast<double>(o.remote_pages) / t_write_keyed;
   const RemoteStats st = tier.remote_stats();
   std::printf("remote tier: RedisTier on %s, %zu pages of 4 KiB (values of %zu bytes), batches of %zu, %zu commands in flight, 1 connection\n",
               where.describe().c_str(), o.remote_pages, value, o.batch, params.max_in_flight);
@@ -179,11 +193,18 @@ void remote_report(const Options& o, nlohmann::json& result) {
     std::printf("%-22s %12.0f %10.1f %16s\n", "redis-benchmark SET", bench_set, bench_set * kPage / 1e6, "1");
   std::printf("%-22s %12.0f %10.1f %16s\n", "RedisTier write", writes_per_s, writes_per_s * kPage / 1e6,
               bench_set > 0 ? fmt::format("{:.3f}", writes_per_s / bench_set).c_str() : "");
+  std::printf("%-22s %12.0f %10.1f %16s  (%.3f of RedisTier read; values keyed with an HMAC-SHA-256, 4136 bytes)\n", "RedisTier read, keyed",
+              keyed_reads_per_s, keyed_reads_per_s * kPage / 1e6,
+              bench_get > 0 ? fmt::format("{:.3f}", keyed_reads_per_s / bench_get).c_str() : "", keyed_reads_per_s / reads_per_s);
+  std::printf("%-22s %12.0f %10.1f %16s  (%.3f of RedisTier write)\n", "RedisTier write, keyed", keyed_writes_per_s,
+              keyed_writes_per_s * kPage / 1e6, bench_set > 0 ? fmt::format("{:.3f}", keyed_writes_per_s / bench_set).c_str() : "",
+              keyed_writes_per_s / writes_per_s);
   std::printf("remote reads: %llu hits, %llu misses\n", static_cast<unsigned long long>(st.hits), static_cast<unsigned long long>(st.misses()));
   result["remote"] = {{"url", where.describe()},       {"pages", o.remote_pages},      {"value_bytes", value},
                       {"batch", o.batch},               {"in_flight", params.max_in_flight},
                       {"read_pages_per_s", reads_per_s}, {"write_pages_per_s", writes_per_s},
-                      {"redis_benchmark_get_per_s", bench_get}, {"redis_benchmark_set_per_s", bench_set}};
+                      {"redis_benchmark_get_per_s", bench_get}, {"redis_benchmark_set_per_s", bench_set},
+                      {"keyed_read_pages_per_s", keyed_reads_per_s}, {"keyed_write_pages_per_s", keyed_writes_per_s}};
 }
 #else
 void remote_report(const Options&, nlohmann::json&) { std::printf("remote tier: skipped (built without hiredis)\n"); }
