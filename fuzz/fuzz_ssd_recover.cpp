@@ -33,6 +33,7 @@ std::shared_ptr<MemDisk> template_store(const std::string& path) {
 
 /// Writes `bytes` into `f` at `at`, growing it as a write past its end does.
 void overwrite(std::vector<std::byte>& f, std::size_t at, const std::uint8_t* bytes, std::size_t n) {
+  if (n == 0) return;
   if (f.size() < at + n) f.resize(at + n);
   std::memcpy(f.data() + at, bytes, n);
 }

@@ -76,6 +76,23 @@ TEST_CASE("trace: written records read back; corrupt or truncated files are reje
     f.write(reinterpret_cast<const char*>(&t), sizeof t);
   }
   CHECK_THROWS_WITH_AS(eval::TraceReader{path}, doctest::Contains("expected 1152921504606846976 records"), Error);
+  // A header claiming 842150450 query and KV heads (found by fuzz_trace once it recomputed the
+  // footer's checksum: q_heads + 2 x kv_heads overflowed an int) is refused as a bad shape.
+  {
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    eval::TraceHeader h{};
+    std::memcpy(h.magic, eval::kTraceMagic, 8);
+    h.version = 1;
+    h.layers = 1;
+    h.q_heads = h.kv_heads = 842150450;
+    h.head_dim = 16;
+    eval::TraceFooter t{};
+    std::memcpy(t.magic, eval::kTraceEnd, 8);
+    t.checksum = XXH3_64bits(nullptr, 0);
+    f.write(reinterpret_cast<const char*>(&h), sizeof h);
+    f.write(reinterpret_cast<const char*>(&t), sizeof t);
+  }
+  CHECK_THROWS_WITH_AS(eval::TraceReader{path}, doctest::Contains("bad shape in the header"), Error);
   // A writer destroyed by an exception leaves no footer: the trace is not mistaken for complete.
   try {
     eval::TraceWriter w(path, shape, DType::f32);

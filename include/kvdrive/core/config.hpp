@@ -20,6 +20,10 @@ struct ModelShape {
   int kv_heads = 0;  ///< KV heads; q_heads / kv_heads query heads share each (GQA)
   int head_dim = 0;
 
+  /// The most layers, or heads, a shape may have: far past any model, and small enough that
+  /// sums and products of them in an int cannot overflow.
+  static constexpr int kMaxCount = 1 << 16;
+
   int group() const { return kv_heads > 0 ? q_heads / kv_heads : 0; }
 
   void validate() const {
@@ -31,6 +35,8 @@ struct ModelShape {
                q_heads, kv_heads);
     KVD_EXPECT(head_dim > 0 && head_dim <= 1024, "ModelShape: head_dim is {}, expected 1..1024",
                head_dim);
+    KVD_EXPECT(layers <= kMaxCount && q_heads <= kMaxCount,
+               "ModelShape: {} layers and {} query heads, expected at most {} of each", layers, q_heads, kMaxCount);
   }
 };
 

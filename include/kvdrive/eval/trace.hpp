@@ -153,7 +153,8 @@ class TraceReader {
     std::memcpy(&t, bytes.data() + bytes.size() - sizeof t, sizeof t);
     KVD_EXPECT(std::memcmp(t.magic, kTraceEnd, 8) == 0, "{}: no footer: the trace is truncated or was not closed", path);
     const std::size_t body = bytes.size() - sizeof h - sizeof t;
-    record_bytes_ = 16 + static_cast<std::size_t>(shape_.q_heads + 2 * shape_.kv_heads) * shape_.head_dim * dtype_size(dtype_);
+    record_bytes_ = 16 + (static_cast<std::size_t>(shape_.q_heads) + 2 * static_cast<std::size_t>(shape_.kv_heads)) *
+                             static_cast<std::size_t>(shape_.head_dim) * dtype_size(dtype_);  // sizes: the heads may be near 2^31
     KVD_EXPECT(body % record_bytes_ == 0 && body / record_bytes_ == t.records,
                "{}: {} bytes of records, expected {} records x {} bytes", path, body, t.records, record_bytes_);
     KVD_EXPECT(XXH3_64bits(bytes.data() + sizeof h, body) == t.checksum, "{}: checksum mismatch: the trace is corrupt", path);
