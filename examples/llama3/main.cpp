@@ -141,7 +141,7 @@ void add_output_options(CLI::App& app, RunOptions& o) {
   app.add_option("--prefill-chunk", o.prefill_chunk, "prompt tokens per prefill chunk")->check(CLI::Range(1, 1 << 16));
 }
 
-/// Sharing the prompt's prefix through a Redis server.
+/// Sharing the prompt's prefix: through a Redis server, or a local prefix store across runs.
 void add_remote_options(CLI::App& app, RunOptions& o) {
   app.add_option("--remote", o.remote, "share the prompt's prefix with other engines through a Redis server: "
                  "redis://[[user]:password@]host[:port][/db] or unix:///path; prefill reads the pages another engine published "

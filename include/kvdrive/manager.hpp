@@ -107,9 +107,7 @@ class KvManager {
   /// Starts a sequence; `digest` identifies its prompt prefix for content-addressed tiers, which
   /// then share its pages only with sequences whose prefix has the same digest.
   SeqId add_sequence(std::optional<PrefixDigest> digest = std::nullopt) {
-    auto [id, s] = core_.sequences.add();
-    s.digest = digest;
-    s.streams.resize(static_cast<std::size_t>(core_.cfg.shape.layers) * core_.cfg.shape.kv_heads);
+    auto [id, s] = start_sequence(digest);
     if (kRemote) manager::mark_shared(core_.cfg, s, digest);
     return id;
   }
@@ -117,8 +115,8 @@ class KvManager {
   /// tiers share its whole pages with any prompt that begins with the same pages, whatever
   /// follows (a long document with a new question reads the document's pages back).
   SeqId add_sequence(std::span<const std::int32_t> prefix_tokens) {
-    const SeqId id = add_sequence(PrefixDigest::of_tokens(prefix_tokens));
-    if (kRemote) manager::mark_shared(core_.cfg, core_.sequences.find(id), prefix_tokens);
+    auto [id, s] = start_sequence(PrefixDigest::of_tokens(prefix_tokens));
+    if (kRemote) manager::mark_shared(core_.cfg, s, prefix_tokens);
     return id;
   }
 
@@ -363,6 +361,14 @@ class KvManager {
   }
 
  private:
+  /// A new sequence with its digest and a stream per (layer, KV head).
+  auto start_sequence(const std::optional<PrefixDigest>& digest) {
+    auto added = core_.sequences.add();
+    added.second.digest = digest;
+    added.second.streams.resize(static_cast<std::size_t>(core_.cfg.shape.layers) * core_.cfg.shape.kv_heads);
+    return added;
+  }
+
   /// attend()'s and tune()'s inputs, checked.
   manager::StepInputs check_step(int layer, std::span<const SeqId> batch, View<const float, 3> q, View<const float, 3> k,
                                  View<const float, 3> v, View<float, 3> out) {
