@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -245,6 +246,38 @@ TEST_CASE("PrefixStore: past its capacity the least recently used files go first
   publish(tiny, a, 0, 1);
   CHECK(tiny.stored_keys() == 0);
   CHECK(tiny.remote_stats().over_budget == kLayers * kHeads);
+}
+
+TEST_CASE("PrefixStore: a prompt larger than the capacity keeps the leading pages that fit; it evicts others', never its own") {
+  test::TempDir dir;
+  const std::uint64_t file = 64 + kLayers * kHeads * (8 + kPage);
+  const auto old = chain_of(20, 1), doc = chain_of(21, 6);
+  std::optional<PrefixStore> opened(open_store(dir, 3 * file));
+  PrefixStore& s = *opened;
+  publish(s, old, 0, 1);
+  publish(s, doc, 0, 2);  // prefill's first chunk
+  publish(s, doc, 2, 6);  // the rest: page 2 evicts the old prompt, pages 3..5 find only the document's own
+  CHECK(s.lookup(old, kLayers, kHeads) == 0);
+  CHECK(s.evicted() == 1);
+  CHECK(s.lookup(doc, kLayers, kHeads) == 3);
+  const auto out = read_back(s, doc, 6);
+  for (std::size_t i = 0; i < out.size(); ++i) CHECK(out[i] == (i % 6 < 3 ? RemoteRead::hit : RemoteRead::missing));
+  CHECK(s.remote_stats().over_budget == 3 * kLayers * kHeads);
+  CHECK(s.stored_bytes() == 3 * file);
+  // Another prompt takes the space of the document's tail, never its head: a page is of no use
+  // without the pages before it, so a run is marked used last page first (when stored and read).
+  const auto next = chain_of(22, 1);
+  publish(s, next, 0, 1);
+  CHECK(s.lookup(next, kLayers, kHeads) == 1);
+  CHECK(s.lookup(doc, kLayers, kHeads) == 2);
+  publish(s, chain_of(23, 1), 0, 1);
+  CHECK(s.lookup(doc, kLayers, kHeads) == 1);
+  // The order holds across reopening too (it is kept in the files' mtimes): the head goes last.
+  opened.reset();
+  PrefixStore again = open_store(dir, 3 * file);
+  publish(again, chain_of(24, 1), 0, 1);
+  CHECK(again.lookup(doc, kLayers, kHeads) == 0);
+  CHECK(again.lookup(next, kLayers, kHeads) == 1);
 }
 
 TEST_CASE("PrefixStore: one process at a time; a crash's temporaries are deleted, other files left alone") {

@@ -17,7 +17,11 @@
 //   ("corrupt"), never data; the file is deleted so that the page is stored again.
 // - Retention: Params::capacity_bytes over the folder's .kvp files (any model's); a file that
 //   would pass it first deletes the least recently used ones. A file's mtime is its last use
-//   (written, or read by load_prefix), so the order survives restarts.
+//   (written, or read by load_prefix), so the order survives restarts. A prompt never evicts
+//   its own pages: when the least recently used file is one of them, the page key being stored is
+//   not stored (over_budget), so a prompt larger than the capacity keeps the leading run that fit.
+//   A later page is useless without the pages before it, so a prompt's run is marked used last
+//   page first: its tail goes before its head.
 // - One process at a time: an exclusive flock on DIR/lock, taken by the constructor; the holder's
 //   pid is written in it so that the error names it. Thread-safe (one mutex); reads and writes
 //   run in the caller's thread.
@@ -174,6 +178,7 @@ class PrefixStore {
       std::lock_guard lock(*mu_);
       if (g_.page_bytes == 0) return;
       bool wrote = false;
+      std::set<std::string> own;  // the chain's file names, made when an eviction first needs them
       for (const WriteRequest& w : pages) {
         if (w.key.page >= chain.size() || w.key.layer >= g_.layers || w.key.head >= g_.kv_heads) continue;
         const PrefixDigest& key = chain[w.key.page];
@@ -191,12 +196,15 @@ class PrefixStore {
           pend->count += 1;
         }
         if (pend->count == streams()) {
-          wrote |= store(key, name, *pend);
+          wrote |= store(key, name, *pend, chain, own);
           pending_bytes_ -= pend->bytes.size();
           pending_.erase(key_of(key));
         }
       }
-      if (wrote && p_.sync) sync_dir();
+      if (wrote) {
+        mark_run_used(chain, stored_run(chain));
+        if (p_.sync) sync_dir();
+      }
     } catch (...) {  // out of memory: not storing these pages is allowed
     }
   }
@@ -206,9 +214,7 @@ class PrefixStore {
     std::lock_guard lock(*mu_);
     stats_.lookups += 1;
     if (layers > g_.layers || heads > g_.kv_heads) return 0;
-    std::uint32_t n = 0;
-    while (n < chain.size() && entries_.contains(file_name(chain[n]))) ++n;
-    return n;
+    return stored_run(chain);
   }
 
   /// Reads pages (each read's PageKey::page indexes the chain) and checks them; the outcome of
@@ -223,7 +229,10 @@ class PrefixStore {
       KVD_EXPECT(reads[i].key.page < chain.size(), "PrefixStore: page {} is past its chain of {} pages", reads[i].key, chain.size());
       by_page[reads[i].key.page].push_back(i);
     }
-    for (const auto& [page, which] : by_page) read_file(chain[page], reads, which, out);
+    std::vector<std::uint32_t> found;
+    for (const auto& [page, which] : by_page)
+      if (read_file(chain[page], reads, which, out)) found.push_back(page);
+    for (auto p = found.rbegin(); p != found.rend(); ++p) mark_used(file_name(chain[*p]));  // the head last: it goes last
     for (RemoteRead r : out) {
       stats_.hits += r == RemoteRead::hit;
       stats_.missing += r == RemoteRead::missing;
@@ -295,14 +304,27 @@ class PrefixStore {
     return &pend;
   }
 
+  /// Makes room for `bytes` more by deleting the least recently used files, but never one of
+  /// `chain`'s own pages (`own`: their names, filled on first need); false if that is not enough.
+  bool make_room(std::uint64_t bytes, PageChain chain, std::set<std::string>& own) {
+    if (bytes > p_.capacity_bytes) return false;
+    while (stored_bytes_ + bytes > p_.capacity_bytes && !by_use_.empty()) {
+      if (own.empty())
+        for (const PrefixDigest& d : chain) own.insert(file_name(d));
+      const std::string victim = by_use_.begin()->second;
+      if (own.contains(victim)) return false;
+      evict(victim);
+    }
+    return stored_bytes_ + bytes <= p_.capacity_bytes;
+  }
+
   /// Writes a page key's file (temporary name, sync, rename); true if it was stored.
-  bool store(const PrefixDigest& key, const std::string& name, const Pending& pend) {
+  bool store(const PrefixDigest& key, const std::string& name, const Pending& pend, PageChain chain, std::set<std::string>& own) {
     const std::uint64_t bytes = file_bytes();
-    if (bytes > p_.capacity_bytes) {
+    if (!make_room(bytes, chain, own)) {
       stats_.over_budget += streams();
       return false;
     }
-    while (stored_bytes_ + bytes > p_.capacity_bytes && !by_use_.empty()) evict(by_use_.begin()->second);
     prefix_store::FileHeader h{};
     std::memcpy(h.magic, prefix_store::FileHeader::kMagic, 8);
     h.page_bytes = static_cast<std::uint32_t>(g_.page_bytes), h.layers = g_.layers, h.heads = g_.kv_heads;
@@ -312,7 +334,7 @@ class PrefixStore {
     for (std::size_t s = 0; s < sums.size(); ++s)
       sums[s] = prefix_store::page_sum(key, s, pend.bytes.data() + s * g_.page_bytes, g_.page_bytes);
     const std::string tmp = fmt::format("{}/.tmp-{}-{}", p_.dir, ::getpid(), ++temporaries_);
-    const std::int64_t now = prefix_store::now_ns();
+    const std::int64_t now = next_stamp();
     bool ok = false;
     {
       prefix_store::Fd f(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
@@ -334,18 +356,43 @@ class PrefixStore {
     return true;
   }
 
-  /// Reads the pages `which` of one page key's file into their buffers.
-  void read_file(const PrefixDigest& key, std::span<const ReadRequest> reads, const std::vector<std::size_t>& which,
+  /// How many leading page keys of the chain have files.
+  std::uint32_t stored_run(PageChain chain) const {
+    std::uint32_t n = 0;
+    while (n < chain.size() && entries_.contains(file_name(chain[n]))) ++n;
+    return n;
+  }
+
+  /// Marks a file used now (its mtime and the in-memory order; stamps strictly increase).
+  void mark_used(const std::string& name) {
+    const std::int64_t now = next_stamp();
+    const std::string path = p_.dir + "/" + name;
+    const timespec t{static_cast<time_t>(now / 1'000'000'000), static_cast<long>(now % 1'000'000'000)};
+    const timespec times[2] = {t, t};
+    (void)::utimensat(AT_FDCWD, path.c_str(), times, 0);
+    touch(name, now);
+  }
+
+  /// Marks the chain's first `n` files used, last page first.
+  void mark_run_used(PageChain chain, std::uint32_t n) {
+    for (std::uint32_t p = n; p-- > 0;) mark_used(file_name(chain[p]));
+  }
+
+  /// Now, in ns, and later than every stamp given before (the clock may stand still or step back).
+  std::int64_t next_stamp() { return last_stamp_ = std::max(prefix_store::now_ns(), last_stamp_ + 1); }
+
+  /// Reads the pages `which` of one page key's file into their buffers; true if all were read.
+  bool read_file(const PrefixDigest& key, std::span<const ReadRequest> reads, const std::vector<std::size_t>& which,
                  std::vector<RemoteRead>& out) {
     const std::string name = file_name(key);
     const auto it = entries_.find(name);
-    if (it == entries_.end()) return;  // missing
+    if (it == entries_.end()) return false;  // missing
     const std::string path = p_.dir + "/" + name;
-    prefix_store::Fd f(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+    prefix_store::Fd f(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (f.fd < 0) {
       for (std::size_t i : which) out[i] = errno == ENOENT ? RemoteRead::missing : RemoteRead::error;
       if (errno == ENOENT) drop_entry(name);
-      return;
+      return false;
     }
     prefix_store::FileHeader h{};
     struct stat st {};
@@ -353,7 +400,9 @@ class PrefixStore {
                            prefix_store::pread_all(f.fd, &h, sizeof h, 0) && std::memcmp(h.magic, prefix_store::FileHeader::kMagic, 8) == 0 &&
                            h.checksum == h.sum() && h.page_bytes == g_.page_bytes && h.layers == g_.layers && h.heads == g_.kv_heads &&
                            h.model_low == p_.model.low && h.model_high == p_.model.high && h.page_low == key.low && h.page_high == key.high;
-    bool damaged = !header_ok;
+    // The page checksums, read once for the file.
+    sums_.resize(streams());
+    bool damaged = !header_ok || !prefix_store::pread_all(f.fd, sums_.data(), sums_.size() * 8, sizeof h);
     for (std::size_t i : which) {
       if (damaged) {
         out[i] = RemoteRead::corrupt;
@@ -365,12 +414,10 @@ class PrefixStore {
         continue;
       }
       const std::size_t slot = static_cast<std::size_t>(k.layer) * g_.kv_heads + k.head;
-      std::uint64_t sum = 0;
       page_.resize(g_.page_bytes);
       const off_t at = static_cast<off_t>(sizeof h + streams() * 8 + slot * g_.page_bytes);
-      if (!prefix_store::pread_all(f.fd, &sum, 8, static_cast<off_t>(sizeof h + slot * 8)) ||
-          !prefix_store::pread_all(f.fd, page_.data(), g_.page_bytes, at) ||
-          prefix_store::page_sum(key, slot, page_.data(), g_.page_bytes) != sum) {
+      if (!prefix_store::pread_all(f.fd, page_.data(), g_.page_bytes, at) ||
+          prefix_store::page_sum(key, slot, page_.data(), g_.page_bytes) != sums_[slot]) {
         damaged = true;
         out[i] = RemoteRead::corrupt;
         continue;
@@ -383,15 +430,14 @@ class PrefixStore {
       f = prefix_store::Fd();
       (void)::unlink(path.c_str());
       drop_entry(name);
-      return;
+      return false;
     }
-    const std::int64_t now = prefix_store::now_ns();
-    prefix_store::set_mtime(f.fd, now);  // its last use, for the least-recently-used order
-    touch(name, now);
+    return true;
   }
 
   void add_entry(const std::string& name, std::uint64_t bytes, std::int64_t used) {
     entries_[name] = {bytes, used};
+    last_stamp_ = std::max(last_stamp_, used);
     by_use_.emplace(used, name);
     stored_bytes_ += bytes;
   }
@@ -474,7 +520,9 @@ class PrefixStore {
   std::unordered_map<ReadTicket, std::vector<RemoteRead>> tickets_;
   ReadTicket next_ticket_ = 0;
   std::uint64_t temporaries_ = 0;
+  std::int64_t last_stamp_ = 0;  // the newest use stamp given
   std::vector<std::byte> page_;
+  std::vector<std::uint64_t> sums_;
   RemoteStats stats_;
 };
 
