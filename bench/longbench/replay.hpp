@@ -9,8 +9,10 @@
 //                                 it must give sparse's tokens exactly
 //   hierarchical{K=V;...}@B       Hierarchical with some parameters changed (kHierarchicalKeys),
 //                                 to compare variants on the tasks
-//   INDEX{carry_share=0}@B        any index with the focus carry changed (kCarryKeys: carry_share,
+//   INDEX{carry_share=0}@B        any index with the focus carry changed (kAnyIndexKeys: carry_share,
 //                                 carry_mass; Config::carry), e.g. off
+//   INDEX{codec_bits=4}@B         any index with cold pages coded (codec_bits 8 or 4: INT8 or
+//                                 INT4, Config::cold_codec; 0: none)
 #pragma once
 
 #include <algorithm>
@@ -41,8 +43,9 @@ inline constexpr std::array<std::string_view, 7> kSparseIndices = {"hierarchical
 inline constexpr std::array<std::string_view, 7> kHierarchicalKeys = {
     "expand", "min_scored", "score_all_below", "pair_radii", "pair_weight", "radius_weight", "pages_per_cluster"};
 
-/// The focus carry's parameters (Config::carry), which any index's configuration may set.
-inline constexpr std::array<std::string_view, 2> kCarryKeys = {"carry_share", "carry_mass"};
+/// The manager's parameters any index's configuration may set: the focus carry's (Config::carry)
+/// and the cold codec's width (Config::cold_codec).
+inline constexpr std::array<std::string_view, 3> kAnyIndexKeys = {"carry_share", "carry_mass", "codec_bits"};
 
 struct ConfigSpec {
   std::string index = "dense";
@@ -65,6 +68,17 @@ struct ConfigSpec {
       else if (k == "carry_mass") carry.mass = static_cast<float>(v);
     }
     carry.validate();
+  }
+
+  /// The cold codec a configuration names (codec_bits), none by default.
+  codec::Codec cold_codec() const {
+    codec::Codec c = codec::Codec::none;
+    for (const auto& [k, v] : params)
+      if (k == "codec_bits") {
+        KVD_EXPECT(v == 0 || v == 4 || v == 8, "configuration '{}': codec_bits is {:g}, expected 8, 4 or 0", name(), v);
+        c = v == 8 ? codec::Codec::int8 : v == 4 ? codec::Codec::int4 : codec::Codec::none;
+      }
+    return c;
   }
 
   /// Sets the parameters on a Hierarchical index (and checks them).
@@ -103,9 +117,9 @@ inline std::vector<std::pair<std::string, double>> parse_params(std::string_view
     KVD_EXPECT(eq != std::string_view::npos, "configuration '{}': '{}' is not KEY=VALUE", whole, kv);
     const std::string key(kv.substr(0, eq));
     KVD_EXPECT(std::find(kHierarchicalKeys.begin(), kHierarchicalKeys.end(), key) != kHierarchicalKeys.end() ||
-                   std::find(kCarryKeys.begin(), kCarryKeys.end(), key) != kCarryKeys.end(),
+                   std::find(kAnyIndexKeys.begin(), kAnyIndexKeys.end(), key) != kAnyIndexKeys.end(),
                "configuration '{}': unknown parameter '{}' ({}, {})", whole, key, fmt::join(kHierarchicalKeys, ", "),
-               fmt::join(kCarryKeys, ", "));
+               fmt::join(kAnyIndexKeys, ", "));
     out.emplace_back(key, number_in_config(whole, kv.substr(eq + 1), "the value of " + key));
     if (end == std::string_view::npos) break;
     s.remove_prefix(end + 1);
@@ -128,10 +142,11 @@ inline ConfigSpec parse_config(std::string_view s) {
     c.params = parse_params(whole, std::string_view(c.index).substr(brace + 1, c.index.size() - brace - 2));
     c.index.resize(brace);
     for (const auto& [k, v] : c.params)
-      KVD_EXPECT(c.index == "hierarchical" || std::find(kCarryKeys.begin(), kCarryKeys.end(), k) != kCarryKeys.end(),
-                 "configuration '{}': only hierarchical takes '{}' (any index takes {})", whole, k, fmt::join(kCarryKeys, ", "));
+      KVD_EXPECT(c.index == "hierarchical" || std::find(kAnyIndexKeys.begin(), kAnyIndexKeys.end(), k) != kAnyIndexKeys.end(),
+                 "configuration '{}': only hierarchical takes '{}' (any index takes {})", whole, k, fmt::join(kAnyIndexKeys, ", "));
     FocusCarry carry;
     c.apply(carry);  // refuse values the manager or the index would refuse, before any sample runs
+    (void)c.cold_codec();
     if (c.index == "hierarchical") {
       index::HierarchicalParams check;
       c.apply(check);
@@ -215,6 +230,7 @@ Replay replay(const ReplayContext& cx, const ConfigSpec& c, const llama::Prefill
   llama::RunOptions o = cx.layout;
   o.budget = c.budget;
   c.apply(o.carry);
+  o.cold_codec = std::string(codec::codec_name(c.cold_codec()));
   const Config cfg = llama::manager_config(o, cx.model->config);
   const std::int64_t context = snap.tokens + std::max<std::int64_t>(p.max_new, static_cast<std::int64_t>(p.forced.size()));
   llama::TierPlan plan;

@@ -136,6 +136,9 @@ void add_output_options(CLI::App& app, RunOptions& o) {
   app.add_option("--record-trace", o.record_trace, "write Q, K (after RoPE) and V per layer and position to this file (docs/trace-format.md)");
   app.add_option("--dtype", o.dtype, "KV cache dtype")->check(CLI::IsMember({"f32", "f16", "bf16"}));
   app.add_option("--page-tokens", o.page_tokens, "tokens per KV page")->check(CLI::Range(1, 4096));
+  app.add_option("--cold-codec", o.cold_codec,
+                 "cold pages (past the sink and the local window) kept coded on the backing tiers and attended as decoded values")
+      ->check(CLI::IsMember({"none", "int8", "int4"}));
   app.add_option("--sink-tokens", o.sink_tokens, "always-attended first tokens")->check(CLI::Range(0, 1 << 20));
   app.add_option("--local-tokens", o.local_tokens, "always-attended last tokens")->check(CLI::Range(0, 1 << 20));
   app.add_option("--prefill-chunk", o.prefill_chunk, "prompt tokens per prefill chunk")->check(CLI::Range(1, 1 << 16));

@@ -74,6 +74,7 @@ struct RunOptions {
   std::string stats_json;
   std::string record_trace;
   std::string dtype = "f16";
+  std::string cold_codec = "none";  ///< none, int8 or int4: cold pages coded on the backing tiers (docs/codecs.md)
   int page_tokens = 8, sink_tokens = 4, local_tokens = 64, prefill_chunk = 256;
   // tiered mode
   std::int64_t fast_bytes = 64ll << 20, host_bytes = 0;
@@ -132,8 +133,17 @@ inline std::vector<int> parse_ids(const std::string& s, int vocab) {
 /// optional DRAM tier, then the SSD store. Sized for the run's longest context.
 struct TierPlan {
   std::size_t fast_pages = 0, host_pages = 0;
+  std::size_t host_alignment = 4096;  ///< the host tier's slot alignment: 64 for coded pages (packed tighter)
   int window = 3;
 };
+
+/// Bytes of the host tier's slot for one page: a coded page (--cold-codec) rounded to 64 bytes,
+/// else the page in the KV dtype.
+inline std::size_t host_slot_bytes(const Config& cfg) {
+  if (!cfg.cold_codec.coded()) return cfg.page_bytes();
+  const std::size_t coded = codec::CodedLayout::make(cfg.page_tokens, cfg.shape.head_dim, cfg.cold_codec).bytes;
+  return (coded + 63) / 64 * 64;
+}
 
 /// The fast tier's least pages for `sequences` sequences of `context` tokens: per stream sink,
 /// local and tail, and a step's misses staged; plus one layer's prefill chunk. A lookahead cache
@@ -164,7 +174,8 @@ inline TierPlan plan_tiers(const RunOptions& o, const Config& cfg, std::int64_t 
              "at {} tokens, and a prefill chunk)",
              o.fast_bytes, need * cfg.page_bytes(), need, cfg.page_bytes(), streams, context);
   p.window = budget ? static_cast<int>(std::min<std::size_t>(8, (p.fast_pages - need) / (streams * budget))) : 8;
-  p.host_pages = static_cast<std::size_t>(o.host_bytes) / cfg.page_bytes();
+  p.host_pages = static_cast<std::size_t>(o.host_bytes) / host_slot_bytes(cfg);
+  if (cfg.cold_codec.coded()) p.host_alignment = 64;  // the host tier only memcpys: no direct I/O into it
   return p;
 }
 
@@ -181,7 +192,7 @@ TierList make_tiers(const RunOptions& o, const TierPlan& p) {
     if constexpr (TierList::kCount == 2)
       return TierList(std::move(fast), tier::SsdTier(sp));
     else
-      return TierList(std::move(fast), tier::HostTier(tier::HostTier::Params{p.host_pages}), tier::SsdTier(sp));
+      return TierList(std::move(fast), tier::HostTier(tier::HostTier::Params{p.host_pages, p.host_alignment}), tier::SsdTier(sp));
   }
 }
 
@@ -296,6 +307,7 @@ inline Config manager_config(const RunOptions& o, const LlamaConfig& c) {
   cfg.budget = Budget::fraction(o.budget);
   cfg.carry = o.carry;
   cfg.carry.validate();
+  cfg.cold_codec = {codec::parse_codec(o.cold_codec)};
   return cfg;
 }
 
@@ -447,8 +459,13 @@ void print_run_header(const RunOptions& o, const Model& model, const Config& cfg
   fmt::print("kvd-llama: {} ({}, vocab {}, {:.1f}M parameters, weights {})\n", model.source, shape_text(c), c.vocab,
              static_cast<double>(model.parameters()) / 1e6, weights_text(model));
   if (!in.text.what.empty()) fmt::print("{}\n", in.text.what);
-  fmt::print("attention: {} ({}) on {}, {} KV, {}-token pages, sink {}, local {}, {} threads; projections: {}; prompt {} tokens, {} steps\n",
-             o.mode, Index::name(), o.device, dtype_name(cfg.dtype), cfg.page_tokens, cfg.sink_tokens, cfg.local_tokens, threads,
+  const std::string cold =
+      cfg.cold_codec.coded()
+          ? fmt::format(", cold pages {} ({} of {} bytes)", cfg.cold_codec.name(),
+                        codec::CodedLayout::make(cfg.page_tokens, cfg.shape.head_dim, cfg.cold_codec).bytes, cfg.page_bytes())
+          : std::string();
+  fmt::print("attention: {} ({}) on {}, {} KV, {}-token pages{}, sink {}, local {}, {} threads; projections: {}; prompt {} tokens, {} steps\n",
+             o.mode, Index::name(), o.device, dtype_name(cfg.dtype), cfg.page_tokens, cold, cfg.sink_tokens, cfg.local_tokens, threads,
              Linear::name(), in.ids.size(), o.steps);
 }
 
@@ -532,7 +549,7 @@ TierSummary tier_summary(const RunOptions& o, const TierPlan& plan, Manager& kv,
   ts.fast_mib = static_cast<double>(plan.fast_pages * cfg.page_bytes()) / mib;
   ts.window = plan.window;
   if constexpr (TierList::kCount == 3) {
-    ts.host_mib = static_cast<double>(plan.host_pages * cfg.page_bytes()) / mib;
+    ts.host_mib = static_cast<double>(plan.host_pages * host_slot_bytes(cfg)) / mib;
     ts.host_pages = kv.tiers().template get<1>().stored_pages();
   }
   ts.ssd_path = o.ssd_path;

@@ -141,7 +141,7 @@ inline void write_stats_json(const std::string& path, const nlohmann::json& j) {
 inline void print_tier_reads(const std::vector<TierReads>& reads) {
   std::string per_tier;
   for (std::size_t i = 0; i < reads.size(); ++i) per_tier += fmt::format("{}{} {:.1f} KiB", i > 0 ? ", " : "", reads[i].tier, reads[i].kib);
-  fmt::print("  bytes read per decoded token (misses, every layer): {}\n", per_tier);
+  fmt::print("  bytes read per decoded token (misses, every layer, as stored: coded with --cold-codec): {}\n", per_tier);
 }
 
 // --- a one-sequence run ---

@@ -92,7 +92,7 @@ class KvManager {
       KVD_EXPECT(core_.tiers.fast().device() == core_.index.device, "KvManager: the fast tier is on device {} but the index selects on device {}",
                  core_.tiers.fast().device(), core_.index.device);
     store_.register_fast_memory();
-    core_.tiers.open(tier::TierGeometry{store_.page_bytes()});
+    core_.tiers.open(tier::TierGeometry{store_.page_bytes()}, tier::TierGeometry{store_.stored_bytes()});
   }
 
   KvManager(const KvManager&) = delete;

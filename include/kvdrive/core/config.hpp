@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kvdrive/codec/page_codec.hpp"
 #include "kvdrive/core/dtype.hpp"
 #include "kvdrive/core/error.hpp"
 
@@ -118,6 +119,10 @@ struct Config {
   /// together sit together and a step's misses merge into fewer, larger reads. Costs one more
   /// write of the prompt; needs an index with clusters (Hierarchical).
   bool pack_by_cluster = true;
+  /// Cold pages (sealed, past the sink and the local window: the index's candidates) are kept
+  /// on every backing tier in this codec and attended as its decoded values, wherever they are
+  /// read from; sink, local and tail pages stay in the KV dtype (docs/codecs.md). none: off.
+  codec::PageCodec cold_codec{};
 
   int group() const { return shape.group(); }
   float scale() const {
@@ -142,6 +147,7 @@ struct Config {
     KVD_EXPECT(softmax_scale >= 0.0f && std::isfinite(softmax_scale),
                "Config: softmax_scale is {}, expected >= 0 (0 = 1/sqrt(head_dim))", softmax_scale);
     carry.validate();
+    if (cold_codec.coded()) (void)codec::CodedLayout::make(page_tokens, shape.head_dim, cold_codec);  // throws for a shape it cannot code
   }
 };
 

@@ -214,11 +214,14 @@ struct Core {
   }
 
   /// Frees the fast slots of backed pages that left the local window for the next step and are
-  /// not cached. Sink pages and pages with no backing tier keep their slots.
-  void slide_local_window(StreamT& st) {
+  /// not cached. Sink pages and pages with no backing tier keep their slots; the latter turn
+  /// cold here, once: cool(slot) gives them their cold codec's values (PageStore::cool).
+  template <class Cool>
+  void slide_local_window(StreamT& st, Cool&& cool) {
     const PageRanges next = ranges(st.pages.tokens + 1);
     for (std::int64_t page = std::max(st.pages.released_below, next.sink_end); page < next.local_begin; ++page) {
       PageEntry& e = st.pages[static_cast<std::size_t>(page)];
+      if (e.home == 0 && e.slot >= 0) cool(e.slot);
       if (e.home == 0 || e.slot < 0 || eviction.contains(st.cache, static_cast<std::uint32_t>(page))) continue;
       tiers.fast().release(e.slot);
       e.slot = -1;

@@ -5,8 +5,11 @@
 // slots directly; PageStore<Core, true> (a device fast tier, cuda::DeviceTier) keeps each tail
 // page in host memory too, reads misses into pinned host staging pages and uploads them, and
 // downloads a slot to read it. The rest of the manager calls the same members either way.
-// A page's stored size is cfg.page_bytes() today; it is asked of the store (page_bytes(key)), not
-// of the config, so that pages stored in other encodings change no caller.
+// With a cold codec (Config::cold_codec, docs/codecs.md) the backing tiers hold every page coded
+// (stored_bytes() each): store_sealed() codes what it writes, and every read from a backing tier
+// decodes into the KV dtype (in land(), read_backed()), so no coded page is attended in place. A
+// page that keeps a fast slot as it turns cold (a fast tier alone) is coded and decoded in place
+// by cool(), so it is attended as the same values wherever it lives.
 #pragma once
 
 #include <algorithm>
@@ -19,6 +22,7 @@
 #include <vector>
 
 #include "kvdrive/attention/convert.hpp"
+#include "kvdrive/codec/cpu_codec.hpp"
 #include "kvdrive/core/error.hpp"
 #include "kvdrive/core/half.hpp"
 #include "kvdrive/core/page_ranges.hpp"
@@ -44,14 +48,43 @@ class PageStoreBase {
   using TierList = typename Core::TierList;
   static constexpr std::size_t kLastTier = Core::kLastTier;
 
-  explicit PageStoreBase(Core& c) : c_(c) {}
+  explicit PageStoreBase(Core& c) : c_(c) {
+    if (c.cfg.cold_codec.coded()) layout_ = codec::CodedLayout::make(c.cfg.page_tokens, c.cfg.shape.head_dim, c.cfg.cold_codec);
+  }
 
-  /// Bytes page `key` takes on its tiers.
+  /// Bytes of a page in the KV dtype: in the fast tier, and on the remote tier.
   std::size_t page_bytes(const tier::PageKey& = {}) const { return c_.cfg.page_bytes(); }
+  /// Bytes of a page on the backing tiers: coded with a cold codec, else page_bytes().
+  std::size_t stored_bytes() const { return coded() ? layout_.bytes : page_bytes(); }
+  bool coded() const { return layout_.bytes != 0; }
 
   /// Pages on tier `home` are attended where they are (Decision 7): host memory, with a host
-  /// fast tier. A device backend attends only its own memory, so every page passes through it.
-  static constexpr bool attends_in_place(std::size_t home) { return !Core::kDeviceFast && TierList::addressable(home); }
+  /// fast tier, and pages in the KV dtype. A device backend attends only its own memory, and a
+  /// coded page must be decoded, so those pass through the fast tier.
+  bool attends_in_place(std::size_t home) const { return !Core::kDeviceFast && TierList::addressable(home) && !coded(); }
+
+  /// Codes a page (page_bytes()) into `out` (stored_bytes()).
+  void encode(const std::byte* page, std::byte* out) const {
+    dispatch_dtype(c_.cfg.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      codec::encode_page(layout_, reinterpret_cast<const T*>(page), reinterpret_cast<std::uint8_t*>(out));
+    });
+  }
+  /// Decodes a coded page into `page` (page_bytes()).
+  void decode(const std::byte* coded_page, std::byte* page) const {
+    dispatch_dtype(c_.cfg.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      codec::decode_page(layout_, reinterpret_cast<const std::uint8_t*>(coded_page), reinterpret_cast<T*>(page));
+    });
+  }
+  /// A page turning cold, in host memory: replaced by its decoded values (decode(encode(page))),
+  /// the values every tier gives for it from now on.
+  void cool_host(std::byte* page) const {
+    thread_local std::vector<std::byte> coded_page;
+    coded_page.resize(layout_.bytes);
+    encode(page, coded_page.data());
+    decode(coded_page.data(), page);
+  }
 
   /// Stores row `row` of a page: K at row*d in the K block, V in the V block, in the KV dtype.
   void encode_token(std::byte* page, int row, const float* k, const float* v) const {
@@ -92,8 +125,9 @@ class PageStoreBase {
     return addr;
   }
 
-  /// The page's bytes from its backing tier: in place where addressable, else read into dst.
-  const std::byte* read_backed(std::size_t home, const tier::PageKey& key, std::byte* dst) {
+  /// The page's stored bytes (coded with a cold codec) from its backing tier: in place where
+  /// addressable, else read into dst (stored_bytes()).
+  const std::byte* read_stored(std::size_t home, const tier::PageKey& key, std::byte* dst) {
     const std::byte* addr = nullptr;
     c_.tiers.visit(home, [&](auto& t) {
       if constexpr (tier::AddressableTier<std::remove_cvref_t<decltype(t)>>) {
@@ -106,6 +140,16 @@ class PageStoreBase {
     });
     KVD_EXPECT(addr != nullptr, "page {} has no bytes on tier {}", key, home);
     return addr;
+  }
+
+  /// The page in the KV dtype from its backing tier: its stored bytes, decoded into dst
+  /// (page_bytes()) when coded.
+  const std::byte* read_backed(std::size_t home, const tier::PageKey& key, std::byte* dst) {
+    if (!coded()) return read_stored(home, key, dst);
+    thread_local std::vector<std::byte> stored;
+    stored.resize(layout_.bytes);
+    decode(read_stored(home, key, stored.data()), dst);
+    return dst;
   }
 
   /// Writes one batch of pages to backing tier `i`, in one write_batch() where the tier has one
@@ -139,7 +183,15 @@ class PageStoreBase {
     } else {
       if (pages.empty()) return;
       std::vector<tier::WriteRequest> reqs;
-      for (const SealedPage& p : pages) reqs.push_back({p.key, p.bytes});
+      std::vector<std::byte> coded_pages(coded() ? pages.size() * layout_.bytes : 0);
+      for (std::size_t i = 0; i < pages.size(); ++i) {
+        const std::byte* src = pages[i].bytes;
+        if (coded()) {
+          encode(src, coded_pages.data() + i * layout_.bytes);
+          src = coded_pages.data() + i * layout_.bytes;
+        }
+        reqs.push_back({pages[i].key, src});
+      }
       const std::size_t room = free_pages(kLastTier);
       if (room < pages.size())
         fail("backing tier {} (tier {}, the last, which keeps every page) is full: cannot store page {}",
@@ -179,6 +231,7 @@ class PageStoreBase {
   }
 
   Core& c_;
+  codec::CodedLayout layout_{};  ///< the cold codec's layout (bytes 0: none)
 };
 
 template <class Core, bool Device = Core::kDeviceFast>
@@ -215,15 +268,30 @@ class PageStore<Core, false> : public PageStoreBase<Core> {
   void write_token(StreamT&, Slot tail, int row, const float* k, const float* v) {
     this->encode_token(c_.tiers.fast().slot_data(tail), row, k, v);
   }
+  /// A page keeping its fast slot as it turns cold takes its decoded values (cold codec only).
+  void cool(Slot s) {
+    if (this->coded()) this->cool_host(c_.tiers.fast().slot_data(s));
+  }
   /// The bytes of a stream's tail page (in slot `tail`), in host memory.
   const std::byte* tail_bytes(const StreamT&, Slot tail) { return c_.tiers.fast().slot_data(tail); }
 
-  /// Reads that land in fast slots: with host slots they land in place.
+  /// Reads that land in fast slots: with host slots they land in place; coded pages land in
+  /// buffers of their own and land() decodes them into their slots.
   struct Staging {
-    void drop() {}
+    std::vector<std::pair<Slot, std::vector<std::byte>>> coded;  ///< (fast slot, the page as read)
+    void drop() { coded.clear(); }
   };
-  std::byte* stage(Staging&, Slot slot) { return c_.tiers.fast().slot_data(slot); }
-  void land(std::span<Staging* const>) {}
+  std::byte* stage(Staging& s, Slot slot) {
+    if (!this->coded()) return c_.tiers.fast().slot_data(slot);
+    s.coded.emplace_back(slot, std::vector<std::byte>(this->stored_bytes()));
+    return s.coded.back().second.data();
+  }
+  void land(std::span<Staging* const> staged) {
+    for (Staging* s : staged) {
+      for (const auto& [slot, bytes] : s->coded) this->decode(bytes.data(), c_.tiers.fast().slot_data(slot));
+      s->drop();
+    }
+  }
 
   /// Where prefill writes a stream's pages [first_page, end_page): straight into their slots.
   class PrefillPages {
@@ -268,6 +336,17 @@ class PageStore<Core, true> : public PageStoreBase<Core> {
     return this->read_backed(e.home, key, scratch);
   }
 
+  /// A page keeping its fast slot as it turns cold takes its decoded values (cold codec only):
+  /// down, coded and decoded on the host, and up again.
+  void cool(Slot s) {
+    if (!this->coded()) return;
+    thread_local std::vector<std::byte> page;
+    page.resize(this->page_bytes());
+    c_.tiers.fast().download(s, page.data());
+    this->cool_host(page.data());
+    c_.tiers.fast().upload(s, 0, page.data(), this->page_bytes());
+  }
+
   /// New tokens are written into the host copy of the tail page, then the page goes up.
   void write_token(StreamT& st, Slot tail, int row, const float* k, const float* v) {
     st.tail_host.resize(this->page_bytes());
@@ -300,11 +379,25 @@ class PageStore<Core, true> : public PageStoreBase<Core> {
     s.pages_.emplace_back(slot, page);
     return c_.bounce.data(page);
   }
-  /// Uploads the staged pages to their slots, in one batch, and frees the staging pages.
+  /// Uploads the staged pages to their slots, in one batch, and frees the staging pages. Coded
+  /// pages are decoded on the host first, each into a staging page of its own.
   void land(std::span<Staging* const> staged) {
     std::vector<tier::SlotUpload> up;
-    for (const Staging* s : staged)
-      for (const auto& [slot, page] : s->pages_) up.push_back({slot, c_.bounce.data(page)});
+    for (Staging* s : staged) {
+      const std::size_t read = s->pages_.size();
+      for (std::size_t i = 0; i < read; ++i) {
+        const auto [slot, page] = s->pages_[i];
+        if (!this->coded()) {
+          up.push_back({slot, c_.bounce.data(page)});
+          continue;
+        }
+        s->pages_.reserve(s->pages_.size() + 1);
+        const Slot decoded = c_.bounce.allocate();
+        s->pages_.emplace_back(-1, decoded);  // freed with the others
+        this->decode(c_.bounce.data(page), c_.bounce.data(decoded));
+        up.push_back({slot, c_.bounce.data(decoded)});
+      }
+    }
     c_.tiers.fast().upload_pages(up);
     for (Staging* s : staged) s->drop();
   }

@@ -130,7 +130,7 @@ class Prefill {
         Head& w = heads[h];
         if (!w.sealed.empty())
           c_.index_pages(*w.st, c_.page_keys_view(w.sealed.front(), static_cast<std::int64_t>(w.sealed.size()), w.keys));
-        c_.slide_local_window(*w.st);
+        c_.slide_local_window(*w.st, [&](Slot s) { store_.cool(s); });
       }
     } catch (const std::exception& e) {
       seq.broken = true;

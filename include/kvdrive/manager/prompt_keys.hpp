@@ -29,23 +29,43 @@ struct LastTierPages {
 };
 
 /// The keys of a stream's first `tokens` tokens as float, [tokens][head_dim], in `keys`. Pages
-/// that left the fast tier are read back (into `scratch`, counted in key_bytes per tier). With
-/// `last`, the pages that live on the last tier are kept there.
+/// that left the fast tier are read back (into `scratch`, page_bytes(); counted in key_bytes per
+/// tier) and decoded where the tiers hold them coded. With `last`, the pages that live on the
+/// last tier are kept there as that tier holds them (coded, with a cold codec).
 template <class Store, class StreamT>
 void read_prompt_keys(Store& store, const Config& cfg, const StreamT& st, const tier::PageKey& base, std::int64_t tokens,
                       std::vector<float>& keys, std::byte* scratch, std::array<std::uint64_t, kMaxTiers>& key_bytes,
                       LastTierPages* last) {
   const int d = cfg.shape.head_dim, pt = cfg.page_tokens;
   keys.assign(static_cast<std::size_t>(tokens) * d, 0.0f);
+  std::vector<std::byte> read(store.stored_bytes());
   for (std::int64_t page = 0; page * pt < tokens; ++page) {
     tier::PageKey key = base;
     key.page = static_cast<std::uint32_t>(page);
     const PageEntry& e = st.pages[static_cast<std::size_t>(page)];
-    const std::byte* bytes = store.host_bytes(e, key, scratch);
-    if (e.slot < 0 && bytes == scratch) key_bytes[e.home] += store.page_bytes(key);
+    const std::byte* bytes = nullptr;   // the page in the KV dtype
+    const std::byte* stored = nullptr;  // the page as its home tier holds it
+    if (e.slot < 0 && e.home != 0) {
+      stored = store.read_stored(e.home, key, read.data());
+      if (stored == read.data()) key_bytes[e.home] += store.stored_bytes();
+      bytes = stored;
+      if (store.coded()) {
+        store.decode(stored, scratch);
+        bytes = scratch;
+      }
+    } else {
+      bytes = store.host_bytes(e, key, scratch);
+      if (last && e.home == Store::kLastTier) {
+        stored = bytes;
+        if (store.coded()) {  // the slot holds the page in the KV dtype: the tier's copy is coded
+          stored = store.read_stored(e.home, key, read.data());
+          if (stored == read.data()) key_bytes[e.home] += store.stored_bytes();
+        }
+      }
+    }
     if (last && e.home == Store::kLastTier) {
       last->pages.push_back(key.page);
-      last->bytes.insert(last->bytes.end(), bytes, bytes + store.page_bytes(key));
+      last->bytes.insert(last->bytes.end(), stored, stored + store.stored_bytes());
     }
     const auto rows = static_cast<std::size_t>(std::min<std::int64_t>(pt, tokens - page * pt));
     store.decode_block(bytes, keys.data() + static_cast<std::size_t>(page) * pt * d, rows * d);

@@ -133,7 +133,7 @@ class Step {
     Plan& p = plans_[i];
     for (std::uint32_t page : p.selected) {
       const PageEntry& e = p.stream->pages[page];
-      const bool in_place = Store::attends_in_place(e.home);
+      const bool in_place = store_.attends_in_place(e.home);
       if (in_place && e.slot < 0) {
         ++p.hits;
         ++p.in_place;
@@ -224,7 +224,7 @@ class Step {
       if (p.seals) seals.push_back({p.key(p.tail_page()), store_.tail_bytes(*p.stream, p.tail_slot())});
     store_.store_sealed(seals, written_, true);
     std::size_t at = 0;
-    const std::size_t pb = store_.page_bytes();
+    const std::size_t pb = store_.stored_bytes();
     for (Plan& p : plans_) {
       if (!p.seals) continue;
       p.seal_home = seals[at++].home;
@@ -315,7 +315,7 @@ class Step {
     u.window = c_.window_of(in_.layer, p.head);
     u.capacity = c_.cache_capacity(u.window, p.ranges);
     const std::size_t evicted = c_.update_cache(st, u, evicted_);
-    c_.slide_local_window(st);
+    c_.slide_local_window(st, [&](Slot s) { store_.cool(s); });
     if (c_.cfg.carry.enabled() && !p.lse.empty())  // the next step's carried pages (focus_carry.hpp)
       carried_pages(c_.cfg.carry, p.selected, p.page_lse.data() + static_cast<std::size_t>(p.ranges.sink_end) * c_.cfg.group(), p.lse, st.carried);
     ++st.steps;
@@ -333,7 +333,7 @@ class Step {
     stats.evictions += evicted;
     stats.attended_pages += p.refs.size();
     for (const auto& r : p.refs) stats.attended_tokens += static_cast<std::uint64_t>(r.tokens);
-    for (std::uint32_t page : p.misses) stats.bytes_read[p.stream->pages[page].home] += store_.page_bytes();
+    for (std::uint32_t page : p.misses) stats.bytes_read[p.stream->pages[page].home] += store_.stored_bytes();
   }
 
   /// The slots a plan holds that no stream took over: its staging slots and its new tail.

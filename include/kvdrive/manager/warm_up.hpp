@@ -136,7 +136,7 @@ class WarmUp {
     std::vector<std::pair<std::uint32_t, float>> chosen;
     for (std::size_t i = 0; i < ranking.pages.size() && chosen.size() < capacity; ++i) {
       const PageEntry& e = w.st->pages[ranking.pages[i]];
-      if (e.home == 0 || Store::attends_in_place(e.home)) continue;  // resident or attended in place
+      if (e.home == 0 || store_.attends_in_place(e.home)) continue;  // resident or attended in place
       chosen.emplace_back(ranking.pages[i], ranking.scores[i]);
     }
     return chosen;
@@ -182,7 +182,7 @@ class WarmUp {
       for (std::size_t i : order) {
         tier::PageKey key = w.base;
         key.page = last_.pages[i];
-        reqs.push_back({key, last_.bytes.data() + i * store_.page_bytes(key)});
+        reqs.push_back({key, last_.bytes.data() + i * store_.stored_bytes()});
       }
       c_.tiers.template get<kLastTier>().write_batch(reqs);
       return reqs.size();
@@ -210,7 +210,7 @@ class WarmUp {
       KVD_EXPECT(at != last_.pages.end() && *at == page, "warm_up: page {} of the last tier was not read", page);
       tier::PageKey key = w.base;
       key.page = page;
-      writes[to].push_back({key, last_.bytes.data() + static_cast<std::size_t>(at - last_.pages.begin()) * store_.page_bytes(key)});
+      writes[to].push_back({key, last_.bytes.data() + static_cast<std::size_t>(at - last_.pages.begin()) * store_.stored_bytes()});
       --left;
     }
     for (std::size_t i = 1; i < kLastTier; ++i) {
@@ -221,7 +221,7 @@ class WarmUp {
 
   /// The streams take their placed homes and their fresh slots; counts what moved. Cannot fail.
   std::size_t take_pages(std::vector<Head>& heads) noexcept {
-    const std::size_t pb = store_.page_bytes();
+    const std::size_t pb = store_.stored_bytes();
     c_.total.packed += packed_;
     c_.total.bytes_written[kLastTier] += packed_ * pb;
     std::size_t warmed = 0;

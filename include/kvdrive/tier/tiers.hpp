@@ -54,6 +54,14 @@ class Tiers {
   void open(const tier::TierGeometry& g) {
     std::apply([&](auto&... t) { (t.open(g), ...); }, tiers_);
   }
+  /// Opens the fast tier with one geometry and the backing tiers with another (pages stored
+  /// coded, Config::cold_codec, are smaller there).
+  void open(const tier::TierGeometry& fast, const tier::TierGeometry& backing) {
+    std::apply([&](auto& f, auto&... t) {
+      f.open(fast);
+      (t.open(backing), ...);
+    }, tiers_);
+  }
 
  private:
   template <class F, std::size_t... I>
