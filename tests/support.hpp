@@ -8,12 +8,22 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace kvdrive::test {
+
+/// Flips bits of one byte of a file (damage for the checksum tests); throws if it cannot.
+inline void flip_byte(const std::string& path, std::uint64_t at, unsigned char mask = 0x10) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  char c = 0;
+  if (!f.seekg(static_cast<std::streamoff>(at)) || !f.read(&c, 1)) throw std::runtime_error("flip_byte: cannot read " + path);
+  c = static_cast<char>(static_cast<unsigned char>(c) ^ mask);
+  if (!f.seekp(static_cast<std::streamoff>(at)) || !f.write(&c, 1)) throw std::runtime_error("flip_byte: cannot write " + path);
+}
 
 /// A fresh directory under the system's temporary directory, removed with everything in it.
 struct TempDir {

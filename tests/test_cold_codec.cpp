@@ -11,7 +11,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <random>
 #include <vector>
 
@@ -268,14 +267,6 @@ TEST_CASE("cold codec: a damaged coded page on the SSD is an error naming the pa
   // Flip a byte inside page 3's coded bytes (a cold page of layer 0, head 0).
   const tier::SsdTier& ssd = kv.tiers().get<1>();
   const std::uint64_t at = ssd.slot_offset(ssd.slot_of(tier::PageKey{ids[0], 0, 0, 3})) + 100;
-  {
-    std::fstream f(p.path, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(static_cast<std::streamoff>(at));
-    char byte = 0;
-    f.read(&byte, 1);
-    byte = static_cast<char>(byte ^ 0x10);
-    f.seekp(static_cast<std::streamoff>(at));
-    f.write(&byte, 1);
-  }
+  flip_byte(p.path, at);
   CHECK_THROWS_WITH_AS(step(kv, w, ids, 0, 0), doctest::Contains("checksum"), Error);
 }

@@ -29,6 +29,7 @@ using namespace kvdrive;
 using tier::PageKey;
 using tier::PrefixStore;
 using tier::RemoteRead;
+using test::flip_byte;
 
 namespace {
 
@@ -89,15 +90,6 @@ std::vector<PrefixDigest> chain_of(std::uint64_t seed, std::size_t n) {
   return c;
 }
 
-void flip_byte(const std::string& path, std::uint64_t at) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(static_cast<std::streamoff>(at));
-  char c = 0;
-  f.read(&c, 1);
-  c = static_cast<char>(c ^ 0x40);
-  f.seekp(static_cast<std::streamoff>(at));
-  f.write(&c, 1);
-}
 
 /// The two-layer synthetic Llama the decoder tests run.
 llama::Model tiny_model(ThreadPool& pool) {

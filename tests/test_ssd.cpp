@@ -38,6 +38,7 @@ using namespace kvdrive::tier;
 
 namespace {
 
+using test::flip_byte;
 using test::TempDir;
 /// SsdTier, or in the test_ssd_mutant_* builds the mutant (ssd_mutants.hpp).
 using Ssd = test::StoreUnderTest<>;
@@ -85,16 +86,6 @@ auto pick(Map& m, std::mt19937_64& rng) {
   auto it = m.begin();
   std::advance(it, static_cast<long>(rng() % m.size()));
   return it;
-}
-
-void flip_byte(const std::string& path, std::uint64_t offset) {
-  const int fd = ::open(path.c_str(), O_RDWR);
-  REQUIRE(fd >= 0);
-  unsigned char c = 0;
-  REQUIRE(::pread(fd, &c, 1, static_cast<off_t>(offset)) == 1);
-  c ^= 0x10;
-  REQUIRE(::pwrite(fd, &c, 1, static_cast<off_t>(offset)) == 1);
-  ::close(fd);
 }
 
 }  // namespace
