@@ -4,7 +4,7 @@ docs/results.md and the PNG plots beside it (docs/results/), each with the comma
 and the machine it ran on. Measurements are made in this run; the published KVDrive figures
 (../shared/reference/PEERS.md) are put beside them where both exist.
 
-    python3 scripts/report.py [--build build] [--out docs] [--gpu-json FILE] [--quick]
+    python3 scripts/report.py [--build build] [--out docs] [--gpu-json FILE] [--cold-codec-json FILE] [--quick]
 
 --quick shrinks every run (for trying the script, not for the results). With --gpu-json (or a
 build-gpu/gpu-check.json from scripts/gpu-check.sh, else docs/results/gpu/gpu-check.json, the last GPU
@@ -30,6 +30,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import report_real_model as real_model  # noqa: E402
+import report_cold_codec as cold_codec  # noqa: E402
 
 
 # ---- running ----------------------------------------------------------------------------------
@@ -244,6 +245,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--longbench-json", default="", help="kvd-longbench --json files, comma-separated (default: run kvd-longbench --quick)")
     ap.add_argument("--fidelity-json", default="", help="a kvd-longbench --fidelity --json file (default: a short fidelity run)")
+    ap.add_argument("--cold-codec-json", default="", help="a scripts/bench-cold-codec.py --json file: the cold-codec section")
     ap.add_argument("--real-trace", default="", help="a kvd-llama --record-trace file of a real model (docs/real-traces.md): index "
                     "quality and hit rate against W on real attention")
     a = ap.parse_args()
@@ -368,6 +370,9 @@ def main():
         real_model.fig_longbench(lb, save, m, figs / "longbench.png")
     if fid:
         real_model.fig_fidelity(fid, save, m, figs / "fidelity.png")
+    cc = json.loads(Path(a.cold_codec_json).read_text()) if a.cold_codec_json else None
+    if cc:
+        cold_codec.fig(cc, save, m, figs / "cold_codec.png")
 
     # ---- results.md ----
     L = []
@@ -414,6 +419,8 @@ def main():
 
     if lb:
         real_model.section(add, cmds, lb, fid, lb_cmd, fid_cmd)
+    if cc:
+        cold_codec.section(add, cmds, cc, f"scripts/bench-cold-codec.py --tokens {cc['tokens']} --steps {cc['steps']} --json cold_codec.json")
 
     add("## Fast-tier cache")
     add("")

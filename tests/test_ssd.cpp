@@ -73,8 +73,8 @@ struct VersionBatch {
   std::vector<WriteRequest> reqs;
 
   template <class KeyOf>
-  VersionBatch(const std::map<std::uint32_t, int>& pages, KeyOf&& key) {
-    for (const auto& [page, version] : pages) bytes.push_back(page_bytes_of(4096, key(page), version));
+  VersionBatch(const std::map<std::uint32_t, int>& pages, KeyOf&& key, std::size_t page_size = 4096) {
+    for (const auto& [page, version] : pages) bytes.push_back(page_bytes_of(page_size, key(page), version));
     std::size_t i = 0;
     for (const auto& [page, version] : pages) reqs.push_back({key(page), bytes[i++].data()});
   }
@@ -98,7 +98,8 @@ TEST_CASE("SsdTier: pages round-trip through both I/O engines, in any batch orde
       Ssd t(params(dir.file("store"), io));
       t.open({page_bytes});
       MESSAGE("SsdTier I/O: " << std::string(t.io_name()) << (t.direct_io() ? std::string(", O_DIRECT") : std::string(", buffered (O_DIRECT refused)")));
-      CHECK(t.slot_bytes() % 4096 == 0);
+      CHECK(t.slot_bytes() == (page_bytes == 4096 ? 4096u : 1008u));  // 1000 bytes: packed, 16-byte slots, 4 to a block
+      CHECK(t.pages_per_block() == (page_bytes == 4096 ? 1u : 4u));
       std::vector<PageKey> keys;
       std::vector<WriteRequest> batch;
       std::vector<std::vector<std::byte>> data;
@@ -179,6 +180,93 @@ TEST_CASE("SsdTier: merged reads go straight into aligned caller buffers (readv)
     reads[5].dst = arena.get() + 13 * 4096;
     CHECK_THROWS_WITH_AS(t.wait(t.submit(reads)), doctest::Contains("checksum mismatch on page"), Error);
   }
+}
+
+TEST_CASE("SsdTier: small pages are packed several to a block; a batch fills fresh blocks in its order; a block holding pages is never written again") {
+  constexpr std::size_t kPage = 1000;  // 1008-byte slots, four to a 4 KiB block
+  const auto key = [](std::uint32_t page) { return PageKey{1, 0, 0, page}; };
+  const auto read_all = [&](Ssd& t, const std::vector<std::uint32_t>& pages) {
+    std::vector<std::vector<std::byte>> out(pages.size(), std::vector<std::byte>(kPage));
+    std::vector<ReadRequest> reads;
+    for (std::size_t i = 0; i < pages.size(); ++i) reads.push_back({key(pages[i]), out[i].data()});
+    t.wait(t.submit(reads));
+    for (std::size_t i = 0; i < pages.size(); ++i) CHECK(out[i] == page_bytes_of(kPage, key(pages[i])));
+  };
+  TempDir dir;
+  Ssd::Params p = params(dir.file("store"));
+  p.capacity_pages = 10;  // three blocks
+  {
+    Ssd t(p);
+    t.open({kPage});
+    REQUIRE(t.slot_bytes() == 1008);
+    REQUIRE(t.pages_per_block() == 4);
+    CHECK(t.free_pages() == 10);
+    // One batch, not in page order: its pages take slots 0..5 in the batch's order (blocks 0 and 1).
+    const std::vector<std::uint32_t> order = {5, 3, 0, 4, 1, 2};
+    std::vector<std::vector<std::byte>> bytes;
+    std::vector<WriteRequest> batch;
+    for (std::uint32_t page : order) bytes.push_back(page_bytes_of(kPage, key(page)));
+    for (std::size_t i = 0; i < order.size(); ++i) batch.push_back({key(order[i]), bytes[i].data()});
+    t.write_batch(batch);
+    for (std::size_t i = 0; i < order.size(); ++i) CHECK(t.slot_of(key(order[i])) == i);
+    CHECK(t.slot_offset(5) == 4096 + 4096 + 1008);  // the header block, block 0, then slot 1 of block 1
+    CHECK(t.free_pages() == 4);                      // block 1 holds pages: its two free slots are not usable
+    // The next write goes to a fresh block, not into block 1's free slots.
+    t.write(key(6), page_bytes_of(kPage, key(6)).data());
+    CHECK(t.slot_of(key(6)) == 8);
+    CHECK(t.free_pages() == 0);
+    CHECK_THROWS_WITH_AS(t.write(key(7), page_bytes_of(kPage, key(7)).data()), doctest::Contains("full"), Error);
+    // The four pages of block 0 come in one read of one block; all seven in one merged read.
+    std::uint64_t ops = t.read_ops(), device = t.device_bytes_read(), logical = t.page_bytes_read();
+    read_all(t, {4, 0, 3, 5});
+    CHECK(t.read_ops() - ops == 1);
+    CHECK(t.device_bytes_read() - device == 4096);
+    CHECK(t.page_bytes_read() - logical == 4 * kPage);
+    ops = t.read_ops(), device = t.device_bytes_read();
+    read_all(t, {0, 1, 2, 3, 4, 5, 6});
+    CHECK(t.read_ops() - ops == 1);
+    CHECK(t.device_bytes_read() - device == 3 * 4096);
+    // A block is free only once no page lives in it: erasing one page of block 0 frees nothing,
+    // erasing block 2's only page frees block 2 (once durable), and the next batch reuses it.
+    t.erase(key(0));
+    t.erase(key(6));
+    CHECK(t.free_pages() == 4);
+    t.sync();
+    t.write(key(7), page_bytes_of(kPage, key(7)).data());
+    CHECK(t.slot_of(key(7)) == 8);
+    // A flipped bit in one packed page is an error naming it; its block's other pages read fine.
+    flip_byte(dir.file("store"), t.slot_offset(t.slot_of(key(3))) + 10);
+    CHECK_THROWS_WITH_AS(read_all(t, {3}), doctest::Contains("checksum mismatch on page (seq 1, layer 0, head 0, page 3)"), Error);
+    read_all(t, {5, 4});
+    flip_byte(dir.file("store"), t.slot_offset(t.slot_of(key(3))) + 10);  // back as it was
+  }
+  // Reopened: the same slots, the same room, the blocks that hold pages still untouched.
+  Ssd t(p);
+  t.open({kPage});
+  CHECK(t.pages_per_block() == 4);
+  CHECK(t.stored_pages() == 6);
+  CHECK(t.slot_of(key(2)) == 5);
+  CHECK(t.free_pages() == 0);
+  read_all(t, {1, 2, 3, 4, 5, 7});
+  t.erase(key(7));
+  t.sync();
+  t.write(key(8), page_bytes_of(kPage, key(8)).data());
+  CHECK(t.slot_of(key(8)) == 8);
+  read_all(t, {1, 2, 3, 4, 5, 8});
+}
+
+TEST_CASE("SsdTier: pack_pages = false keeps a slot of whole blocks per page") {
+  TempDir dir;
+  Ssd::Params p = params(dir.file("store"));
+  p.pack_pages = false;
+  Ssd t(p);
+  t.open({1000});
+  CHECK(t.slot_bytes() == 4096);
+  CHECK(t.pages_per_block() == 1);
+  const PageKey k{1, 0, 0, 0};
+  t.write(k, page_bytes_of(1000, k).data());
+  CHECK(read_one(t, k, 1000) == page_bytes_of(1000, k));
+  CHECK(t.device_bytes_read() == 4096);
 }
 
 TEST_CASE("SsdTier: reads into registered memory are io_uring fixed reads; KvManager registers its fast tier") {
@@ -373,6 +461,21 @@ TEST_CASE("SsdTier: bad stores, flipped bits, short reads and a full store give 
     { std::fstream f(dir.file("store"), std::ios::binary | std::ios::in | std::ios::out); f.write(reinterpret_cast<const char*>(&h), sizeof h); }
     Ssd t(params(dir.file("store")));
     CHECK_THROWS_WITH_AS(t.open({4096}), doctest::Contains("format version 99"), Error);
+  }
+  SUBCASE("a version-1 store (made before packing) still opens and reads") {
+    const PageKey k{1, 0, 0, 0};
+    { Ssd t(params(dir.file("store"))); t.open({4096}); t.write(k, page_bytes_of(4096, k).data()); }
+    for (const std::string& file : {dir.file("store"), dir.file("store.log")}) {
+      ssd_format::Header h;
+      { std::ifstream f(file, std::ios::binary); f.read(reinterpret_cast<char*>(&h), sizeof h); }
+      REQUIRE(h.version == ssd_format::kVersion);
+      h.version = 1;
+      h.checksum = h.compute_checksum();
+      { std::fstream f(file, std::ios::binary | std::ios::in | std::ios::out); f.write(reinterpret_cast<const char*>(&h), sizeof h); }
+    }
+    Ssd t(params(dir.file("store")));
+    t.open({4096});
+    CHECK(read_one(t, k, 4096) == page_bytes_of(4096, k));
   }
   SUBCASE("a flipped bit is a checksum error naming the page, never wrong data") {
     Ssd t(params(dir.file("store")));
@@ -1032,6 +1135,7 @@ struct CrashWorkload {
   std::map<std::uint32_t, int> live;  // the version each live page holds, as the store sees it
   std::vector<std::uint32_t> pending_erases;
   std::uint32_t next_page = 0;
+  std::size_t page_size = 4096;  ///< 1000: packed, four pages to a 4 KiB block
 
   PageKey key(std::uint32_t page) const { return PageKey{seed + 1, page % 3, 0, page}; }
 
@@ -1047,8 +1151,8 @@ struct CrashWorkload {
       try {
         if (dice == 9 && !live.empty()) {  // read a live page back
           const auto it = pick(live, rng);
-          const auto got = read_one(t, key(it->first), 4096);  // an injected read fault throws here
-          CHECK(got == page_bytes_of(4096, key(it->first), it->second));
+          const auto got = read_one(t, key(it->first), page_size);  // an injected read fault throws here
+          CHECK(got == page_bytes_of(page_size, key(it->first), it->second));
           continue;
         }
         if (dice < 6 || live.empty()) {  // a batch of new pages, sometimes with an overwrite
@@ -1061,7 +1165,7 @@ struct CrashWorkload {
             const auto it = pick(live, rng);
             pages[it->first] = it->second + 1;
           }
-          const VersionBatch b(pages, [&](std::uint32_t page) { return key(page); });
+          const VersionBatch b(pages, [&](std::uint32_t page) { return key(page); }, page_size);
           try {
             t.write_batch(b.reqs);
           } catch (...) {
@@ -1110,10 +1214,10 @@ struct CrashWorkload {
       if (t.contains(key(page))) {
         ++present;
         slots.insert(t.slot_of(key(page)));
-        const auto bytes = read_one(t, key(page), 4096);
+        const auto bytes = read_one(t, key(page), page_size);
         got = -2;  // bytes never written to this page
         for (int v : versions)
-          if (v >= 0 && bytes == page_bytes_of(4096, key(page), v)) got = v;
+          if (v >= 0 && bytes == page_bytes_of(page_size, key(page), v)) got = v;
       }
       CHECK_MESSAGE(versions.count(got), "page " << page << " reads back " << (got == -2 ? "bytes never written to it" : std::to_string(got)));
     }
@@ -1130,18 +1234,22 @@ TEST_CASE("SsdTier crash sweep: power lost at every sync point, unsynced writes 
   constexpr int kOps = 24;
   std::uint64_t points = 0, dropped_records = 0, reports = 0;
   test::FaultDisk::Fates fates;
+  std::uint64_t packed_points = 0;
+  for (std::size_t page_size : {std::size_t{4096}, std::size_t{1000}})  // 1000: packed, so a torn block holds only the batch in flight
   for (std::uint64_t seed = 0; seed < static_cast<std::uint64_t>(seeds); ++seed) {
     for (std::uint64_t at = 1;; ++at) {
+      CAPTURE(page_size);
       CAPTURE(seed);
       CAPTURE(at);
       TempDir dir;
       const std::string path = dir.file("store");
       CrashWorkload w{seed, {}, {}, {}, 0};
+      w.page_size = page_size;
       bool finished = false;
       {
         const auto disk = std::make_shared<test::FaultDisk>();
         auto t = test::store_over(params(path), test::FaultFile(disk));
-        t.open({4096});
+        t.open({page_size});
         disk->power_loss_at_sync(at, seed * 1000 + at);
         finished = w.run(t, kOps);
         const auto f = disk->fates();
@@ -1150,17 +1258,18 @@ TEST_CASE("SsdTier crash sweep: power lost at every sync point, unsynced writes 
       }
       if (finished) break;  // the workload has fewer sync points than `at`
       ++points;
+      packed_points += page_size < 2048;
       std::size_t present = 0;
       {
         Ssd t(params(path));
-        t.open({4096});
+        t.open({page_size});
         const ssd::LogEnd r = t.recovery();
         reports += r.dropped_bytes > 0;
         dropped_records += r.dropped_records;
         present = w.check(t);
         // The store goes on: more pages, an erase, a sync, then another reopen.
         const PageKey more{999, 0, 0, static_cast<std::uint32_t>(at)};
-        t.write(more, page_bytes_of(4096, more).data());
+        t.write(more, page_bytes_of(page_size, more).data());
         for (const auto& [page, versions] : w.allowed)
           if (t.contains(w.key(page))) {
             t.erase(w.key(page));
@@ -1171,19 +1280,20 @@ TEST_CASE("SsdTier crash sweep: power lost at every sync point, unsynced writes 
         t.sync();
       }
       Ssd again(params(path));
-      again.open({4096});
+      again.open({page_size});
       const PageKey more{999, 0, 0, static_cast<std::uint32_t>(at)};
       CHECK(again.contains(more));
-      CHECK(read_one(again, more, 4096) == page_bytes_of(4096, more));
+      CHECK(read_one(again, more, page_size) == page_bytes_of(page_size, more));
       CHECK(again.stored_pages() == present + 1);
       CHECK(again.recovery().dropped_bytes == 0);
     }
   }
-  CHECK(points >= static_cast<std::uint64_t>(seeds) * 10);
+  CHECK(points >= static_cast<std::uint64_t>(seeds) * 20);
+  CHECK(packed_points >= static_cast<std::uint64_t>(seeds) * 10);
   CHECK(fates.torn_512 > 0);
   CHECK(fates.torn_4096 > 0);
   CHECK(fates.garbage > 0);
-  MESSAGE("crash sweep: " << points << " crash points (every sync of " << seeds << " workloads of " << kOps
+  MESSAGE("crash sweep: " << points << " crash points (" << packed_points << " of them with 1000-byte pages, packed four to a block; every sync of " << seeds << " workloads of " << kOps
                           << " puts, overwrites, erases and syncs); unsynced writes kept " << fates.kept << ", dropped " << fates.dropped
                           << ", torn at 512 " << fates.torn_512 << ", torn at 4096 " << fates.torn_4096 << ", garbage " << fates.garbage
                           << "; recovery cut a damaged log tail in " << reports << " (" << dropped_records << " intact records after the cut)");

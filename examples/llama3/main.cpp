@@ -110,6 +110,11 @@ void add_attention_options(CLI::App& app, RunOptions& o, std::string& weights) {
   app.add_option("--tune", o.tune, "tiered: on (choose the index's cluster size after prefill, grow the cache windows while the "
                  "reads outlast selection over the first steps, and with elastic the micro-batch size) or off")
       ->check(CLI::IsMember({"on", "off"}));
+  app.add_option_function<std::string>(
+         "--ssd-pack", [&o](const std::string& v) { o.ssd_pack = v == "on"; },
+         "tiered: on (pages of up to half a 4 KiB block packed several to a block: fewer device bytes for pages read together) or off "
+         "(a block per page, the layout before packing)")
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--ssd-path", o.ssd_path, "tiered: the SSD store file (recreated each run, never over a file that is not a kvdrive store; PATH.log and PATH.lock beside it)");
   app.add_option("--budget", o.budget, "sparse budget: fraction of candidate pages, in (0, 1]");
   app.add_option("--carry-share", o.carry.share, "focus carry: the budget's share that pages the last step attended heavily may "
@@ -248,9 +253,9 @@ int main(int argc, char** argv) {
   try {
     ThreadPool pool(o.threads);
     const Model model = load_model(o, weights, pool);
-    KVD_EXPECT(o.mode == "tiered" || (app.count("--fast-bytes") + app.count("--host-bytes") + app.count("--ssd-path") + app.count("--warm-up") +
+    KVD_EXPECT(o.mode == "tiered" || (app.count("--fast-bytes") + app.count("--host-bytes") + app.count("--ssd-path") + app.count("--ssd-pack") + app.count("--warm-up") +
                                       app.count("--pipeline") + app.count("--tune")) == 0,
-               "--fast-bytes, --host-bytes, --ssd-path, --warm-up, --pipeline and --tune apply to --mode tiered");
+               "--fast-bytes, --host-bytes, --ssd-path, --ssd-pack, --warm-up, --pipeline and --tune apply to --mode tiered");
     if (o.device == "cuda") return run_on_cuda(o, model, pool);
     return o.mode == "tiered" ? run_tiered(o, model, pool) : run_in_dram(o, model, pool);
   } catch (const Error& e) {

@@ -82,6 +82,7 @@ struct RunOptions {
   std::string pipeline = "serial";  ///< tiered: serial or elastic
   std::string tune = "on";          ///< tiered: tune cluster size, cache windows and micro-batch
   std::string ssd_path = "kvd-llama.store";
+  bool ssd_pack = true;             ///< tiered: pages of up to 2 KiB packed several to a 4 KiB block of the store
   std::string device = "cpu";       ///< cpu, or cuda (run_cuda.cu)
   // sharing the prompt's prefix: through a Redis server (tier::RedisTier), or a local folder kept
   // across runs (tier::PrefixStore)
@@ -141,8 +142,7 @@ struct TierPlan {
 /// else the page in the KV dtype.
 inline std::size_t host_slot_bytes(const Config& cfg) {
   if (!cfg.cold_codec.coded()) return cfg.page_bytes();
-  const std::size_t coded = codec::CodedLayout::make(cfg.page_tokens, cfg.shape.head_dim, cfg.cold_codec).bytes;
-  return (coded + 63) / 64 * 64;
+  return (cfg.stored_page_bytes() + 63) / 64 * 64;
 }
 
 /// The fast tier's least pages for `sequences` sequences of `context` tokens: per stream sink,
@@ -187,6 +187,7 @@ TierList make_tiers(const RunOptions& o, const TierPlan& p) {
     tier::SsdTier::Params sp;
     sp.path = o.ssd_path;
     sp.mode = tier::SsdOpen::recreate;  // a fresh store per run, under its lock, never over a file that is not a store
+    sp.pack_pages = o.ssd_pack;
     using Fast = typename TierList::template Type<0>;  // HostTier, or cuda::DeviceTier
     Fast fast(typename Fast::Params{p.fast_pages});
     if constexpr (TierList::kCount == 2)
@@ -354,13 +355,34 @@ inline std::vector<int> stop_tokens(const RunOptions& o, const std::optional<Tok
   return stops;
 }
 
-/// Bytes each slower tier served per decoded token: what they served since `before` (prefill's
-/// warm-up reads are kept apart), over `tokens` decoded tokens.
-template <class TierList>
-std::vector<TierReads> tier_reads(const Stats& s, const std::array<std::uint64_t, kMaxTiers>& before, double tokens) {
+/// What the slower tiers had served at a point of the run (the end of prefill: its warm-up
+/// reads are kept apart from decoding's): the manager's bytes per tier, as stored, and the SSD
+/// tier's bytes read from the device.
+struct ReadMark {
+  std::array<std::uint64_t, kMaxTiers> bytes{};
+  std::uint64_t ssd_device_bytes = 0;
+};
+
+template <class TierList, class Manager>
+ReadMark read_mark(const Manager& kv) {
+  ReadMark m;
+  m.bytes = kv.total_stats().bytes_read;
+  if constexpr (TierList::kCount > 1) m.ssd_device_bytes = kv.tiers().template get<TierList::kCount - 1>().device_bytes_read();
+  return m;
+}
+
+/// Bytes each slower tier served per decoded token: what they served since `before`, over
+/// `tokens` decoded tokens.
+template <class TierList, class Manager>
+std::vector<TierReads> tier_reads(const Manager& kv, const ReadMark& before, double tokens) {
+  const ReadMark now = read_mark<TierList>(kv);
+  const auto per_token = [&](std::uint64_t bytes) { return static_cast<double>(bytes) / tokens / 1024; };
   std::vector<TierReads> reads;
-  for (std::size_t i = 1; i < TierList::kCount; ++i)
-    reads.push_back({i + 1 == TierList::kCount ? "ssd" : "host", static_cast<double>(s.bytes_read[i] - before[i]) / tokens / 1024});
+  for (std::size_t i = 1; i < TierList::kCount; ++i) {
+    const bool ssd = i + 1 == TierList::kCount;
+    reads.push_back({ssd ? "ssd" : "host", per_token(now.bytes[i] - before.bytes[i]), std::nullopt});
+    if (ssd) reads.back().device_kib = per_token(now.ssd_device_bytes - before.ssd_device_bytes);
+  }
   return reads;
 }
 
@@ -462,7 +484,7 @@ void print_run_header(const RunOptions& o, const Model& model, const Config& cfg
   const std::string cold =
       cfg.cold_codec.coded()
           ? fmt::format(", cold pages {} ({} of {} bytes)", cfg.cold_codec.name(),
-                        codec::CodedLayout::make(cfg.page_tokens, cfg.shape.head_dim, cfg.cold_codec).bytes, cfg.page_bytes())
+                        cfg.stored_page_bytes(), cfg.page_bytes())
           : std::string();
   fmt::print("attention: {} ({}) on {}, {} KV, {}-token pages{}, sink {}, local {}, {} threads; projections: {}; prompt {} tokens, {} steps\n",
              o.mode, Index::name(), o.device, dtype_name(cfg.dtype), cfg.page_tokens, cold, cfg.sink_tokens, cfg.local_tokens, threads,
@@ -541,7 +563,7 @@ TuningSummary tuning_summary(const RunOptions& o, const TierPlan& plan, const Ma
 
 /// The tiered run's tiers, and what the slower ones served per decoded token.
 template <class TierList, class Manager>
-TierSummary tier_summary(const RunOptions& o, const TierPlan& plan, Manager& kv, const Stats& prefill, std::int64_t decoded) {
+TierSummary tier_summary(const RunOptions& o, const TierPlan& plan, Manager& kv, const ReadMark& prefill, std::int64_t decoded) {
   const Config& cfg = kv.config();
   const double mib = 1 << 20;
   const auto& ssd = kv.tiers().template get<TierList::kCount - 1>();
@@ -556,7 +578,7 @@ TierSummary tier_summary(const RunOptions& o, const TierPlan& plan, Manager& kv,
   ts.ssd_io = std::string(ssd.io_name());
   ts.direct_io = ssd.direct_io();
   ts.ssd_pages = ssd.stored_pages();
-  ts.reads = tier_reads<TierList>(kv.total_stats(), prefill.bytes_read, static_cast<double>(std::max<std::uint64_t>(1, decoded)));
+  ts.reads = tier_reads<TierList>(kv, prefill, static_cast<double>(std::max<std::int64_t>(1, decoded)));
   ts.warm_up = o.warm_up;
   return ts;
 }
@@ -564,7 +586,7 @@ TierSummary tier_summary(const RunOptions& o, const TierPlan& plan, Manager& kv,
 /// The summary of a run: the decoder's times, the manager's totals and the reply.
 template <class Index, class TierList, class Pipeline, class Linear, class Manager, class Dec, class Share>
 RunSummary run_summary(const RunOptions& o, const Model& model, unsigned threads, const TierPlan& plan, Manager& kv, const Dec& decoder,
-                       const Stats& prefill, const Share& share) {
+                       const ReadMark& prefill, const Share& share) {
   RunSummary r;
   r.model = model.source;
   r.mode = o.mode;
@@ -625,7 +647,7 @@ int run(const RunOptions& o, const Model& model, ThreadPool& pool, Backend backe
   // Prefill, then decode.
   Progress prefill_bar("prefill");
   const std::vector<float>& first = decoder.prefill(in.ids, [&](std::int64_t d, std::int64_t t) { prefill_bar.update(d, t); });
-  const Stats prefill = kv.total_stats();  // warm-up reads, kept apart from decoding's
+  const ReadMark prefill = read_mark<TierList>(kv);  // warm-up reads, kept apart from decoding's
   const Decoded out = decode(o, tokenizer, in, decoder, &first);
   if (trace) trace->close();
   if (o.print_ids) print_ids_line(out.generated);

@@ -146,7 +146,7 @@ int run_batch(const RunOptions& o, const Model& model, ThreadPool& pool, Backend
   }
   BatchSummary summary;
   summary.prefill_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  const Stats prefill = kv.total_stats();
+  const ReadMark prefill = read_mark<TierList>(kv);
   const BatchDecoded out = decode_batch(o.steps, stop_tokens(o, tokenizer), batch, first);
 
   // Summary: gathered once, written as JSON and printed as text.
@@ -161,7 +161,7 @@ int run_batch(const RunOptions& o, const Model& model, ThreadPool& pool, Backend
   summary.sequences = batch_sequences(in, out, tokenizer);
   summary.stats = kv.total_stats();
   if constexpr (tiered)
-    summary.reads = tier_reads<TierList>(summary.stats, prefill.bytes_read,
+    summary.reads = tier_reads<TierList>(kv, prefill,
                                          std::max(1.0, static_cast<double>(summary.steps) * static_cast<double>(in.prompts.size())));
   print_batch_sequences(summary);
   write_stats_json(o.stats_json, batch_json(summary));

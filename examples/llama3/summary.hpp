@@ -45,11 +45,23 @@ struct ReplySummary {
   bool correct = false;             ///< the decoded ids hold `expected` (reply_has)
 };
 
-/// Bytes a slower tier served per decoded token (its misses, every layer).
+/// Bytes a slower tier served per decoded token (its misses, every layer): the pages' bytes as
+/// stored (coded with --cold-codec), and for the SSD the bytes read from the device (whole
+/// blocks: several packed pages share one, a lone page takes one).
 struct TierReads {
   std::string tier;  ///< host or ssd
   double kib = 0;
+  std::optional<double> device_kib;  ///< the SSD's
 };
+
+inline nlohmann::json reads_json(const std::vector<TierReads>& reads) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const TierReads& r : reads) {
+    j[r.tier] = {{"kib_per_token", r.kib}};
+    if (r.device_kib) j[r.tier]["device_kib_per_token"] = *r.device_kib;
+  }
+  return j;
+}
 
 /// The tiered run's autotuning: the cluster size, the cache windows and the micro-batch.
 struct TuningSummary {
@@ -140,7 +152,9 @@ inline void write_stats_json(const std::string& path, const nlohmann::json& j) {
 /// "  bytes read per decoded token (misses, every layer): host 0.0 KiB, ssd 0.3 KiB".
 inline void print_tier_reads(const std::vector<TierReads>& reads) {
   std::string per_tier;
-  for (std::size_t i = 0; i < reads.size(); ++i) per_tier += fmt::format("{}{} {:.1f} KiB", i > 0 ? ", " : "", reads[i].tier, reads[i].kib);
+  for (std::size_t i = 0; i < reads.size(); ++i)
+    per_tier += fmt::format("{}{} {:.1f} KiB{}", i > 0 ? ", " : "", reads[i].tier, reads[i].kib,
+                            reads[i].device_kib ? fmt::format(" ({:.1f} KiB from the device)", *reads[i].device_kib) : std::string());
   fmt::print("  bytes read per decoded token (misses, every layer, as stored: coded with --cold-codec): {}\n", per_tier);
 }
 
@@ -210,6 +224,7 @@ inline nlohmann::json run_json(const RunSummary& r) {
                     {"hit_rate", s.hit_rate()},
                     {"index_bytes", r.index_bytes}};
   if (r.remote) j["remote"] = remote_json(*r.remote, t);
+  if (r.tiers) j["tier_reads"] = reads_json(r.tiers->reads);
   add_reply_json(j, r.reply);
   j["ended_at_eos"] = r.ended_at_eos;
   return j;
@@ -325,6 +340,7 @@ inline nlohmann::json batch_json(const BatchSummary& b) {
   }
   j["sequences"] = seqs;
   j["hit_rate"] = b.stats.hit_rate();
+  if (b.reads) j["tier_reads"] = reads_json(*b.reads);
   return j;
 }
 

@@ -326,6 +326,7 @@ class KvManager {
 
   const Config& config() const { return core_.cfg; }
   TierList& tiers() { return core_.tiers; }
+  const TierList& tiers() const { return core_.tiers; }
   const Index& index_policy() const { return core_.index; }
   const Eviction& eviction_policy() const { return core_.eviction; }
   const Pipeline& pipeline_policy() const { return core_.pipeline; }

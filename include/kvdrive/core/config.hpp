@@ -137,6 +137,13 @@ struct Config {
   }
   /// Bytes of one page: its K block followed by its V block.
   std::size_t page_bytes() const { return 2 * block_bytes(); }
+  /// How a cold page is laid out when coded (a layout of 0 bytes without a cold codec); throws
+  /// for a shape the codec cannot code.
+  codec::CodedLayout cold_layout() const {
+    return cold_codec.coded() ? codec::CodedLayout::make(page_tokens, shape.head_dim, cold_codec) : codec::CodedLayout{};
+  }
+  /// Bytes of a cold page on the backing tiers: coded with the cold codec, else page_bytes().
+  std::size_t stored_page_bytes() const { return cold_codec.coded() ? cold_layout().bytes : page_bytes(); }
 
   void validate() const {
     shape.validate();
@@ -147,7 +154,7 @@ struct Config {
     KVD_EXPECT(softmax_scale >= 0.0f && std::isfinite(softmax_scale),
                "Config: softmax_scale is {}, expected >= 0 (0 = 1/sqrt(head_dim))", softmax_scale);
     carry.validate();
-    if (cold_codec.coded()) (void)codec::CodedLayout::make(page_tokens, shape.head_dim, cold_codec);  // throws for a shape it cannot code
+    (void)cold_layout();  // throws for a shape the cold codec cannot code
   }
 };
 

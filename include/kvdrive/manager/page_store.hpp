@@ -48,9 +48,7 @@ class PageStoreBase {
   using TierList = typename Core::TierList;
   static constexpr std::size_t kLastTier = Core::kLastTier;
 
-  explicit PageStoreBase(Core& c) : c_(c) {
-    if (c.cfg.cold_codec.coded()) layout_ = codec::CodedLayout::make(c.cfg.page_tokens, c.cfg.shape.head_dim, c.cfg.cold_codec);
-  }
+  explicit PageStoreBase(Core& c) : c_(c), layout_(c.cfg.cold_layout()) {}
 
   /// Bytes of a page in the KV dtype: in the fast tier, and on the remote tier.
   std::size_t page_bytes(const tier::PageKey& = {}) const { return c_.cfg.page_bytes(); }

@@ -2,9 +2,14 @@
 // through io_uring (or a pread thread pool where io_uring is unavailable), never returning
 // wrong data (DESIGN.md Decision 9; the format is in ssd_format.hpp).
 //
-// - Slots are page_bytes rounded up to the direct-I/O alignment (statx STATX_DIOALIGN, else
-//   4096, or Params::alignment). Each (sequence, layer, head) takes slots an extent at a time,
-//   so a stream's pages sit together, in the order they are written (ssd/slots.hpp).
+// - The data file is blocks of the direct-I/O alignment (statx STATX_DIOALIGN, else 4096, or
+//   Params::alignment). A page of up to half a block is packed, several to a block, each write
+//   batch filling fresh blocks in its order (KvManager writes a stream's prompt pages cluster by
+//   cluster), so pages read together share block reads; a larger page takes a slot of whole
+//   blocks, and each (sequence, layer, head) takes slots an extent at a time (ssd/slots.hpp,
+//   ssd/layout.hpp). A block is written once, whole: committed pages are never rewritten.
+// - device_bytes_read() counts the bytes read from the device, page_bytes_read() the pages'
+//   own bytes: their ratio is what packing and merging cost or save.
 // - A write batch goes: data -> fdatasync -> log records -> fdatasync -> visible. An overwrite
 //   goes to a fresh slot; the old one is reused only after the new record is durable. erase()
 //   is durable at the next write or sync(); its slot is not reused before that.
@@ -71,7 +76,8 @@ struct SsdParams {
   std::size_t alignment = 0;                  ///< 0: statx STATX_DIOALIGN, else 4096
   unsigned queue_depth = 64;                  ///< reads in flight
   std::size_t max_merge_bytes = 256u << 10;   ///< the largest merged read of adjacent slots
-  std::size_t extent_pages = 64;              ///< slots a stream takes at a time
+  std::size_t extent_pages = 64;              ///< slots a stream takes at a time (pages not packed)
+  bool pack_pages = true;                     ///< a new store packs pages of up to half a block several to a block
   IoBackend io = IoBackend::automatic;
   bool direct_io = true;                      ///< O_DIRECT where the file system allows it
 };
@@ -107,7 +113,6 @@ class BasicSsdTier {
     KVD_EXPECT(params_.extent_pages >= 1 && params_.max_merge_bytes >= 1, "SsdTier {}: extent_pages and max_merge_bytes must be >= 1",
                params_.path);
     layout_.page_bytes = g.page_bytes;
-    slots_.configure(params_.capacity_pages, params_.extent_pages);
     try {
       files_.lock(params_.path, read_only());
       if (params_.mode == SsdOpen::recreate) files_.remove_store(params_.path);
@@ -122,6 +127,8 @@ class BasicSsdTier {
         recover();
       else
         create();
+      slots_.configure(params_.capacity_pages, params_.extent_pages, layout_.per_block);
+      slots_.rebuild(map_);
       io_.open(params_.io, params_.queue_depth, 0);
     } catch (...) {  // nothing half-open stays behind, the lock included
       files_.close();
@@ -146,8 +153,7 @@ class BasicSsdTier {
     check_distinct(pages);
     // Erased pages' slots become usable once their records are durable: flush them first when
     // the store needs the room.
-    if (!pending_erases_.empty() && params_.capacity_pages && map_.size() + pending_erases_.size() + pages.size() > params_.capacity_pages)
-      flush_erases();
+    if (!pending_erases_.empty() && params_.capacity_pages && pages.size() > free_now()) flush_erases();
     // Slots first (all or nothing), then data, sync, log, sync.
     const std::vector<std::uint64_t> slots = take_slots(pages);
     std::vector<std::uint64_t> hashes(pages.size());
@@ -236,7 +242,8 @@ class BasicSsdTier {
     std::lock_guard lock(mutex_);
     if (params_.capacity_pages == 0) return std::numeric_limits<std::size_t>::max();
     const std::size_t held = map_.size();  // erased pages' slots are free once write_batch flushes them
-    return held < params_.capacity_pages ? params_.capacity_pages - held : 0;
+    const std::size_t left = held < params_.capacity_pages ? params_.capacity_pages - held : 0;
+    return layout_.packed() ? std::min(left, slots_.free_pages(true)) : left;  // packed: whole blocks only
   }
   /// The slot of a stored page (for layout tests and tools).
   std::uint64_t slot_of(const PageKey& key) const {
@@ -254,6 +261,8 @@ class BasicSsdTier {
   }
   std::uint64_t slot_offset(std::uint64_t slot) const { return layout_.slot_offset(slot); }
   std::size_t slot_bytes() const { return layout_.slot_bytes; }
+  /// Slots in one data block: 1 unpacked, more when small pages are packed.
+  std::size_t pages_per_block() const { return layout_.per_block; }
   std::size_t alignment() const { return layout_.align; }
   bool direct_io() const { return files_.direct(); }
   std::string_view io_name() const { return io_.name(); }
@@ -266,6 +275,15 @@ class BasicSsdTier {
   std::uint64_t read_ops() const {
     std::lock_guard lock(mutex_);
     return read_ops_;
+  }
+  /// Bytes read from the device (whole blocks, merged runs) and the bytes of the pages read.
+  std::uint64_t device_bytes_read() const {
+    std::lock_guard lock(mutex_);
+    return device_bytes_;
+  }
+  std::uint64_t page_bytes_read() const {
+    std::lock_guard lock(mutex_);
+    return page_bytes_;
   }
   /// Registers host memory that reads will land in (the fast tier's page pool: KvManager does
   /// it for each new block) with io_uring, once; single-page reads into it are then fixed reads.
@@ -330,36 +348,51 @@ class BasicSsdTier {
     KVD_EXPECT(twice == keys.end(), "SsdTier {}: page {} twice in one write batch", params_.path, *twice);
   }
 
-  /// A slot for every page, or none (the store is full: throws naming the page).
-  std::vector<std::uint64_t> take_slots(std::span<const WriteRequest> pages) {
-    std::vector<std::uint64_t> slots;
-    try {
-      for (const WriteRequest& r : pages) {
-        const std::optional<std::uint64_t> s = slots_.take(r.key);
-        if (!s) fail("SsdTier {}: full ({} pages); page {} does not fit", params_.path, params_.capacity_pages, r.key);
-        slots.push_back(*s);
-      }
-    } catch (...) {
-      slots_.free(slots);
-      throw;
-    }
-    return slots;
+  /// Packed: pages that fit in the blocks free now (deferred erases not flushed).
+  std::size_t free_now() const {
+    const std::size_t left = params_.capacity_pages - std::min(params_.capacity_pages, map_.size() + pending_erases_.size());
+    return layout_.packed() ? std::min(left, slots_.free_pages(false)) : left;
   }
 
-  /// Writes the pages into their slots, each run of adjacent slots as one write.
+  /// A slot for every page, in the batch's order (packed: filling fresh blocks), or none (the
+  /// store is full: throws naming the first page that does not fit).
+  std::vector<std::uint64_t> take_slots(std::span<const WriteRequest> pages) {
+    std::vector<PageKey> keys;
+    keys.reserve(pages.size());
+    for (const WriteRequest& r : pages) keys.push_back(r.key);
+    std::optional<std::vector<std::uint64_t>> slots = slots_.take(keys);
+    if (!slots) {
+      const std::size_t room = std::min(free_now(), pages.size() - 1);
+      fail("SsdTier {}: full ({} pages); page {} does not fit", params_.path, params_.capacity_pages, pages[room].key);
+    }
+    return std::move(*slots);
+  }
+
+  /// Writes the pages into their slots, each run of adjacent blocks as one write of whole
+  /// blocks (the blocks are fresh: slots a batch leaves unused are zeros).
   void write_data(std::span<const WriteRequest> pages, const std::vector<std::uint64_t>& slots) {
     std::vector<std::size_t> order(pages.size());
     for (std::size_t i = 0; i < pages.size(); ++i) order[i] = i;
     std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return slots[a] < slots[b]; });
-    const std::size_t slot_bytes = layout_.slot_bytes;
+    const ssd::Layout& l = layout_;
+    const std::size_t bb = l.block_bytes();
     for (std::size_t i = 0; i < order.size();) {
+      const std::uint64_t first = l.block_of(slots[order[i]]);
+      std::uint64_t last = first;
       std::size_t j = i + 1;
-      while (j < order.size() && slots[order[j]] == slots[order[j - 1]] + 1 && (j - i + 1) * slot_bytes <= params_.max_merge_bytes) ++j;
-      const std::size_t len = (j - i) * slot_bytes;
-      std::byte* buf = bounce_.get(len, layout_.align);
+      for (; j < order.size(); ++j) {
+        const std::uint64_t next = l.block_of(slots[order[j]]);
+        if (next != last && (next != last + 1 || (next - first + 1) * bb > params_.max_merge_bytes)) break;
+        last = next;
+      }
+      const std::size_t len = static_cast<std::size_t>(last - first + 1) * bb;
+      std::byte* buf = bounce_.get(len, l.align);
       std::memset(buf, 0, len);
-      for (std::size_t k = i; k < j; ++k) std::memcpy(buf + (k - i) * slot_bytes, pages[order[k]].src, layout_.page_bytes);
-      files_.write_all(files_.data(), buf, len, layout_.slot_offset(slots[order[i]]), params_.path, pages[order[i]].key);
+      for (std::size_t k = i; k < j; ++k) {
+        const std::uint64_t s = slots[order[k]];
+        std::memcpy(buf + (l.block_of(s) - first) * bb + l.offset_in_block(s), pages[order[k]].src, l.page_bytes);
+      }
+      files_.write_all(files_.data(), buf, len, l.block_offset(first), params_.path, pages[order[i]].key);
       i = j;
     }
   }
@@ -393,6 +426,8 @@ class BasicSsdTier {
     scattered_ops_ += b.scatter ? b.ops.size() : 0;
     ++read_batches_;
     read_ops_ += b.ops.size();
+    device_bytes_ += ssd::device_bytes(b);
+    page_bytes_ += b.want.size() * layout_.page_bytes;
   }
 
   /// A store whose making was cut short (killed between making the files and syncing the log's
@@ -409,7 +444,7 @@ class BasicSsdTier {
 
   /// A new store: both headers, then the directory entries.
   void create() {
-    layout_.slot_bytes = ssd::round_up(layout_.page_bytes, layout_.align);
+    layout_.set_slot_bytes(ssd::Layout::slot_size(layout_.page_bytes, layout_.align, params_.pack_pages));
     files_.write_header(files_.data(), ssd_format::kDataMagic, layout_, params_.path);
     files_.write_header(files_.log(), ssd_format::kLogMagic, layout_, log_name());
     log_end_ = layout_.align;
@@ -426,7 +461,6 @@ class BasicSsdTier {
     next_sequence_ = end.next_sequence;
     if (!read_only())  // a read-only open leaves the log as it is
       KVD_EXPECT(files_.cut(files_.log(), log_end_), "{}.log: cannot cut the log after recovery: {}", params_.path, std::strerror(errno));
-    slots_.rebuild(map_);
   }
 
   void read_headers() {
@@ -437,9 +471,9 @@ class BasicSsdTier {
     layout_.align = dh.alignment;
     const ssd_format::Header lh = files_.read_header(files_.log(), ssd_format::kLogMagic, layout_.align, layout_.page_bytes, log_name());
     KVD_EXPECT(lh.slot_bytes == dh.slot_bytes && lh.alignment == dh.alignment, "{}: data and log headers disagree", params_.path);
-    layout_.slot_bytes = dh.slot_bytes;
-    KVD_EXPECT(layout_.slot_bytes >= layout_.page_bytes && layout_.slot_bytes % dh.alignment == 0, "{}: bad slot size {}", params_.path,
-               layout_.slot_bytes);
+    KVD_EXPECT(layout_.valid_slot_bytes(dh.slot_bytes) && (dh.version >= 2 || dh.slot_bytes % dh.alignment == 0),
+               "{}: bad slot size {}", params_.path, dh.slot_bytes);
+    layout_.set_slot_bytes(dh.slot_bytes);
   }
 
   void apply(const ssd_format::LogRecord& rec) {
@@ -495,7 +529,7 @@ class BasicSsdTier {
   std::map<ReadTicket, ssd::ReadBatch> batches_;  ///< submitted, not yet waited for (their reads may be in flight)
   ReadTicket tickets_ = 0;
   ssd::AlignedBuffer bounce_;  ///< the write path's
-  std::uint64_t read_batches_ = 0, read_ops_ = 0, scattered_ops_ = 0;
+  std::uint64_t read_batches_ = 0, read_ops_ = 0, scattered_ops_ = 0, device_bytes_ = 0, page_bytes_ = 0;
   bool dead_ = false;  ///< a failed write could not be rolled back: every call fails
   /// Last: gone first, its reads in flight drained, before the batches' buffers and the files.
   BasicIoEngine<File> io_;

@@ -1,6 +1,10 @@
 // The on-disk format of SsdTier (Decision 9). Two files:
-//   PATH      the data file: one header block, then page slots of slot_bytes (page_bytes
-//             rounded up to the direct-I/O alignment); slot i at alignment + i x slot_bytes.
+//   PATH      the data file: one header block, then the data blocks. A page of more than half
+//             the alignment takes a slot of its own (page_bytes rounded up to the alignment;
+//             slot i at alignment + i x slot_bytes). Smaller pages are packed (version 2):
+//             slot_bytes is page_bytes rounded up to 16 and below the alignment, and each block
+//             of `alignment` bytes holds alignment / slot_bytes slots; slot i lies in block
+//             i / per_block at (i % per_block) x slot_bytes. A block is written once, whole.
 //   PATH.log  the metadata log: one header block, then record blocks. Each append writes fresh
 //             aligned blocks (a committed block is never rewritten), holding LogRecords: a
 //             sequence number (1, 2, ... with no gap), what happened (put or erase), the page's
@@ -20,7 +24,8 @@ namespace kvdrive::tier::ssd_format {
 
 inline constexpr char kDataMagic[8] = {'K', 'V', 'D', 'S', 'S', 'D', 'D', '1'};
 inline constexpr char kLogMagic[8] = {'K', 'V', 'D', 'S', 'S', 'D', 'L', '1'};
-inline constexpr std::uint32_t kVersion = 1;
+inline constexpr std::uint32_t kVersion = 2;        ///< what this build writes
+inline constexpr std::uint32_t kOldestVersion = 1;  ///< version 1: slots only, never packed
 
 /// The first block of both files.
 struct Header {

@@ -183,7 +183,8 @@ class StoreFiles {
     std::memcpy(&h, buf, sizeof h);
     KVD_EXPECT(std::memcmp(h.magic, magic, 8) == 0 && h.checksum == h.compute_checksum(), "{} is not a kvdrive store (bad header)",
                name);
-    KVD_EXPECT(h.version == ssd_format::kVersion, "{}: store format version {}, this build reads version {}", name, h.version,
+    KVD_EXPECT(h.version >= ssd_format::kOldestVersion && h.version <= ssd_format::kVersion,
+               "{}: store format version {}, this build reads versions {} to {}", name, h.version, ssd_format::kOldestVersion,
                ssd_format::kVersion);
     KVD_EXPECT(h.page_bytes == page_bytes, "{}: a store of {}-byte pages, opened for {}-byte pages (another model shape or page size)",
                name, h.page_bytes, page_bytes);
