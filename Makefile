@@ -13,6 +13,8 @@
 #                    LONGBENCH_JSON= and FIDELITY_JSON= take full kvd-longbench runs (default:
 #                    short runs of it on SmolLM2, where the model is cached); REAL_TRACE=a
 #                    kvd-llama --record-trace file adds index and cache tables on real attention
+#                    COLD_CODEC_JSON= a scripts/bench-cold-codec.py --json file adds the
+#                    cold-codec section
 JOBS ?= $(shell nproc)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
@@ -87,7 +89,7 @@ report:
 	$(CMAKE) --build $(BUILD) -j $(JOBS) --target kvd-eval bench_tier bench_pipeline kvd-llama kvd-longbench
 	$(PYTHON) scripts/report.py --build $(BUILD) $(if $(GPU_JSON),--gpu-json $(GPU_JSON)) \
 	  $(if $(LONGBENCH_JSON),--longbench-json $(LONGBENCH_JSON)) $(if $(FIDELITY_JSON),--fidelity-json $(FIDELITY_JSON)) \
-	  $(if $(REAL_TRACE),--real-trace $(REAL_TRACE))
+	  $(if $(REAL_TRACE),--real-trace $(REAL_TRACE)) $(if $(COLD_CODEC_JSON),--cold-codec-json $(COLD_CODEC_JSON))
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)

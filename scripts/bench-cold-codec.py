@@ -14,8 +14,8 @@ cold pages in the KV dtype, INT8 and INT4. Three parts, side by side in one run:
             tokens/s and their ratio (the goal: DRAM + SSD within 1.2x of DRAM only).
   capacity  a fixed DRAM budget (--fast-bytes for the cache + --host-bytes for a DRAM tier): the
             longest context whose pages all fit in DRAM, per codec (from the bytes a page takes
-            there), and one run per codec at the INT4 context: how many bytes each then reads
-            from the SSD per token.
+            there), and one run per codec at --capacity-fill of INT4's longest context: how many
+            bytes each then reads from the SSD per token.
 
 Writes --json (for scripts/report_cold_codec.py: docs/results.md's section and plot).
 
@@ -62,6 +62,10 @@ def ssd_reads(j):
     return r.get("kib_per_token", 0.0), r.get("device_kib_per_token", 0.0)
 
 
+def ssd_ios(j):
+    return j.get("tier_reads", {}).get("ssd", {}).get("device_reads_per_token", 0.0)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
@@ -72,6 +76,7 @@ def main():
     ap.add_argument("--miss-fast-bytes", default=str(16 << 20), help="bytes: the DRAM cache, with no room for a lookahead window")
     ap.add_argument("--fast-bytes", default=str(48 << 20), help="speed and capacity: the DRAM cache (a lookahead window)")
     ap.add_argument("--host-bytes", default=str(48 << 20), help="capacity: the DRAM tier below the cache")
+    ap.add_argument("--capacity-fill", type=float, default=0.9, help="capacity: the runs' context, as a share of INT4's longest")
     ap.add_argument("--parts", default="bytes,speed,capacity")
     ap.add_argument("--json", default="")
     a = ap.parse_args()
@@ -84,14 +89,14 @@ def main():
 
     def base(tokens):
         return ["--model", "smollm2", "--needle", str(tokens), "--needle-depth", "0.5", "--needle-seed", "1", "--steps", str(a.steps),
-                "--ignore-eos", "--threads", str(a.threads), "--budget", a.budget, "--tune", "off"]
+                "--ignore-eos", "--threads", str(a.threads), "--budget", a.budget]
 
     def dram(codec, tokens=a.tokens):
         j = res["speed"].get(codec, {}).get("dram") if tokens == a.tokens else None
         return j or run(kvd, [*base(tokens), "--mode", "sparse", "--cold-codec", codec], os.path.join(work, f"{codec}-dram.json"))
 
     def tiered(codec, fast, name, extra=(), tokens=a.tokens):
-        return run(kvd, [*base(tokens), "--mode", "tiered", "--fast-bytes", fast, "--ssd-path", store, "--cold-codec", codec, *extra],
+        return run(kvd, [*base(tokens), "--mode", "tiered", "--tune", "off", "--fast-bytes", fast, "--ssd-path", store, "--cold-codec", codec, *extra],
                    os.path.join(work, f"{codec}-{name}.json"))
 
     try:
@@ -106,7 +111,7 @@ def main():
                 res["bytes"][name] = j
                 logical, device = ssd_reads(j)
                 print(f"{name:14s} misses   decode {j['decode_tokens_per_s']:6.2f} tokens/s  ssd {logical:7.1f} KiB/token as stored, "
-                      f"{device:7.1f} KiB/token from the device  hit rate {j['attention']['hit_rate']:.3f}", flush=True)
+                      f"{device:7.1f} KiB/token from the device in {ssd_ios(j):.0f} reads  hit rate {j['attention']['hit_rate']:.3f}", flush=True)
         if "speed" in parts:
             for codec in CODECS:
                 j = tiered(codec, a.fast_bytes, "cache")
@@ -118,7 +123,8 @@ def main():
             dram_bytes = int(a.fast_bytes) + int(a.host_bytes)
             per_token = {c: LAYERS * KV_HEADS * HOST_SLOT[c] / PAGE_TOKENS for c in CODECS}
             longest = {c: int(int(a.host_bytes) // per_token[c]) for c in CODECS}
-            ctx = min(longest["int4"], 8100)  # SmolLM2's context is 8K
+            # A little under INT4's longest: placement shares a tier's room out by stream, layer by layer.
+            ctx = min(int(a.capacity_fill * longest["int4"]), 8100)  # SmolLM2's context is 8K
             res["capacity"] = {"dram_bytes": dram_bytes, "fast_bytes": int(a.fast_bytes), "host_bytes": int(a.host_bytes),
                                "host_bytes_per_token": per_token, "longest_context": longest, "context": ctx, "runs": {}}
             for codec in CODECS:
@@ -144,7 +150,8 @@ def main():
             same = j["ids"] != "" and j["ids"] == res["speed"][codec]["dram"]["ids"]
             ok &= same
             print(f"{name:14s} SSD per token: {logical:7.1f} KiB as stored ({logical / none_l:.3f}x of none), {device:7.1f} KiB from the device "
-                  f"({device / none_d:.3f}x of none; {device / logical:.2f} device bytes per stored byte); ids as DRAM only: "
+                  f"({device / none_d:.3f}x of none; {device / logical:.2f} device bytes per stored byte), {ssd_ios(j):.0f} reads "
+                  f"({ssd_ios(j) / ssd_ios(res['bytes']['none']):.3f}x); ids as DRAM only: "
                   f"{'yes' if same else 'NO'}")
     if res["speed"] and all("tiered" in v for v in res["speed"].values()):
         for codec in CODECS:

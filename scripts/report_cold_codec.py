@@ -23,6 +23,10 @@ def _ssd(j):
     return r.get("kib_per_token", 0.0), r.get("device_kib_per_token", 0.0)
 
 
+def _ios(j):
+    return j.get("tier_reads", {}).get("ssd", {}).get("device_reads_per_token", 0.0)
+
+
 def fig(res, save, m, path):
     """Three panels: SSD KiB/token (stored, device), decode tokens/s, longest context in DRAM."""
     f, ax = plt.subplots(1, 3, figsize=(14, 4.2))
@@ -68,8 +72,8 @@ def section(add, cmds, res, cmd_line):
         nl, nd = _ssd(b["none"])
         add(f"SSD reads with a small DRAM cache (no room for a lookahead window: most selected pages are misses), {res['tokens']} tokens:")
         add("")
-        add("| cold pages | SSD KiB/token as stored | of the KV dtype | SSD KiB/token from the device | of the KV dtype | device bytes per stored byte | hit rate | ids as DRAM only |")
-        add("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        add("| cold pages | SSD KiB/token as stored | of the KV dtype | SSD KiB/token from the device | of the KV dtype | device bytes per stored byte | SSD reads/token | of the KV dtype | ids as DRAM only |")
+        add("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for name in ("none-unpacked", "none", "int8", "int4"):
             if name not in b:
                 continue
@@ -79,8 +83,8 @@ def section(add, cmds, res, cmd_line):
             same = j["ids"] != "" and j["ids"] == res["speed"][codec]["dram"]["ids"]
             label = "KV dtype, one page per 4 KiB block (before packing)" if name == "none-unpacked" else (
                 "KV dtype (f16), packed" if name == "none" else f"{name}, packed")
-            add(f"| {label} | {lo:.1f} | {lo / nl:.3f}x | {de:.1f} | {de / nd:.3f}x | {de / lo:.2f} | {j['attention']['hit_rate']:.3f} | "
-                f"{'yes' if same else 'NO'} |")
+            add(f"| {label} | {lo:.1f} | {lo / nl:.3f}x | {de:.1f} | {de / nd:.3f}x | {de / lo:.2f} | {_ios(j):.0f} | "
+                f"{_ios(j) / _ios(b['none']):.3f}x | {'yes' if same else 'NO'} |")
         add("")
     s = res["speed"]
     if s and all("tiered" in v for v in s.values()):

@@ -477,6 +477,21 @@ TEST_CASE("SsdTier: bad stores, flipped bits, short reads and a full store give 
     t.open({4096});
     CHECK(read_one(t, k, 4096) == page_bytes_of(4096, k));
   }
+  SUBCASE("a slot size this page size cannot have") {
+    { Ssd t(params(dir.file("store"))); t.open({1000}); }
+    for (const std::uint64_t bad : {std::uint64_t{1000}, std::uint64_t{992}, std::uint64_t{3008}}) {  // not a multiple of 16, under the page, over half a block
+      CAPTURE(bad);
+      for (const std::string& file : {dir.file("store"), dir.file("store.log")}) {
+        ssd_format::Header h;
+        { std::ifstream f(file, std::ios::binary); f.read(reinterpret_cast<char*>(&h), sizeof h); }
+        h.slot_bytes = bad;
+        h.checksum = h.compute_checksum();
+        { std::fstream f(file, std::ios::binary | std::ios::in | std::ios::out); f.write(reinterpret_cast<const char*>(&h), sizeof h); }
+      }
+      Ssd t(params(dir.file("store")));
+      CHECK_THROWS_WITH_AS(t.open({1000}), doctest::Contains("bad slot size"), Error);
+    }
+  }
   SUBCASE("a flipped bit is a checksum error naming the page, never wrong data") {
     Ssd t(params(dir.file("store")));
     t.open({4096});

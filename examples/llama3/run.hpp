@@ -360,14 +360,18 @@ inline std::vector<int> stop_tokens(const RunOptions& o, const std::optional<Tok
 /// tier's bytes read from the device.
 struct ReadMark {
   std::array<std::uint64_t, kMaxTiers> bytes{};
-  std::uint64_t ssd_device_bytes = 0;
+  std::uint64_t ssd_device_bytes = 0, ssd_reads = 0;  ///< bytes read from the device, and the reads (merged runs of blocks)
 };
 
 template <class TierList, class Manager>
 ReadMark read_mark(const Manager& kv) {
   ReadMark m;
   m.bytes = kv.total_stats().bytes_read;
-  if constexpr (TierList::kCount > 1) m.ssd_device_bytes = kv.tiers().template get<TierList::kCount - 1>().device_bytes_read();
+  if constexpr (TierList::kCount > 1) {
+    const auto& ssd = kv.tiers().template get<TierList::kCount - 1>();
+    m.ssd_device_bytes = ssd.device_bytes_read();
+    m.ssd_reads = ssd.read_ops();
+  }
   return m;
 }
 
@@ -380,8 +384,11 @@ std::vector<TierReads> tier_reads(const Manager& kv, const ReadMark& before, dou
   std::vector<TierReads> reads;
   for (std::size_t i = 1; i < TierList::kCount; ++i) {
     const bool ssd = i + 1 == TierList::kCount;
-    reads.push_back({ssd ? "ssd" : "host", per_token(now.bytes[i] - before.bytes[i]), std::nullopt});
-    if (ssd) reads.back().device_kib = per_token(now.ssd_device_bytes - before.ssd_device_bytes);
+    reads.push_back({ssd ? "ssd" : "host", per_token(now.bytes[i] - before.bytes[i]), std::nullopt, std::nullopt});
+    if (ssd) {
+      reads.back().device_kib = per_token(now.ssd_device_bytes - before.ssd_device_bytes);
+      reads.back().device_reads = static_cast<double>(now.ssd_reads - before.ssd_reads) / tokens;
+    }
   }
   return reads;
 }

@@ -51,7 +51,8 @@ struct ReplySummary {
 struct TierReads {
   std::string tier;  ///< host or ssd
   double kib = 0;
-  std::optional<double> device_kib;  ///< the SSD's
+  std::optional<double> device_kib;    ///< the SSD's
+  std::optional<double> device_reads;  ///< the SSD's reads (I/Os, adjacent blocks merged)
 };
 
 inline nlohmann::json reads_json(const std::vector<TierReads>& reads) {
@@ -59,6 +60,7 @@ inline nlohmann::json reads_json(const std::vector<TierReads>& reads) {
   for (const TierReads& r : reads) {
     j[r.tier] = {{"kib_per_token", r.kib}};
     if (r.device_kib) j[r.tier]["device_kib_per_token"] = *r.device_kib;
+    if (r.device_reads) j[r.tier]["device_reads_per_token"] = *r.device_reads;
   }
   return j;
 }
@@ -154,7 +156,9 @@ inline void print_tier_reads(const std::vector<TierReads>& reads) {
   std::string per_tier;
   for (std::size_t i = 0; i < reads.size(); ++i)
     per_tier += fmt::format("{}{} {:.1f} KiB{}", i > 0 ? ", " : "", reads[i].tier, reads[i].kib,
-                            reads[i].device_kib ? fmt::format(" ({:.1f} KiB from the device)", *reads[i].device_kib) : std::string());
+                            reads[i].device_kib ? fmt::format(" ({:.1f} KiB from the device in {:.0f} reads)", *reads[i].device_kib,
+                                                              reads[i].device_reads.value_or(0))
+                                                : std::string());
   fmt::print("  bytes read per decoded token (misses, every layer, as stored: coded with --cold-codec): {}\n", per_tier);
 }
 

@@ -2,8 +2,8 @@
 // through io_uring (or a pread thread pool where io_uring is unavailable), never returning
 // wrong data (DESIGN.md Decision 9; the format is in ssd_format.hpp).
 //
-// - The data file is blocks of the direct-I/O alignment (statx STATX_DIOALIGN, else 4096, or
-//   Params::alignment). A page of up to half a block is packed, several to a block, each write
+// - The data file is blocks of 4 KiB, flash's unit of reads (or the direct-I/O alignment,
+//   statx STATX_DIOALIGN, where larger; or Params::alignment). A page of up to half a block is packed, several to a block, each write
 //   batch filling fresh blocks in its order (KvManager writes a stream's prompt pages cluster by
 //   cluster), so pages read together share block reads; a larger page takes a slot of whole
 //   blocks, and each (sequence, layer, head) takes slots an extent at a time (ssd/slots.hpp,
@@ -73,7 +73,7 @@ struct SsdParams {
   SsdOpen mode = SsdOpen::open_or_create;
   bool delete_on_close = false;               ///< a scratch store: its data file and log go when the tier does
   std::size_t capacity_pages = 0;             ///< 0: grows until the disk is full
-  std::size_t alignment = 0;                  ///< 0: statx STATX_DIOALIGN, else 4096
+  std::size_t alignment = 0;                  ///< blocks of a new store; 0: 4096, or the device's direct-I/O alignment (statx STATX_DIOALIGN) if larger
   unsigned queue_depth = 64;                  ///< reads in flight
   std::size_t max_merge_bytes = 256u << 10;   ///< the largest merged read of adjacent slots
   std::size_t extent_pages = 64;              ///< slots a stream takes at a time (pages not packed)
@@ -442,8 +442,10 @@ class BasicSsdTier {
     return true;
   }
 
-  /// A new store: both headers, then the directory entries.
+  /// A new store: both headers, then the directory entries. Its blocks are at least 4 KiB,
+  /// flash's unit of reads, even where direct I/O allows less (Params::alignment sets them).
   void create() {
+    if (params_.alignment == 0) layout_.align = std::max(layout_.align, ssd::Layout::kMinBlockBytes);
     layout_.set_slot_bytes(ssd::Layout::slot_size(layout_.page_bytes, layout_.align, params_.pack_pages));
     files_.write_header(files_.data(), ssd_format::kDataMagic, layout_, params_.path);
     files_.write_header(files_.log(), ssd_format::kLogMagic, layout_, log_name());

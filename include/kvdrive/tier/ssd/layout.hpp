@@ -22,6 +22,7 @@ inline std::size_t round_up(std::size_t x, std::size_t a) { return (x + a - 1) /
 /// alignment, which is also the size of a header block and of a log block.
 struct Layout {
   static constexpr std::size_t kPackedSlotGrain = 16;
+  static constexpr std::size_t kMinBlockBytes = 4096;  ///< a new store's blocks, unless Params::alignment says otherwise
 
   std::size_t page_bytes = 0, slot_bytes = 0, align = 4096;
   std::size_t per_block = 1;  ///< slots in one data block (1: unpacked)
