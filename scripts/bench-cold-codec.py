@@ -12,10 +12,10 @@ cold pages in the KV dtype, INT8 and INT4. Three parts, side by side in one run:
             same ids: the script checks it.
   speed     DRAM only against a DRAM cache of --fast-bytes with a lookahead window + SSD: decode
             tokens/s and their ratio (the goal: DRAM + SSD within 1.2x of DRAM only).
-  capacity  a fixed DRAM budget (--fast-bytes for the cache + --host-bytes for a DRAM tier): the
-            longest context whose pages all fit in DRAM, per codec (from the bytes a page takes
-            there), and one run per codec at --capacity-fill of INT4's longest context: how many
-            bytes each then reads from the SSD per token.
+  capacity  a fixed DRAM budget for pages (--host-bytes, a DRAM tier below the cache): one run
+            per codec at --tokens, where none of them fits, and the pages the tier then holds
+            (its own count), as tokens of context (pages x page tokens / (layers x KV heads)):
+            the longest context whose pages that DRAM holds.
 
 Writes --json (for scripts/report_cold_codec.py: docs/results.md's section and plot).
 
@@ -50,6 +50,9 @@ def run(kvd, args, stats):
         j = json.load(f)
     m = IDS.search(out.stdout)
     j["ids"] = m.group(1).strip() if m else ""  # the summary's first 32 ids
+    m = re.search(r"host [\d.]+ MiB \((\d+) pages stored\)", out.stdout)
+    if m:
+        j["host_pages"] = int(m.group(1))
     m = re.search(r"cold pages \S+ \((\d+) of (\d+) bytes\)", out.stdout)
     if m:
         j["stored_page_bytes"] = int(m.group(1))
@@ -76,7 +79,6 @@ def main():
     ap.add_argument("--miss-fast-bytes", default=str(16 << 20), help="bytes: the DRAM cache, with no room for a lookahead window")
     ap.add_argument("--fast-bytes", default=str(48 << 20), help="speed and capacity: the DRAM cache (a lookahead window)")
     ap.add_argument("--host-bytes", default=str(48 << 20), help="capacity: the DRAM tier below the cache")
-    ap.add_argument("--capacity-fill", type=float, default=0.9, help="capacity: the runs' context, as a share of INT4's longest")
     ap.add_argument("--parts", default="bytes,speed,capacity")
     ap.add_argument("--json", default="")
     a = ap.parse_args()
@@ -122,17 +124,17 @@ def main():
         if "capacity" in parts:
             dram_bytes = int(a.fast_bytes) + int(a.host_bytes)
             per_token = {c: LAYERS * KV_HEADS * HOST_SLOT[c] / PAGE_TOKENS for c in CODECS}
-            longest = {c: int(int(a.host_bytes) // per_token[c]) for c in CODECS}
-            # A little under INT4's longest: placement shares a tier's room out by stream, layer by layer.
-            ctx = min(int(a.capacity_fill * longest["int4"]), 8100)  # SmolLM2's context is 8K
             res["capacity"] = {"dram_bytes": dram_bytes, "fast_bytes": int(a.fast_bytes), "host_bytes": int(a.host_bytes),
-                               "host_bytes_per_token": per_token, "longest_context": longest, "context": ctx, "runs": {}}
+                               "host_bytes_per_token": per_token, "context": a.tokens, "runs": {}, "longest_context": {}}
             for codec in CODECS:
-                j = tiered(codec, a.fast_bytes, "capacity", ["--host-bytes", a.host_bytes], tokens=ctx)
+                j = tiered(codec, a.fast_bytes, "capacity", ["--host-bytes", a.host_bytes])
                 res["capacity"]["runs"][codec] = j
+                held = j.get("host_pages", 0) * PAGE_TOKENS // (LAYERS * KV_HEADS)
+                res["capacity"]["longest_context"][codec] = held
                 logical, device = ssd_reads(j)
-                print(f"{codec:5s} DRAM {dram_bytes >> 20} MiB at {ctx} tokens: ssd {logical:7.1f} KiB/token as stored, {device:7.1f} "
-                      f"from the device; decode {j['decode_tokens_per_s']:6.2f} tokens/s", flush=True)
+                print(f"{codec:5s} DRAM tier {int(a.host_bytes) >> 20} MiB at {a.tokens} tokens: holds {j.get('host_pages', 0)} pages "
+                      f"({held} tokens of context); ssd {logical:7.1f} KiB/token as stored, {device:7.1f} from the device; decode "
+                      f"{j['decode_tokens_per_s']:6.2f} tokens/s", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -165,8 +167,8 @@ def main():
         c = res["capacity"]
         for codec in CODECS:
             logical, device = ssd_reads(c["runs"][codec])
-            print(f"{codec:5s} DRAM {c['dram_bytes'] >> 20} MiB ({c['host_bytes'] >> 20} MiB of pages): longest context {c['longest_context'][codec]} "
-                  f"tokens ({c['longest_context'][codec] / c['longest_context']['none']:.2f}x of none); at {c['context']} tokens the SSD "
+            print(f"{codec:5s} a {c['host_bytes'] >> 20} MiB DRAM tier holds {c['longest_context'][codec]} tokens of context "
+                  f"({c['longest_context'][codec] / c['longest_context']['none']:.2f}x of none); at {c['context']} tokens the SSD "
                   f"serves {device:.1f} KiB/token from the device")
     if a.json:
         with open(a.json, "w") as f:

@@ -46,13 +46,13 @@ def fig(res, save, m, path):
     ax[1].set_xticks(list(x), ["KV dtype" if c == "none" else c for c in CODECS], fontsize=8)
     ax[1].set_ylabel("decode tokens/s")
     ax[1].set_title("Decoding: DRAM only against DRAM cache + SSD", fontsize=9)
-    ax[1].legend(fontsize=7)
+    ax[1].legend(fontsize=7, loc="lower center")
     c = res["capacity"]
     if c:
         ax[2].bar(list(x), [c["longest_context"][k] for k in CODECS])
         ax[2].set_xticks(list(x), ["KV dtype" if k == "none" else k for k in CODECS], fontsize=8)
         ax[2].set_ylabel("tokens")
-        ax[2].set_title(f"Longest context whose pages fit {c['host_bytes'] >> 20} MiB of DRAM", fontsize=9)
+        ax[2].set_title(f"Context whose pages a {c['host_bytes'] >> 20} MiB DRAM tier holds", fontsize=9)
     f.suptitle("Cold pages coded: SmolLM2-135M, sparse Hierarchical", fontsize=10)
     save(f, path, m)
 
@@ -101,16 +101,15 @@ def section(add, cmds, res, cmd_line):
         add("")
     c = res["capacity"]
     if c:
-        add(f"A fixed DRAM budget, {c['dram_bytes'] >> 20} MiB: a {c['fast_bytes'] >> 20} MiB cache and {c['host_bytes'] >> 20} MiB for "
-            "pages (a host tier of coded pages, 64-byte slots). The longest context whose pages all fit it, and what each codec "
-            f"reads from the SSD at {c['context']} tokens:")
+        add(f"A fixed DRAM budget for pages: a {c['host_bytes'] >> 20} MiB DRAM tier (coded pages in 64-byte slots) below a "
+            f"{c['fast_bytes'] >> 20} MiB cache, at {c['context']} tokens, where no codec fits every page in it. The pages the tier "
+            "holds (its own count) as tokens of context: the longest context whose pages that DRAM holds.")
         add("")
-        add("| cold pages | DRAM bytes per token | longest context | of the KV dtype | SSD KiB/token from the device at "
-            f"{c['context']} tokens | decode tokens/s |")
-        add("| --- | --- | --- | --- | --- | --- |")
+        add(f"| cold pages | DRAM bytes per token | pages held | longest context | of the KV dtype | SSD KiB/token from the device | decode tokens/s |")
+        add("| --- | --- | --- | --- | --- | --- | --- |")
         for codec in CODECS:
             j = c["runs"][codec]
-            add(f"| {codec} | {c['host_bytes_per_token'][codec]:.0f} | {c['longest_context'][codec]} | "
+            add(f"| {codec} | {c['host_bytes_per_token'][codec]:.0f} | {j.get('host_pages', 0)} | {c['longest_context'][codec]} | "
                 f"{c['longest_context'][codec] / c['longest_context']['none']:.2f}x | {_ssd(j)[1]:.1f} | {j['decode_tokens_per_s']:.1f} |")
         add("")
     cmds([cmd_line])
