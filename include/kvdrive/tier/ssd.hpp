@@ -3,11 +3,12 @@
 // wrong data (DESIGN.md Decision 9; the format is in ssd_format.hpp).
 //
 // - The data file is blocks of 4 KiB, flash's unit of reads (or the direct-I/O alignment,
-//   statx STATX_DIOALIGN, where larger; or Params::alignment). A page of up to half a block is packed, several to a block, each write
-//   batch filling fresh blocks in its order (KvManager writes a stream's prompt pages cluster by
-//   cluster), so pages read together share block reads; a larger page takes a slot of whole
-//   blocks, and each (sequence, layer, head) takes slots an extent at a time (ssd/slots.hpp,
-//   ssd/layout.hpp). A block is written once, whole: committed pages are never rewritten.
+//   statx STATX_DIOALIGN, where larger; or Params::alignment). A page of up to half a block is
+//   packed, several to a block, each write batch filling fresh blocks in its order (KvManager
+//   writes a stream's prompt pages cluster by cluster), so pages read together share block
+//   reads; a larger page takes a slot of whole blocks, and each (sequence, layer, head) takes
+//   slots an extent at a time (ssd/slots.hpp, ssd/layout.hpp). A block is written once, whole:
+//   committed pages are never rewritten.
 // - device_bytes_read() counts the bytes read from the device, page_bytes_read() the pages'
 //   own bytes: their ratio is what packing and merging cost or save.
 // - A write batch goes: data -> fdatasync -> log records -> fdatasync -> visible. An overwrite
@@ -348,7 +349,8 @@ class BasicSsdTier {
     KVD_EXPECT(twice == keys.end(), "SsdTier {}: page {} twice in one write batch", params_.path, *twice);
   }
 
-  /// Packed: pages that fit in the blocks free now (deferred erases not flushed).
+  /// Pages that fit now, deferred erases not flushed (packed: in whole free blocks). Only with a
+  /// capacity.
   std::size_t free_now() const {
     const std::size_t left = params_.capacity_pages - std::min(params_.capacity_pages, map_.size() + pending_erases_.size());
     return layout_.packed() ? std::min(left, slots_.free_pages(false)) : left;
