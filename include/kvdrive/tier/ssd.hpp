@@ -154,7 +154,7 @@ class BasicSsdTier {
     check_distinct(pages);
     // Erased pages' slots become usable once their records are durable: flush them first when
     // the store needs the room.
-    if (!pending_erases_.empty() && params_.capacity_pages && pages.size() > free_now()) flush_erases();
+    if (!pending_erases_.empty() && params_.capacity_pages && pages.size() > room(false)) flush_erases();
     // Slots first (all or nothing), then data, sync, log, sync.
     const std::vector<std::uint64_t> slots = take_slots(pages);
     std::vector<std::uint64_t> hashes(pages.size());
@@ -242,9 +242,7 @@ class BasicSsdTier {
   std::size_t free_pages() const {
     std::lock_guard lock(mutex_);
     if (params_.capacity_pages == 0) return std::numeric_limits<std::size_t>::max();
-    const std::size_t held = map_.size();  // erased pages' slots are free once write_batch flushes them
-    const std::size_t left = held < params_.capacity_pages ? params_.capacity_pages - held : 0;
-    return layout_.packed() ? std::min(left, slots_.free_pages(true)) : left;  // packed: whole blocks only
+    return room(true);  // erased pages' slots are free once write_batch flushes them
   }
   /// The slot of a stored page (for layout tests and tools).
   std::uint64_t slot_of(const PageKey& key) const {
@@ -349,11 +347,12 @@ class BasicSsdTier {
     KVD_EXPECT(twice == keys.end(), "SsdTier {}: page {} twice in one write batch", params_.path, *twice);
   }
 
-  /// Pages that fit now, deferred erases not flushed (packed: in whole free blocks). Only with a
-  /// capacity.
-  std::size_t free_now() const {
-    const std::size_t left = params_.capacity_pages - std::min(params_.capacity_pages, map_.size() + pending_erases_.size());
-    return layout_.packed() ? std::min(left, slots_.free_pages(false)) : left;
+  /// Pages that fit (packed: in whole free blocks), counting the slots of erases not yet durable
+  /// as free or not. Only with a capacity.
+  std::size_t room(bool with_deferred) const {
+    const std::size_t held = map_.size() + (with_deferred ? 0 : pending_erases_.size());
+    const std::size_t left = params_.capacity_pages - std::min(params_.capacity_pages, held);
+    return layout_.packed() ? std::min(left, slots_.free_pages(with_deferred)) : left;
   }
 
   /// A slot for every page, in the batch's order (packed: filling fresh blocks), or none (the
@@ -364,8 +363,8 @@ class BasicSsdTier {
     for (const WriteRequest& r : pages) keys.push_back(r.key);
     std::optional<std::vector<std::uint64_t>> slots = slots_.take(keys);
     if (!slots) {
-      const std::size_t room = std::min(free_now(), pages.size() - 1);
-      fail("SsdTier {}: full ({} pages); page {} does not fit", params_.path, params_.capacity_pages, pages[room].key);
+      const std::size_t fits = std::min(room(false), pages.size() - 1);
+      fail("SsdTier {}: full ({} pages); page {} does not fit", params_.path, params_.capacity_pages, pages[fits].key);
     }
     return std::move(*slots);
   }

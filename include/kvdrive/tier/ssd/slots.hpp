@@ -113,12 +113,7 @@ class Slots {
   std::optional<std::uint64_t> take_unpacked(const PageKey& key) {
     Extent& ex = extents_[StreamKey{key.sequence, key.layer, key.head}];
     if (ex.next < ex.end) return ex.next++;
-    if (!free_.empty()) {  // freed blocks (durably) first, so the file does not grow forever
-      const std::uint64_t s = free_.back();
-      free_.pop_back();
-      sorted_ = std::min(sorted_, free_.size());
-      return s;
-    }
+    if (const std::optional<std::uint64_t> b = pop_free()) return b;  // freed blocks (durably) first, so the file does not grow forever
     if (high_water_ < capacity_) {
       const std::uint64_t n = std::min<std::uint64_t>(extent_pages_, capacity_ - high_water_);
       ex = Extent{high_water_ + 1, high_water_ + n};
@@ -132,15 +127,19 @@ class Slots {
 
   /// Packed: the lowest free block, else a fresh one.
   std::optional<std::uint64_t> take_block() {
-    if (!free_.empty()) {
-      const std::uint64_t b = free_.back();
-      free_.pop_back();
-      sorted_ = std::min(sorted_, free_.size());
-      return b;
-    }
+    if (const std::optional<std::uint64_t> b = pop_free()) return b;
     if (high_water_ >= capacity_) return std::nullopt;
     grow(1);
     return high_water_ - 1;
+  }
+
+  /// The lowest free block, if any.
+  std::optional<std::uint64_t> pop_free() {
+    if (free_.empty()) return std::nullopt;
+    const std::uint64_t b = free_.back();
+    free_.pop_back();
+    sorted_ = std::min(sorted_, free_.size());
+    return b;
   }
 
   void grow(std::uint64_t blocks) {
