@@ -50,6 +50,8 @@
 #include "kvdrive/index/scoring.hpp"
 #include "kvdrive/index/selection.hpp"
 #include "kvdrive/index/simhash.hpp"
+#include "kvdrive/index/token_keys.hpp"
+#include "kvdrive/index/token_rescore.hpp"
 #include "kvdrive/manager.hpp"
 #include "kvdrive/pipeline/concept.hpp"
 #include "kvdrive/pipeline/elastic.hpp"

@@ -1,0 +1,57 @@
+// Token-level rescoring on the GPU (index::TokenRescore's second stage): for each page of a pool
+// and each query head of the group, the page's estimate from its 4-bit key copies, with the same
+// KVD_HOST_DEVICE arithmetic as the CPU (index::token_page_estimate, index/token_keys.hpp), so the
+// CPU tests cover what the kernel computes. One thread per (pool page, head); est is
+// [group][pool]. The GQA rule and the top-k follow on the host or in cuda/top_k.cuh.
+//
+// The rows are the index's TokenKeys rows copied to the device as one array [pages][row_bytes];
+// the pool names which of them to score. cuda::DeviceHierarchical does not call this yet: with
+// TokenRescore the CUDA backend selects on the host (docs/cuda.md).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "kvdrive/index/token_keys.hpp"
+
+namespace kvdrive::cuda {
+
+struct TokenRescoreParams {
+  int group = 1, head_dim = 0, page_tokens = 0;
+  bool max_token = false;
+  const float* qs = nullptr;          ///< [group][head_dim]: the query folded by TokenKeys::fold_query
+  const std::uint8_t* rows = nullptr; ///< [pages][row_bytes]: TokenKeys rows, page id order
+  std::size_t row_bytes = 0;          ///< index::token_row_bytes(page_tokens, head_dim)
+  const std::uint32_t* pool = nullptr;///< [n] page ids to score
+  std::int64_t n = 0;
+  float* est = nullptr;               ///< [group][n]
+};
+
+template <bool MaxToken>
+__global__ void TokenRescoreKernel(TokenRescoreParams p) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int h = blockIdx.y;
+  if (i >= p.n) return;
+  const std::uint8_t* row = p.rows + static_cast<std::size_t>(p.pool[i]) * p.row_bytes;
+  p.est[h * p.n + i] = index::token_page_estimate(p.qs + static_cast<std::size_t>(h) * p.head_dim, row, p.page_tokens, p.head_dim, MaxToken);
+}
+
+/// Scores the pool's pages for every head of the group; checks its arguments.
+inline cudaError_t token_rescore(const TokenRescoreParams& p, cudaStream_t stream = nullptr) {
+  if (p.group < 1 || p.group > 65535 || p.n < 0 || p.page_tokens < 1 || p.head_dim < 2 || p.head_dim % 2 != 0)
+    return cudaErrorInvalidValue;
+  if (p.row_bytes != index::token_row_bytes(p.page_tokens, p.head_dim)) return cudaErrorInvalidValue;
+  if (p.n == 0) return cudaSuccess;
+  if (!p.qs || !p.rows || !p.pool || !p.est) return cudaErrorInvalidValue;
+  constexpr int kThreads = 128;
+  const dim3 grid(static_cast<unsigned>((p.n + kThreads - 1) / kThreads), static_cast<unsigned>(p.group));
+  if (p.max_token)
+    TokenRescoreKernel<true><<<grid, kThreads, 0, stream>>>(p);
+  else
+    TokenRescoreKernel<false><<<grid, kThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace kvdrive::cuda

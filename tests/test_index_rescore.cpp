@@ -1,0 +1,197 @@
+// Token-level rescoring (index/token_keys.hpp, index/token_rescore.hpp): the 4-bit key copies
+// against the keys they code, the AVX2 estimate loop against the KVD_HOST_DEVICE one, the
+// estimate against a double-precision reference over the decoded keys, and the wrapper's
+// selection against brute force over that reference.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "index_support.hpp"
+#include "kvdrive/index/hierarchical.hpp"
+#include "kvdrive/index/mean_key.hpp"
+#include "kvdrive/index/oracle.hpp"
+#include "kvdrive/index/quest.hpp"
+#include "kvdrive/index/token_rescore.hpp"
+#include "support.hpp"
+
+using namespace kvdrive;
+
+namespace {
+
+using test::Stream;
+
+/// Keys with channels of very different sizes (as real keys have), so a single scale per token
+/// would lose the small channels.
+Stream make_stream(int pages, int pt, int d, int group, std::uint64_t seed) {
+  Stream s{pages, pt, d, group, test::random_floats(static_cast<std::size_t>(pages) * pt * d, seed),
+           test::random_floats(static_cast<std::size_t>(group) * d, seed + 1)};
+  for (std::size_t i = 0; i < s.keys.size(); ++i) s.keys[i] *= (i % d) % 7 == 0 ? 12.0f : 1.0f;
+  return s;
+}
+
+/// Key c of token t of page p as the store codes it.
+double decoded(const index::TokenKeys& k, std::int64_t p, int t, int c) {
+  const int d = k.head_dim(), half = d / 2;
+  const std::uint8_t byte = k.row(p)[static_cast<std::size_t>(t) * half + (c % half)];
+  const int code = (c < half ? byte & 0xF : byte >> 4) - 8;
+  return static_cast<double>(k.channel_scales()[c]) * index::token_scale(k.row(p), k.page_tokens(), d, t) * code;
+}
+
+/// Head h's estimate of page p in double precision from the decoded keys: log-sum-exp (or max)
+/// over the page's tokens of scale x q . k.
+double reference_estimate(const Stream& s, const index::TokenKeys& k, std::int64_t p, int h, bool max_token) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(s.d));
+  std::vector<double> x(static_cast<std::size_t>(s.page_tokens));
+  for (int t = 0; t < s.page_tokens; ++t) {
+    double dot = 0;
+    for (int c = 0; c < s.d; ++c) dot += static_cast<double>(s.q[static_cast<std::size_t>(h) * s.d + c]) * decoded(k, p, t, c);
+    x[static_cast<std::size_t>(t)] = dot * scale;
+  }
+  const double m = *std::max_element(x.begin(), x.end());
+  if (max_token) return m;
+  double z = 0;
+  for (double v : x) z += std::exp(v - m);
+  return m + std::log(z);
+}
+
+}  // namespace
+
+TEST_CASE("TokenKeys codes every key within half a step of its channel and token scale") {
+  for (int d : {8, 64, 48}) {
+    CAPTURE(d);
+    const Stream s = make_stream(12, 8, d, 1, 41 + static_cast<std::uint64_t>(d));
+    index::TokenKeys k;
+    k.append(s.range(0, 4));  // the first call fixes the channel scales
+    // Later keys, twice as large as any before: their token scale grows, nothing clips.
+    std::vector<float> later(s.keys.begin() + 4 * 8 * d, s.keys.end());
+    for (float& x : later) x *= 2.0f;
+    k.append({later.data(), 4, 8, 8, d, DType::f32});
+    REQUIRE(k.pages() == 12);
+    CHECK(k.bytes() == 12 * index::token_row_bytes(8, d) + static_cast<std::size_t>(d) * sizeof(float));
+    for (std::int64_t p = 0; p < 12; ++p)
+      for (int t = 0; t < 8; ++t) {
+        const float* key = p < 4 ? s.keys.data() + (static_cast<std::size_t>(p) * 8 + t) * d
+                                 : later.data() + (static_cast<std::size_t>(p - 4) * 8 + t) * d;
+        const double ts = index::token_scale(k.row(p), 8, d, t);
+        for (int c = 0; c < d; ++c) {
+          const double step = static_cast<double>(k.channel_scales()[c]) * ts;
+          CHECK(std::fabs(decoded(k, p, t, c) - key[c]) <= 0.5 * step * (1 + 1e-5) + 1e-6);
+        }
+      }
+  }
+}
+
+TEST_CASE("token_page_estimates (AVX2 where built) equals the KVD_HOST_DEVICE estimate and a double reference") {
+  for (int d : {64, 32, 48}) {
+    for (int group : {1, 3, 8}) {
+      for (bool max_token : {false, true}) {
+        CAPTURE(d);
+        CAPTURE(group);
+        CAPTURE(max_token);
+        const Stream s = make_stream(20, 8, d, group, 7 + static_cast<std::uint64_t>(d * 10 + group));
+        index::TokenKeys k;
+        k.append(s.all());
+        const auto q = test::query_for(s, 0, s.pages, 4);
+        std::vector<float> qs(static_cast<std::size_t>(group) * d), est(static_cast<std::size_t>(group) * s.pages);
+        k.fold_query(q, qs.data());
+        std::vector<const std::uint8_t*> rows;
+        for (std::int64_t p = 0; p < s.pages; ++p) rows.push_back(k.row(p));
+        index::token_page_estimates(qs.data(), group, rows.data(), rows.size(), 8, d, max_token, est.data(), rows.size());
+        for (int h = 0; h < group; ++h)
+          for (std::int64_t p = 0; p < s.pages; ++p) {
+            const float one = index::token_page_estimate(qs.data() + static_cast<std::size_t>(h) * d, k.row(p), 8, d, max_token);
+            const float many = est[static_cast<std::size_t>(h) * s.pages + p];
+            CHECK(many == doctest::Approx(one).epsilon(1e-5).scale(1.0));
+            CHECK(one == doctest::Approx(reference_estimate(s, k, p, h, max_token)).epsilon(1e-4).scale(1.0));
+          }
+      }
+    }
+  }
+}
+
+TEST_CASE("TokenRescore keeps the best pages of its pool by the token estimate (GQA rule), within the budget") {
+  const Stream s = make_stream(64, 8, 64, 3, 99);
+  const index::TokenRescore<index::Quest> ix{index::Quest{}, {.pool = 3}};
+  index::TokenRescore<index::Quest>::State st;
+  ix.build(st, s.range(0, 40));
+  ix.append(st, s.range(40, 24));
+  CHECK(ix.bytes(st) == index::Quest{}.bytes(st.inner) + st.keys.bytes());
+  for (std::int64_t budget : {1, 5, 12}) {
+    CAPTURE(budget);
+    const auto q = test::query_for(s, 1, 60, budget);
+    std::vector<std::uint32_t> pool, got;
+    index::Quest{}.select(st.inner, test::query_for(s, 1, 60, ix.pool_pages(q)), pool);
+    REQUIRE(pool.size() == static_cast<std::size_t>(std::min<std::int64_t>(3 * budget, 59)));
+    ix.select(st, q, got);
+    // Brute force over the pool: the GQA rule on the double reference.
+    std::vector<double> score(pool.size(), -INFINITY);
+    for (int h = 0; h < 3; ++h) {
+      std::vector<double> e(pool.size());
+      for (std::size_t i = 0; i < pool.size(); ++i) e[i] = reference_estimate(s, st.keys, pool[i], h, false);
+      const double mx = *std::max_element(e.begin(), e.end());
+      for (std::size_t i = 0; i < pool.size(); ++i) score[i] = std::max(score[i], e[i] - mx);
+    }
+    const auto order = test::brute_top(score, 0, static_cast<int>(budget));
+    std::vector<std::uint32_t> want;
+    for (std::uint32_t i : order) want.push_back(pool[i]);
+    std::sort(want.begin(), want.end());
+    CHECK(got == want);
+  }
+  // A pool as large as the candidates scores every candidate; a budget covering them takes all.
+  std::vector<std::uint32_t> all;
+  ix.select(st, test::query_for(s, 1, 60, 59), all);
+  CHECK(all.size() == 59);
+  CHECK_THROWS_AS(index::TokenRescore<index::Quest>(index::Quest{}, {.pool = 0.5}), Error);
+  CHECK_THROWS_AS(ix.check(63), Error);
+}
+
+TEST_CASE("TokenRescore finds the page whose attention sits on one token, which a page mean dilutes") {
+  // 96 pages of small random keys; page 37 holds one token along the query and seven against
+  // it, so its mean is unremarkable while its one token takes most of the attention.
+  for (int trial = 0; trial < 5; ++trial) {
+    CAPTURE(trial);
+    Stream s = make_stream(96, 8, 64, 1, 500 + static_cast<std::uint64_t>(trial));
+    for (float& x : s.keys) x *= 0.3f;
+    const int needle = 37;
+    for (int t = 0; t < 8; ++t)
+      for (int c = 0; c < 64; ++c)
+        s.keys[(static_cast<std::size_t>(needle) * 8 + t) * 64 + c] = (t == 3 ? 1.0f : -0.2f) * s.q[static_cast<std::size_t>(c)] * 1.5f;
+    const auto q = test::query_for(s, 1, 90, 4);
+    index::MeanKey mk;
+    index::MeanKey::State ms;
+    mk.build(ms, s.all());
+    std::vector<std::uint32_t> by_mean, rescored, oracle;
+    mk.select(ms, q, by_mean);
+    const index::TokenRescore<index::MeanKey> ix{mk, {.pool = 1e9}};
+    index::TokenRescore<index::MeanKey>::State st;
+    ix.build(st, s.all());
+    ix.select(st, q, rescored);
+    index::OracleMass om;
+    index::OracleMass::State os;
+    om.build(os, s.all());
+    om.select(os, q, oracle);
+    CHECK(std::find(by_mean.begin(), by_mean.end(), needle) == by_mean.end());
+    CHECK(std::find(rescored.begin(), rescored.end(), needle) != rescored.end());
+    CHECK(std::find(oracle.begin(), oracle.end(), needle) != oracle.end());
+  }
+}
+
+TEST_CASE("TokenRescore over Hierarchical forwards the cluster of a page and grows page by page") {
+  const Stream s = make_stream(80, 8, 64, 2, 3);
+  const index::TokenRescore<index::Hierarchical> ix{index::Hierarchical{index::HierarchicalParams{.pages_per_cluster = 4}}, {}};
+  index::TokenRescore<index::Hierarchical>::State st;
+  ix.build(st, s.range(0, 40));
+  for (int p = 40; p < 80; ++p) ix.append(st, s.range(p, 1));
+  CHECK(st.keys.pages() == 80);
+  for (std::uint32_t p : {0u, 17u, 79u}) CHECK(ix.cluster_of(st, p) == ix.inner.cluster_of(st.inner, p));
+  std::vector<std::uint32_t> got;
+  ix.select(st, test::query_for(s, 1, 70, 6), got);
+  CHECK(got.size() == 6);
+  CHECK(std::is_sorted(got.begin(), got.end()));
+  CHECK(got.front() >= 1);
+  CHECK(got.back() < 70);
+}
