@@ -14,6 +14,7 @@
 #include "kvdrive/index/hierarchical.hpp"
 #include "kvdrive/index/mean_key.hpp"
 #include "kvdrive/index/oracle.hpp"
+#include "kvdrive/index/outlier_pages.hpp"
 #include "kvdrive/index/quest.hpp"
 #include "kvdrive/index/token_rescore.hpp"
 #include "support.hpp"
@@ -41,14 +42,23 @@ double decoded(const index::TokenKeys& k, std::int64_t p, int t, int c) {
   return static_cast<double>(k.channel_scales()[c]) * index::token_scale(k.row(p), k.page_tokens(), d, t) * code;
 }
 
-/// Head h's estimate of page p in double precision from the decoded keys: log-sum-exp (or max)
-/// over the page's tokens of scale x q . k.
+/// Head h's query as fold_query codes it, decoded: q8 x unit / (channel scale x softmax scale).
+double decoded_query(const index::TokenQuery& tq, const index::TokenKeys& k, int h, int c, double softmax_scale) {
+  const int d = k.head_dim();
+  return tq.q8[static_cast<std::size_t>(h) * d + c] * static_cast<double>(tq.scale[static_cast<std::size_t>(h)]) /
+         (static_cast<double>(k.channel_scales()[c]) * softmax_scale);
+}
+
+/// Head h's estimate of page p in double precision from the decoded keys and the decoded 8-bit
+/// query: log-sum-exp (or max) over the page's tokens of scale x q . k.
 double reference_estimate(const Stream& s, const index::TokenKeys& k, std::int64_t p, int h, bool max_token) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.d));
+  index::TokenQuery tq;
+  k.fold_query(test::query_for(s, 0, 1, 1), tq);
   std::vector<double> x(static_cast<std::size_t>(s.page_tokens));
   for (int t = 0; t < s.page_tokens; ++t) {
     double dot = 0;
-    for (int c = 0; c < s.d; ++c) dot += static_cast<double>(s.q[static_cast<std::size_t>(h) * s.d + c]) * decoded(k, p, t, c);
+    for (int c = 0; c < s.d; ++c) dot += decoded_query(tq, k, h, c, scale) * decoded(k, p, t, c);
     x[static_cast<std::size_t>(t)] = dot * scale;
   }
   const double m = *std::max_element(x.begin(), x.end());
@@ -88,65 +98,88 @@ TEST_CASE("TokenKeys codes every key within half a step of its channel and token
 TEST_CASE("token_page_estimates (AVX2 where built) equals the KVD_HOST_DEVICE estimate and a double reference") {
   for (int d : {64, 32, 48}) {
     for (int group : {1, 3, 8}) {
-      for (bool max_token : {false, true}) {
-        CAPTURE(d);
-        CAPTURE(group);
-        CAPTURE(max_token);
-        const Stream s = make_stream(20, 8, d, group, 7 + static_cast<std::uint64_t>(d * 10 + group));
-        index::TokenKeys k;
-        k.append(s.all());
-        const auto q = test::query_for(s, 0, s.pages, 4);
-        std::vector<float> qs(static_cast<std::size_t>(group) * d), est(static_cast<std::size_t>(group) * s.pages);
-        k.fold_query(q, qs.data());
-        std::vector<const std::uint8_t*> rows;
-        for (std::int64_t p = 0; p < s.pages; ++p) rows.push_back(k.row(p));
-        index::token_page_estimates(qs.data(), group, rows.data(), rows.size(), 8, d, max_token, est.data(), rows.size());
-        for (int h = 0; h < group; ++h)
-          for (std::int64_t p = 0; p < s.pages; ++p) {
-            const float one = index::token_page_estimate(qs.data() + static_cast<std::size_t>(h) * d, k.row(p), 8, d, max_token);
-            const float many = est[static_cast<std::size_t>(h) * s.pages + p];
-            CHECK(many == doctest::Approx(one).epsilon(1e-5).scale(1.0));
-            CHECK(one == doctest::Approx(reference_estimate(s, k, p, h, max_token)).epsilon(1e-4).scale(1.0));
-          }
+      for (int pt : {8, 5, 16}) {
+        for (bool max_token : {false, true}) {
+          CAPTURE(d);
+          CAPTURE(group);
+          CAPTURE(pt);
+          CAPTURE(max_token);
+          const Stream s = make_stream(20, pt, d, group, 7 + static_cast<std::uint64_t>(d * 10 + group + pt));
+          index::TokenKeys k;
+          k.append(s.all());
+          const auto q = test::query_for(s, 0, s.pages, 4);
+          std::vector<float> est(static_cast<std::size_t>(group) * s.pages);
+          index::TokenQuery tq;
+          k.fold_query(q, tq);
+          for (int h = 0; h < group; ++h)  // the 8-bit query is within half a unit of the folded one
+            for (int c = 0; c < d; ++c) {
+              const double folded = s.q[static_cast<std::size_t>(h) * d + c] * static_cast<double>(q.scale) * k.channel_scales()[c];
+              CHECK(std::fabs(decoded_query(tq, k, h, c, q.scale) * q.scale * k.channel_scales()[c] - folded) <=
+                    0.5 * tq.scale[static_cast<std::size_t>(h)] * (1 + 1e-5) + 1e-7);
+            }
+          std::vector<const std::uint8_t*> rows;
+          for (std::int64_t p = 0; p < s.pages; ++p) rows.push_back(k.row(p));
+          index::token_page_estimates(tq, group, rows.data(), rows.size(), pt, d, max_token, est.data(), rows.size());
+          for (int h = 0; h < group; ++h)
+            for (std::int64_t p = 0; p < s.pages; ++p) {
+              const auto hh = static_cast<std::size_t>(h);
+              const float one = index::token_page_estimate(tq.q8.data() + hh * d, tq.scale[hh], tq.sum[hh], k.row(p), pt, d, max_token);
+              const float many = est[static_cast<std::size_t>(h) * s.pages + p];
+              CHECK(many == doctest::Approx(one).epsilon(1e-5).scale(1.0));
+              CHECK(one == doctest::Approx(reference_estimate(s, k, p, h, max_token)).epsilon(1e-4).scale(1.0));
+            }
+        }
       }
     }
   }
 }
 
-TEST_CASE("TokenRescore keeps the best pages of its pool by the token estimate (GQA rule), within the budget") {
+TEST_CASE("TokenRescore keeps the best pages of its pool by the token estimate, under either group rule, within the budget") {
   const Stream s = make_stream(64, 8, 64, 3, 99);
-  const index::TokenRescore<index::Quest> ix{index::Quest{}, {.pool = 3}};
-  index::TokenRescore<index::Quest>::State st;
-  ix.build(st, s.range(0, 40));
-  ix.append(st, s.range(40, 24));
-  CHECK(ix.bytes(st) == index::Quest{}.bytes(st.inner) + st.keys.bytes());
-  for (std::int64_t budget : {1, 5, 12}) {
-    CAPTURE(budget);
-    const auto q = test::query_for(s, 1, 60, budget);
-    std::vector<std::uint32_t> pool, got;
-    index::Quest{}.select(st.inner, test::query_for(s, 1, 60, ix.pool_pages(q)), pool);
-    REQUIRE(pool.size() == static_cast<std::size_t>(std::min<std::int64_t>(3 * budget, 59)));
-    ix.select(st, q, got);
-    // Brute force over the pool: the GQA rule on the double reference.
-    std::vector<double> score(pool.size(), -INFINITY);
-    for (int h = 0; h < 3; ++h) {
-      std::vector<double> e(pool.size());
-      for (std::size_t i = 0; i < pool.size(); ++i) e[i] = reference_estimate(s, st.keys, pool[i], h, false);
-      const double mx = *std::max_element(e.begin(), e.end());
-      for (std::size_t i = 0; i < pool.size(); ++i) score[i] = std::max(score[i], e[i] - mx);
+  for (bool sum_mass : {false, true}) {
+    CAPTURE(sum_mass);
+    const index::TokenRescore<index::Quest> ix{index::Quest{}, {.pool = 3, .sum_mass = sum_mass}};
+    index::TokenRescore<index::Quest>::State st;
+    ix.build(st, s.range(0, 40));
+    ix.append(st, s.range(40, 24));
+    CHECK(ix.bytes(st) == index::Quest{}.bytes(st.inner) + st.keys.bytes());
+    for (std::int64_t budget : {1, 5, 12}) {
+      CAPTURE(budget);
+      const auto q = test::query_for(s, 1, 60, budget);
+      std::vector<std::uint32_t> pool, got;
+      index::Quest{}.select(st.inner, test::query_for(s, 1, 60, ix.pool_pages(q)), pool);
+      REQUIRE(pool.size() == static_cast<std::size_t>(std::min<std::int64_t>(3 * budget, 59)));
+      ix.select(st, q, got);
+      // Brute force over the pool on the double reference: Decision 4's rule, or each head's
+      // estimated mass (normalised over the pool, page 0 and pages 60-63) summed over the group.
+      std::vector<double> score(pool.size(), sum_mass ? 0.0 : -INFINITY);
+      for (int h = 0; h < 3; ++h) {
+        std::vector<double> e(pool.size());
+        for (std::size_t i = 0; i < pool.size(); ++i) e[i] = reference_estimate(s, st.keys, pool[i], h, false);
+        if (sum_mass) {
+          double z = 0;
+          for (double x : e) z += std::exp(x);
+          for (std::int64_t p : {0, 60, 61, 62, 63}) z += std::exp(reference_estimate(s, st.keys, p, h, false));
+          for (std::size_t i = 0; i < pool.size(); ++i) score[i] += std::exp(e[i]) / z;
+        } else {
+          const double mx = *std::max_element(e.begin(), e.end());
+          for (std::size_t i = 0; i < pool.size(); ++i) score[i] = std::max(score[i], e[i] - mx);
+        }
+      }
+      const auto order = test::brute_top(score, 0, static_cast<int>(budget));
+      std::vector<std::uint32_t> want;
+      for (std::uint32_t i : order) want.push_back(pool[i]);
+      std::sort(want.begin(), want.end());
+      CHECK(got == want);
     }
-    const auto order = test::brute_top(score, 0, static_cast<int>(budget));
-    std::vector<std::uint32_t> want;
-    for (std::uint32_t i : order) want.push_back(pool[i]);
-    std::sort(want.begin(), want.end());
-    CHECK(got == want);
+    // A pool as large as the candidates scores every candidate; a budget covering them takes all.
+    std::vector<std::uint32_t> all;
+    ix.select(st, test::query_for(s, 1, 60, 59), all);
+    CHECK(all.size() == 59);
+    CHECK_THROWS_AS(ix.check(63), Error);
   }
-  // A pool as large as the candidates scores every candidate; a budget covering them takes all.
-  std::vector<std::uint32_t> all;
-  ix.select(st, test::query_for(s, 1, 60, 59), all);
-  CHECK(all.size() == 59);
   CHECK_THROWS_AS(index::TokenRescore<index::Quest>(index::Quest{}, {.pool = 0.5}), Error);
-  CHECK_THROWS_AS(ix.check(63), Error);
+  CHECK_THROWS_AS(index::TokenRescore<index::Quest>(index::Quest{}, {.max_token = true, .sum_mass = true}), Error);
 }
 
 TEST_CASE("TokenRescore finds the page whose attention sits on one token, which a page mean dilutes") {
@@ -194,4 +227,42 @@ TEST_CASE("TokenRescore over Hierarchical forwards the cluster of a page and gro
   CHECK(std::is_sorted(got.begin(), got.end()));
   CHECK(got.front() >= 1);
   CHECK(got.back() < 70);
+}
+
+TEST_CASE("OutlierPages always selects the pages whose keys stray most from their mean, within the budget") {
+  Stream s = make_stream(60, 8, 64, 2, 11);
+  // Pages of near-equal keys, except pages 9, 30 and 41, each with one key opposite to the rest.
+  for (int p = 0; p < 60; ++p)
+    for (int t = 1; t < 8; ++t)
+      for (int c = 0; c < 64; ++c) {
+        float& x = s.keys[(static_cast<std::size_t>(p) * 8 + t) * 64 + c];
+        x = s.keys[static_cast<std::size_t>(p) * 8 * 64 + c] + 0.05f * x;
+      }
+  for (int p : {9, 30, 41})
+    for (int c = 0; c < 64; ++c) s.keys[(static_cast<std::size_t>(p) * 8 + 5) * 64 + c] *= -1.0f;
+  index::OutlierPages<index::MeanKey> ix{index::MeanKey{}, {.share = 0.25}};
+  index::OutlierPages<index::MeanKey>::State st;
+  ix.build(st, s.range(0, 32));
+  ix.append(st, s.range(32, 28));
+  CHECK(ix.bytes(st) == index::MeanKey{}.bytes(st.inner) + 60 * sizeof(st.order[0]));
+  for (int p : {9, 30, 41}) CHECK(index::outlier_score(s.all(), p) > 0.5f);
+  CHECK(index::outlier_score(s.all(), 10) < 0.05f);
+  // Budget 8: two outliers (floor(0.25 x 8)), the strongest candidates; MeanKey fills the rest.
+  const auto q = test::query_for(s, 1, 40, 8);  // page 41 is no candidate
+  std::vector<std::uint32_t> got, pinned, rest;
+  ix.select(st, q, got);
+  ix.outliers(st, q, pinned);
+  CHECK(pinned == std::vector<std::uint32_t>{9, 30});
+  CHECK(got.size() == 8);
+  CHECK(std::is_sorted(got.begin(), got.end()));
+  for (std::uint32_t p : pinned) CHECK(std::find(got.begin(), got.end(), p) != got.end());
+  index::MeanKey{}.select(st.inner, test::query_for(s, 1, 40, 8), rest);
+  for (std::uint32_t p : got)  // every page is an outlier or among MeanKey's best
+    CHECK((std::find(pinned.begin(), pinned.end(), p) != pinned.end() || std::find(rest.begin(), rest.end(), p) != rest.end()));
+  // share 0 is the inner index itself.
+  const index::OutlierPages<index::MeanKey> off{index::MeanKey{}, {.share = 0}};
+  std::vector<std::uint32_t> plain;
+  off.select(st, q, plain);
+  CHECK(plain == rest);
+  CHECK_THROWS_AS(index::OutlierPages<index::MeanKey>(index::MeanKey{}, {.share = 1}), Error);
 }

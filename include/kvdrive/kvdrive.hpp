@@ -42,6 +42,7 @@
 #include "kvdrive/index/hierarchical_flat.hpp"
 #include "kvdrive/index/mean_key.hpp"
 #include "kvdrive/index/oracle.hpp"
+#include "kvdrive/index/outlier_pages.hpp"
 #include "kvdrive/index/page_summary.hpp"
 #include "kvdrive/index/product_quant.hpp"
 #include "kvdrive/index/quest.hpp"

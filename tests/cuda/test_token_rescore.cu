@@ -3,6 +3,7 @@
 // and a pool that skips and repeats pages. Exit 77 (skipped) without a GPU.
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -24,8 +25,8 @@ static int check(int group, int d, int tokens, std::int64_t pages, bool max_toke
   iq.group = group;
   iq.head_dim = d;
   iq.scale = 0.125f;
-  std::vector<float> qs(q.size());
-  k.fold_query(iq, qs.data());
+  index::TokenQuery tq;
+  k.fold_query(iq, tq);
   const std::size_t row_bytes = index::token_row_bytes(tokens, d);
   std::vector<std::uint8_t> rows(static_cast<std::size_t>(pages) * row_bytes);
   for (std::int64_t p = 0; p < pages; ++p) std::memcpy(rows.data() + p * row_bytes, k.row(p), row_bytes);
@@ -34,7 +35,9 @@ static int check(int group, int d, int tokens, std::int64_t pages, bool max_toke
   pool.push_back(0);  // a page may appear twice: each entry is scored
   const auto n = static_cast<std::int64_t>(pool.size());
 
-  cuda::DeviceBuffer<float> dqs{std::span<const float>(qs)}, dest(static_cast<std::size_t>(group) * n);
+  cuda::DeviceBuffer<std::int8_t> dq8{std::span<const std::int8_t>(tq.q8)};
+  cuda::DeviceBuffer<float> dscale{std::span<const float>(tq.scale)}, dest(static_cast<std::size_t>(group) * n);
+  cuda::DeviceBuffer<int> dsum{std::span<const int>(tq.sum)};
   cuda::DeviceBuffer<std::uint8_t> drows{std::span<const std::uint8_t>(rows)};
   cuda::DeviceBuffer<std::uint32_t> dpool{std::span<const std::uint32_t>(pool)};
   cuda::TokenRescoreParams p;
@@ -42,7 +45,9 @@ static int check(int group, int d, int tokens, std::int64_t pages, bool max_toke
   p.head_dim = d;
   p.page_tokens = tokens;
   p.max_token = max_token;
-  p.qs = dqs.data();
+  p.q8 = dq8.data();
+  p.q_scale = dscale.data();
+  p.q_sum = dsum.data();
   p.rows = drows.data();
   p.row_bytes = row_bytes;
   p.pool = dpool.data();
@@ -54,7 +59,8 @@ static int check(int group, int d, int tokens, std::int64_t pages, bool max_toke
   int bad = 0;
   for (int h = 0; h < group; ++h)
     for (std::int64_t i = 0; i < n; ++i) {
-      const float want = index::token_page_estimate(qs.data() + h * d, k.row(pool[static_cast<std::size_t>(i)]), tokens, d, max_token);
+      const float want = index::token_page_estimate(tq.q8.data() + h * d, tq.scale[static_cast<std::size_t>(h)], tq.sum[static_cast<std::size_t>(h)],
+                                                    k.row(pool[static_cast<std::size_t>(i)]), tokens, d, max_token);
       const float got = est[static_cast<std::size_t>(h * n + i)];
       if (std::fabs(got - want) > 1e-4f * (1.0f + std::fabs(want))) ++bad;
     }

@@ -21,7 +21,9 @@ namespace kvdrive::cuda {
 struct TokenRescoreParams {
   int group = 1, head_dim = 0, page_tokens = 0;
   bool max_token = false;
-  const float* qs = nullptr;          ///< [group][head_dim]: the query folded by TokenKeys::fold_query
+  const std::int8_t* q8 = nullptr;    ///< [group][head_dim]: the query as TokenKeys::fold_query codes it
+  const float* q_scale = nullptr;     ///< [group]
+  const int* q_sum = nullptr;         ///< [group]
   const std::uint8_t* rows = nullptr; ///< [pages][row_bytes]: TokenKeys rows, page id order
   std::size_t row_bytes = 0;          ///< index::token_row_bytes(page_tokens, head_dim)
   const std::uint32_t* pool = nullptr;///< [n] page ids to score
@@ -35,7 +37,8 @@ __global__ void TokenRescoreKernel(TokenRescoreParams p) {
   const int h = blockIdx.y;
   if (i >= p.n) return;
   const std::uint8_t* row = p.rows + static_cast<std::size_t>(p.pool[i]) * p.row_bytes;
-  p.est[h * p.n + i] = index::token_page_estimate(p.qs + static_cast<std::size_t>(h) * p.head_dim, row, p.page_tokens, p.head_dim, MaxToken);
+  p.est[h * p.n + i] =
+      index::token_page_estimate(p.q8 + static_cast<std::size_t>(h) * p.head_dim, p.q_scale[h], p.q_sum[h], row, p.page_tokens, p.head_dim, MaxToken);
 }
 
 /// Scores the pool's pages for every head of the group; checks its arguments.
@@ -44,7 +47,7 @@ inline cudaError_t token_rescore(const TokenRescoreParams& p, cudaStream_t strea
     return cudaErrorInvalidValue;
   if (p.row_bytes != index::token_row_bytes(p.page_tokens, p.head_dim)) return cudaErrorInvalidValue;
   if (p.n == 0) return cudaSuccess;
-  if (!p.qs || !p.rows || !p.pool || !p.est) return cudaErrorInvalidValue;
+  if (!p.q8 || !p.q_scale || !p.q_sum || !p.rows || !p.pool || !p.est) return cudaErrorInvalidValue;
   constexpr int kThreads = 128;
   const dim3 grid(static_cast<unsigned>((p.n + kThreads - 1) / kThreads), static_cast<unsigned>(p.group));
   if (p.max_token)

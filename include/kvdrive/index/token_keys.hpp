@@ -11,8 +11,10 @@
 //     nothing clips;
 //   - byte i of a token holds channel i (low nibble) and channel i + d/2 (high), so unpacking
 //     gives the two halves of the key contiguously.
-// A token's estimate for a query q is t x sum_c (q_c s_c)(code_c - 8): fold_query multiplies the
-// query by the channel scales (and the softmax scale) once per selection.
+// A token's estimate for query q is t x sum_c (q_c s_c)(code_c - 8). fold_query multiplies the
+// query by the channel scales and the softmax scale once per selection and codes each head at 8
+// bits (its largest magnitude / 127), so a token's dot product is exact integer arithmetic
+// (AVX2's byte multiply-adds on the CPU): sum_c q8_c u_c - 8 sum_c q8_c, u_c the stored nibble.
 //
 // A page row is tokens x d/2 code bytes, then tokens float scales: 288 bytes for SmolLM2's page
 // (8 tokens x 64 channels), against Quest's 256 (f16 minima and maxima) and the 1,024 bytes of
@@ -21,6 +23,7 @@
 // (token_page_estimates) against it.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -43,16 +46,14 @@ KVD_HOST_DEVICE std::size_t token_row_bytes(int tokens, int head_dim) {
   return static_cast<std::size_t>(tokens) * (static_cast<std::size_t>(head_dim) / 2 + sizeof(float));
 }
 
-/// sum_c qs_c (code_c - 8) over one token's d/2 code bytes (low nibbles: channels 0..d/2-1,
-/// high: d/2..d-1), in a fixed order of eight partial sums.
-KVD_HOST_DEVICE float token_code_dot(const float* qs, const std::uint8_t* codes, int d) {
+/// sum_c q8_c u_c over one token's d/2 code bytes (u_c the stored nibble: low nibbles are
+/// channels 0..d/2-1, high ones d/2..d-1): exact integer arithmetic.
+KVD_HOST_DEVICE int token_code_dot(const std::int8_t* q8, const std::uint8_t* codes, int d) {
   const int half = d / 2;
-  float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (int i = 0; i < half; ++i) {
-    part[i & 3] += qs[i] * static_cast<float>(static_cast<int>(codes[i] & 0xFu) - 8);
-    part[4 + (i & 3)] += qs[half + i] * static_cast<float>(static_cast<int>(codes[i] >> 4) - 8);
-  }
-  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+  int sum = 0;
+  for (int i = 0; i < half; ++i)
+    sum += static_cast<int>(q8[i]) * static_cast<int>(codes[i] & 0xFu) + static_cast<int>(q8[half + i]) * static_cast<int>(codes[i] >> 4);
+  return sum;
 }
 
 /// Token t's scale from a page row.
@@ -62,13 +63,21 @@ KVD_HOST_DEVICE float token_scale(const std::uint8_t* row, int tokens, int d, in
   return s;
 }
 
-/// One page's estimate for one query head (qs folded by fold_query): the log-sum-exp of its
-/// tokens' estimated scores, i.e. the log of the page's attention mass up to the softmax's
-/// normaliser (max_token false), or the largest of them (max_token true).
-KVD_HOST_DEVICE float token_page_estimate(const float* qs, const std::uint8_t* row, int tokens, int d, bool max_token) {
+/// A token's estimated score: its exact integer dot product less 8 x the query codes' sum (the
+/// codes' offset), times the query head's and the token's scales.
+KVD_HOST_DEVICE float token_score(int dot, int q_sum, float q_scale, float t_scale) {
+  return static_cast<float>(dot - 8 * q_sum) * (q_scale * t_scale);
+}
+
+/// One page's estimate for one query head (q8, q_scale, q_sum from TokenKeys::fold_query): the
+/// log-sum-exp of its tokens' estimated scores, i.e. the log of the page's attention mass up to
+/// the softmax's normaliser (max_token false), or the largest of them (max_token true).
+KVD_HOST_DEVICE float token_page_estimate(const std::int8_t* q8, float q_scale, int q_sum, const std::uint8_t* row, int tokens, int d,
+                                          bool max_token) {
   float m = -INFINITY, sum = 0.0f;
   for (int t = 0; t < tokens; ++t) {
-    const float s = token_scale(row, tokens, d, t) * token_code_dot(qs, row + static_cast<std::size_t>(t) * (d / 2), d);
+    const int dot = token_code_dot(q8, row + static_cast<std::size_t>(t) * (d / 2), d);
+    const float s = token_score(dot, q_sum, q_scale, token_scale(row, tokens, d, t));
     if (s > m) {
       sum = (m == -INFINITY ? 0.0f : sum * attention::exp_shifted(m - s)) + 1.0f;
       m = s;
@@ -78,6 +87,13 @@ KVD_HOST_DEVICE float token_page_estimate(const float* qs, const std::uint8_t* r
   }
   return max_token || m == -INFINITY ? m : m + logf(sum);
 }
+
+/// A GQA group's query heads as TokenKeys::fold_query codes them.
+struct TokenQuery {
+  std::vector<std::int8_t> q8;  ///< [group][head_dim]
+  std::vector<float> scale;     ///< [group]: each head's unit
+  std::vector<int> sum;         ///< [group]: each head's sum of codes
+};
 
 /// The coded keys of one stream: one row per sealed page, page ids 0, 1, ...
 class TokenKeys {
@@ -103,11 +119,32 @@ class TokenKeys {
     }
   }
 
-  /// qs[h][c] = q[h][c] x scale x s_c for the group's heads: the query the estimates take.
-  void fold_query(const IndexQuery& q, float* qs) const {
-    for (int h = 0; h < q.group; ++h)
-      for (int c = 0; c < d_; ++c)
-        qs[static_cast<std::size_t>(h) * d_ + c] = q.q[static_cast<std::size_t>(h) * d_ + c] * q.scale * scales_[static_cast<std::size_t>(c)];
+  /// The group's query heads folded for the estimates: q[h][c] x scale x s_c, coded per head at
+  /// 8 bits (its largest magnitude / 127, rounded to nearest).
+  void fold_query(const IndexQuery& q, TokenQuery& out) const {
+    out.q8.resize(static_cast<std::size_t>(q.group) * d_);
+    out.scale.resize(static_cast<std::size_t>(q.group));
+    out.sum.resize(static_cast<std::size_t>(q.group));
+    thread_local std::vector<float> f;
+    f.resize(static_cast<std::size_t>(d_));
+    for (int h = 0; h < q.group; ++h) {
+      float top = 0.0f;
+      for (int c = 0; c < d_; ++c) {
+        const float x = q.q[static_cast<std::size_t>(h) * d_ + c] * q.scale * scales_[static_cast<std::size_t>(c)];
+        f[static_cast<std::size_t>(c)] = x;
+        top = std::fabs(x) > top ? std::fabs(x) : top;  // NaN never wins
+      }
+      const float unit = std::isfinite(top) ? top / 127.0f : 0.0f, inv = unit > 0.0f ? 1.0f / unit : 0.0f;
+      int sum = 0;
+      for (int c = 0; c < d_; ++c) {
+        const float r = std::rint(f[static_cast<std::size_t>(c)] * inv);
+        const int v = r > 127.0f ? 127 : r < -127.0f ? -127 : static_cast<int>(r == r ? r : 0.0f);
+        out.q8[static_cast<std::size_t>(h) * d_ + c] = static_cast<std::int8_t>(v);
+        sum += v;
+      }
+      out.scale[static_cast<std::size_t>(h)] = unit;
+      out.sum[static_cast<std::size_t>(h)] = sum;
+    }
   }
 
  private:
@@ -164,75 +201,73 @@ class TokenKeys {
 
 #if KVD_CPU_AVX2
 namespace detail {
-/// Horizontal sum of one vector.
-inline float hsum(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
-}
-
-/// Eight codes (bytes 0..15 of v, one nibble each, already masked) minus 8, as floats.
-inline __m256 codes_to_float(__m128i v) {
-  return _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)), _mm256_set1_ps(8.0f));
-}
-
-/// Scores of one token for every head of the group (group <= 8): each code converted once.
-inline void token_scores_avx2(const float* qs, int group, const std::uint8_t* codes, int d, float* s) {
-  const int half = d / 2;
-  __m256 acc[8];
-  for (int h = 0; h < group; ++h) acc[h] = _mm256_setzero_ps();
-  const __m128i mask = _mm_set1_epi8(0x0F);
-  for (int i = 0; i < half; i += 16) {
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i));
-    const __m128i lo = _mm_and_si128(b, mask), hi = _mm_and_si128(_mm_srli_epi16(b, 4), mask);
-    const __m256 c[4] = {codes_to_float(lo), codes_to_float(_mm_srli_si128(lo, 8)), codes_to_float(hi),
-                         codes_to_float(_mm_srli_si128(hi, 8))};
+/// Every head's estimate of one page (d a multiple of 64): tokens in blocks of eight; per head
+/// and token, byte multiply-adds of the nibbles with the 8-bit query (exact, as token_code_dot),
+/// the eight tokens' sums by one transpose (exact in float: |dot| < 2^24), then the log-sum-exp
+/// (or max) of the head's scores by the attention kernel's softmax loop.
+inline void page_estimates_avx2(const TokenQuery& q, int group, const std::uint8_t* row, int tokens, int d, bool max_token, float* est,
+                                std::size_t stride) {
+  const int half = d / 2, rows = attention::padded_rows(tokens);
+  thread_local std::vector<float> s;
+  s.resize(static_cast<std::size_t>(group) * rows);
+  const __m256i mask = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  for (int t0 = 0; t0 < tokens; t0 += 8) {
+    const int nt = tokens - t0 < 8 ? tokens - t0 : 8;
+    alignas(32) float scale[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    std::memcpy(scale, row + static_cast<std::size_t>(tokens) * half + static_cast<std::size_t>(t0) * sizeof(float), nt * sizeof(float));
+    const __m256 token_scales = _mm256_load_ps(scale);
     for (int h = 0; h < group; ++h) {
-      const float* q = qs + static_cast<std::size_t>(h) * d;
-      acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), c[0], acc[h]);
-      acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), c[1], acc[h]);
-      acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + half + i), c[2], acc[h]);
-      acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + half + i + 8), c[3], acc[h]);
+      const std::int8_t* q8 = q.q8.data() + static_cast<std::size_t>(h) * d;
+      __m256 dots[8];
+      for (int t = 0; t < 8; ++t) {
+        __m256i acc = _mm256_setzero_si256();
+        const std::uint8_t* codes = row + static_cast<std::size_t>(t0 + t) * half;
+        for (int i = 0; t < nt && i < half; i += 32) {
+          const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + i));
+          const __m256i lo = _mm256_and_si256(b, mask), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), mask);
+          const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + i))),
+                                             _mm256_maddubs_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + half + i))));
+          acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones));
+        }
+        dots[t] = _mm256_cvtepi32_ps(acc);
+      }
+      const float offset = static_cast<float>(8 * q.sum[static_cast<std::size_t>(h)]);
+      const __m256 dot = _mm256_sub_ps(attention::detail::sum8(dots), _mm256_set1_ps(offset));
+      const __m256 unit = _mm256_mul_ps(_mm256_set1_ps(q.scale[static_cast<std::size_t>(h)]), token_scales);
+      _mm256_storeu_ps(s.data() + static_cast<std::size_t>(h) * rows + t0, _mm256_mul_ps(dot, unit));
     }
   }
-  for (int h = 0; h < group; ++h) s[h] = hsum(acc[h]);
+  for (int h = 0; h < group; ++h) {
+    float* x = s.data() + static_cast<std::size_t>(h) * rows;
+    if (max_token) {
+      float m = -INFINITY;
+      for (int t = 0; t < tokens; ++t) m = x[t] > m ? x[t] : m;
+      est[static_cast<std::size_t>(h) * stride] = m;
+    } else {
+      const attention::RowSoftmax r = attention::softmax_row(x, tokens, rows);
+      est[static_cast<std::size_t>(h) * stride] = r.max + std::log(r.sum);
+    }
+  }
 }
 }  // namespace detail
 #endif
 
-/// est[h * stride + i] = token_page_estimate(qs_h, rows[i], ...) for the group's heads and n
-/// page rows: AVX2 where the compiler targets it, d is a multiple of 32 and the group at most 8
-/// (equal within rounding: another summation order), else the KVD_HOST_DEVICE loop.
-inline void token_page_estimates(const float* qs, int group, const std::uint8_t* const* rows, std::size_t n, int tokens, int d,
+/// est[h * stride + i] = token_page_estimate(head h of q, rows[i], ...) for the group's heads
+/// and n page rows: AVX2 where the compiler targets it and d is a multiple of 64 (the same
+/// token scores; the log-sum-exp equal within rounding), else the KVD_HOST_DEVICE loop.
+inline void token_page_estimates(const TokenQuery& q, int group, const std::uint8_t* const* rows, std::size_t n, int tokens, int d,
                                  bool max_token, float* est, std::size_t stride) {
 #if KVD_CPU_AVX2
-  if (d % 32 == 0 && group <= 8) {
-    thread_local std::vector<float> s;  // [group][tokens] scores of one page
-    s.resize(static_cast<std::size_t>(group) * tokens);
-    float one[8];
-    for (std::size_t i = 0; i < n; ++i) {
-      for (int t = 0; t < tokens; ++t) {
-        detail::token_scores_avx2(qs, group, rows[i] + static_cast<std::size_t>(t) * (d / 2), d, one);
-        const float scale = token_scale(rows[i], tokens, d, t);
-        for (int h = 0; h < group; ++h) s[static_cast<std::size_t>(h) * tokens + t] = scale * one[h];
-      }
-      for (int h = 0; h < group; ++h) {
-        const float* x = s.data() + static_cast<std::size_t>(h) * tokens;
-        float m = -INFINITY, sum = 0.0f;
-        for (int t = 0; t < tokens; ++t) m = x[t] > m ? x[t] : m;
-        if (!max_token && m != -INFINITY) {
-          for (int t = 0; t < tokens; ++t) sum += attention::exp_shifted(x[t] - m);
-          m += std::log(sum);
-        }
-        est[static_cast<std::size_t>(h) * stride + i] = m;
-      }
-    }
+  if (d % 64 == 0) {
+    for (std::size_t i = 0; i < n; ++i) detail::page_estimates_avx2(q, group, rows[i], tokens, d, max_token, est + i, stride);
     return;
   }
 #endif
   for (std::size_t i = 0; i < n; ++i)
-    for (int h = 0; h < group; ++h)
-      est[static_cast<std::size_t>(h) * stride + i] = token_page_estimate(qs + static_cast<std::size_t>(h) * d, rows[i], tokens, d, max_token);
+    for (int h = 0; h < group; ++h) {
+      const auto hh = static_cast<std::size_t>(h);
+      est[hh * stride + i] = token_page_estimate(q.q8.data() + hh * d, q.scale[hh], q.sum[hh], rows[i], tokens, d, max_token);
+    }
 }
 
 }  // namespace kvdrive::index

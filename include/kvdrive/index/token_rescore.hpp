@@ -37,9 +37,15 @@ namespace kvdrive::index {
 struct TokenRescoreParams {
   double pool = 4.0;       ///< the inner index proposes pool x budget pages (all candidates when that is more)
   bool max_token = false;  ///< rank a page by its best token (true) or by its tokens' log-sum-exp (false)
+  /// How the group's heads combine: false, Decision 4's rule (the max over heads of each head's
+  /// estimate less its largest); true, OracleMass's rule on the estimates: a page's estimated
+  /// attention mass summed over the heads, each head's normalised over the pages it attends for
+  /// sure (sink, the sealed local pages) and the pool (log-sum-exp estimates only).
+  bool sum_mass = false;
 
   void validate() const {
     KVD_EXPECT(pool >= 1.0 && std::isfinite(pool), "TokenRescore: pool is {}, expected a finite factor >= 1 of the budget", pool);
+    KVD_EXPECT(!(sum_mass && max_token), "TokenRescore: sum_mass needs log-sum-exp estimates (max_token off)");
   }
 };
 
@@ -111,17 +117,46 @@ struct TokenRescore {
   /// The budget's best pages of `pool` by their token estimates (GQA rule), appended ascending.
   void rescore(const TokenKeys& keys, const IndexQuery& q, std::span<const std::uint32_t> pool, std::vector<std::uint32_t>& out) const {
     const std::size_t n = pool.size();
-    thread_local std::vector<float> qs, est, score;
+    thread_local TokenQuery tq;
+    thread_local std::vector<float> est, score;
     thread_local std::vector<const std::uint8_t*> rows;
-    qs.resize(static_cast<std::size_t>(q.group) * q.head_dim);
-    keys.fold_query(q, qs.data());
+    keys.fold_query(q, tq);
     rows.resize(n);
     for (std::size_t i = 0; i < n; ++i) rows[i] = keys.row(pool[i]);
     est.resize(static_cast<std::size_t>(q.group) * n);
     score.resize(n);
-    token_page_estimates(qs.data(), q.group, rows.data(), n, keys.page_tokens(), keys.head_dim(), params.max_token, est.data(), n);
-    gqa_scores(est.data(), q.group, n, score.data());
+    token_page_estimates(tq, q.group, rows.data(), n, keys.page_tokens(), keys.head_dim(), params.max_token, est.data(), n);
+    if (params.sum_mass) summed_mass(keys, q, tq, est.data(), n, score.data());
+    else gqa_scores(est.data(), q.group, n, score.data());
     top_pages_of(score, pool, q.budget_pages, out);
+  }
+
+  /// score[i] = log sum_h exp(est[h][i] - z_h), z_h the log-sum-exp of head h's estimates over
+  /// the pool and the sealed pages that are no candidates (sink, local).
+  static void summed_mass(const TokenKeys& keys, const IndexQuery& q, const TokenQuery& tq, const float* est, std::size_t n, float* score) {
+    thread_local std::vector<const std::uint8_t*> rows;
+    thread_local std::vector<float> fixed;
+    rows.clear();
+    for (std::int64_t p = 0; p < keys.pages(); ++p)
+      if (p < q.first_candidate || p >= q.end_candidate) rows.push_back(keys.row(p));
+    fixed.resize(static_cast<std::size_t>(q.group) * rows.size());
+    token_page_estimates(tq, q.group, rows.data(), rows.size(), keys.page_tokens(), keys.head_dim(), false, fixed.data(), rows.size());
+    for (std::size_t i = 0; i < n; ++i) score[i] = -INFINITY;
+    for (int h = 0; h < q.group; ++h) {
+      const float* e = est + static_cast<std::size_t>(h) * n;
+      const float* f = fixed.data() + static_cast<std::size_t>(h) * rows.size();
+      float m = -INFINITY;
+      for (std::size_t i = 0; i < n; ++i) m = std::max(m, e[i]);
+      for (std::size_t j = 0; j < rows.size(); ++j) m = std::max(m, f[j]);
+      double total = 0;
+      for (std::size_t i = 0; i < n; ++i) total += std::exp(static_cast<double>(e[i] - m));
+      for (std::size_t j = 0; j < rows.size(); ++j) total += std::exp(static_cast<double>(f[j] - m));
+      const float z = m + static_cast<float>(std::log(total));
+      for (std::size_t i = 0; i < n; ++i) {  // log(exp(a) + exp(b)), the larger first
+        const float a = score[i], b = e[i] - z, hi = std::max(a, b), lo = std::min(a, b);
+        score[i] = hi == -INFINITY ? hi : hi + std::log1p(std::exp(lo - hi));
+      }
+    }
   }
 };
 static_assert(IndexPolicy<TokenRescore<MeanKey>>);
