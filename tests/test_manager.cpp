@@ -589,6 +589,7 @@ TEST_CASE("every index policy runs inside KvManager; at budget 1 each attends ex
   check_index(index::Centroid{index::CentroidParams{.pages_per_cluster = 4, .segment_pages = 16}});
   check_index(index::SimHash{});
   check_index(index::ProductQuant{index::ProductQuant::Params{.M = 8, .C = 16, .train_pages = 16}});
+  check_index(index::TokenRescore<index::Hierarchical>{index::Hierarchical{index::HierarchicalParams{.pages_per_cluster = 4}}, {.pool = 2}});
   // Parameters that do not fit the model's head_dim are refused when the manager is built.
   CHECK_THROWS_WITH_AS((KvManager<index::ProductQuant, eviction::Lru>(w.cfg, index::ProductQuant{index::ProductQuant::Params{.M = 7}})),
                        doctest::Contains("do not divide head_dim"), Error);
@@ -1030,6 +1031,77 @@ TEST_CASE("focus carry: a page the last step attended heavily stays selected, wi
     const auto out = ns.run(kv);
     check_close(std::span<const float>(out).subspan(d), ns.reference(1, {5, 6}, 28));
   }
+}
+
+TEST_CASE("observation pins: the page the prompt's last query attended stays selected, within the budget") {
+  const NeedleStream ns;
+  constexpr int d = NeedleStream::kDim;
+  // The prompt's last query asks along e1, as step 0 does: its attention lands on the needle
+  // (token 12, page 3). Step 1 asks along e0, where MeanKey ranks page 3 last.
+  const std::vector<float> q_obs = ns.query(0);
+  const tier::ImportanceGuided placement{.observation = 1, .pool_kernel = 1};
+  auto run = [&](auto& kv) {
+    // NeedleStream::run with warm_up between prefill and the steps.
+    const SeqId id = kv.add_sequence();
+    std::vector<float> k, v;
+    for (int t = 0; t < NeedleStream::kPrompt; ++t) {
+      auto kr = ns.key(t), vr = ns.value(t);
+      k.insert(k.end(), kr.begin(), kr.end());
+      v.insert(v.end(), vr.begin(), vr.end());
+    }
+    kv.prefill(id, 0, make_view(k, NeedleStream::kPrompt, 1, d), make_view(v, NeedleStream::kPrompt, 1, d));
+    kv.warm_up(id, 0, make_view(q_obs, 1, 1, d), placement);
+    std::vector<float> all;
+    for (int step = 0; step < 2; ++step) {
+      auto q = ns.query(step), kr = ns.key(NeedleStream::kPrompt + step), vr = ns.value(NeedleStream::kPrompt + step);
+      std::vector<float> out(d);
+      const SeqId ids[] = {id};
+      kv.attend(0, ids, make_view(q, 1, 1, d), make_view(kr, 1, 1, d), make_view(vr, 1, 1, d), make_view(out, 1, 1, d));
+      all.insert(all.end(), out.begin(), out.end());
+    }
+    return all;
+  };
+  Config c = ns.cfg;
+  c.carry.share = 0.0f;
+  SUBCASE("off: step 1 takes MeanKey's pages 5 and 6") {
+    KvManager<index::MeanKey, eviction::Lru> kv(c);
+    const auto out = run(kv);
+    check_close(std::span<const float>(out).subspan(d), ns.reference(1, {5, 6}, 28));
+  }
+  SUBCASE("on: page 3 is pinned beside MeanKey's best, 2 pages a step, the same bits on every tier") {
+    c.pins.share = 0.5f;  // floor(0.5 x 2) = 1 pinned page
+    KvManager<index::MeanKey, eviction::Lru> kv(c);
+    const auto out = run(kv);
+    check_close(std::span<const float>(out).subspan(d), ns.reference(1, {3, 5}, 28));
+    CHECK(kv.total_stats().selected == 4);
+    for (int window : {0, 2}) {
+      KvManager<index::MeanKey, eviction::Lru, FaultyTiers> tiered(c, {}, eviction::Lru{window}, {}, {}, backend::Cpu({2}));
+      CHECK(run(tiered) == out);
+    }
+  }
+  SUBCASE("pins and carry together never leave the index without budget") {
+    c.pins.share = 0.5f;
+    c.carry.share = 0.5f;
+    CHECK_THROWS_AS((KvManager<index::MeanKey, eviction::Lru>(c)), Error);
+  }
+}
+
+TEST_CASE("kept_pages: pins first, within the candidates and their cap, then carried pages, none twice") {
+  index::IndexQuery q;
+  q.first_candidate = 2;
+  q.end_candidate = 40;
+  q.budget_pages = 8;
+  const std::uint32_t pinned[] = {1, 30, 7, 12, 5};  // page 1 is no candidate
+  const std::uint32_t carried[] = {7, 20, 21, 22};
+  const FocusCarry carry{.mass = 0.05f, .share = 0.25f};
+  std::vector<std::uint32_t> out;
+  const FocusCarry rule = manager::kept_pages(carry, ObservationPins{.share = 0.25f}, pinned, carried, q, out);
+  CHECK(out == std::vector<std::uint32_t>{30, 7, 20, 21});  // floor(0.25 x 8) = 2 of each; 7 not twice
+  CHECK(rule.share == 0.5f);
+  CHECK(rule.pages_for(q.budget_pages) >= static_cast<std::int64_t>(out.size()));
+  const FocusCarry same = manager::kept_pages(carry, ObservationPins{}, pinned, carried, q, out);  // pins off
+  CHECK(out == std::vector<std::uint32_t>(std::begin(carried), std::end(carried)));
+  CHECK(same.share == carry.share);
 }
 
 TEST_CASE("focus carry: carried pages are the heavy ones, heaviest first; the merge never exceeds the budget") {

@@ -105,6 +105,25 @@ struct FocusCarry {
   }
 };
 
+/// Observation pins (SnapKV's observation window as a selection rule): the candidate pages the
+/// prompt's last queries attended most (the warm-up ranking, KvManager::warm_up) stay selected at
+/// every decode step, at most floor(share x budget) of them, best first; the index chooses the
+/// rest of the budget, beside the focus carry's pages. The question at the prompt's end names the
+/// pages the answer needs. The ranking depends only on the prompt, so the output still depends
+/// only on the index, the budget and these rules (Decision 2). share 0 turns it off.
+struct ObservationPins {
+  float share = 0.0f;  ///< in [0, 1): the budget's share that pinned pages may take
+
+  bool enabled() const { return share > 0.0f; }
+  /// Pinned pages a step with a budget of `budget_pages` may keep.
+  std::int64_t pages_for(std::int64_t budget_pages) const {
+    return static_cast<std::int64_t>(std::floor(static_cast<double>(share) * static_cast<double>(budget_pages)));
+  }
+  void validate() const {
+    KVD_EXPECT(share >= 0.0f && share < 1.0f, "ObservationPins: share is {}, expected in [0, 1) (0 turns it off)", share);
+  }
+};
+
 struct Config {
   ModelShape shape;
   int page_tokens = 8;   ///< tokens per page (8 x 128 x fp16: K 2 KiB + V 2 KiB = one 4 KiB block)
@@ -114,6 +133,7 @@ struct Config {
   Budget budget = Budget::fraction(0.0625);
   float softmax_scale = 0.0f;  ///< 0 means 1/sqrt(head_dim)
   FocusCarry carry;            ///< pages the previous step attended heavily stay selected
+  ObservationPins pins;        ///< pages the prompt's last queries attended most stay selected (after warm_up)
   /// Semantic packing: KvManager::warm_up rewrites each stream's prompt pages on the last tier
   /// (when it is not addressable) grouped by the index's cluster_of(page), so pages selected
   /// together sit together and a step's misses merge into fewer, larger reads. Costs one more
@@ -154,6 +174,9 @@ struct Config {
     KVD_EXPECT(softmax_scale >= 0.0f && std::isfinite(softmax_scale),
                "Config: softmax_scale is {}, expected >= 0 (0 = 1/sqrt(head_dim))", softmax_scale);
     carry.validate();
+    pins.validate();
+    KVD_EXPECT(carry.share + pins.share < 1.0f, "Config: carry share {} and pins share {} leave the index no budget (their sum must be < 1)",
+               carry.share, pins.share);
     (void)cold_layout();  // throws for a shape the cold codec cannot code
   }
 };

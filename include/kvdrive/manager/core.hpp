@@ -53,6 +53,7 @@ struct Stream {
   typename Index::State index;
   typename Eviction::State cache;
   std::vector<std::uint32_t> carried;  ///< pages the last step attended heavily, heaviest first (Config::carry)
+  std::vector<std::uint32_t> pinned;   ///< the prompt's observation ranking's best pages, best first (Config::pins)
   std::vector<std::byte> tail_host;  ///< device fast tier: the tail page's bytes, in host memory
 };
 

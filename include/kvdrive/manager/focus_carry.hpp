@@ -9,7 +9,9 @@
 //      (every one that scores all candidates) now gives exactly k;
 //   3. else ask for k - |carried|, which can never overshoot.
 // Every step is a function of the stream's own previous attention and the index, so the output is
-// the same bits whatever the cache, tiers, pipeline or thread count (Decision 2).
+// the same bits whatever the cache, tiers, pipeline or thread count (Decision 2). The observation
+// pins (Config::pins: the warm-up ranking's best pages, fixed after prefill) join the merge the
+// same way, before the carried pages (kept_pages).
 #pragma once
 
 #include <algorithm>
@@ -105,6 +107,33 @@ class CarryMerge {
   int attempt_ = 0;
   std::vector<std::uint32_t> carried_, merged_, best_;
 };
+
+/// The pages a step keeps before the index chooses (CarryMerge's `carried`), into `out`: the
+/// stream's observation pins within q's candidates, at most pins.pages_for(budget), then its
+/// carried pages, at most carry.pages_for(budget), none twice. Returns the rule whose cap covers
+/// both (the carry's, with the two shares added), which CarryMerge::start takes.
+inline FocusCarry kept_pages(const FocusCarry& carry, const ObservationPins& pins, std::span<const std::uint32_t> pinned,
+                             std::span<const std::uint32_t> carried, const index::IndexQuery& q, std::vector<std::uint32_t>& out) {
+  out.clear();
+  if (!pins.enabled() || pinned.empty()) {
+    out.assign(carried.begin(), carried.end());
+    return carry;
+  }
+  const auto take = [&](std::span<const std::uint32_t> pages, std::int64_t cap) {
+    std::int64_t n = 0;
+    for (std::uint32_t page : pages) {
+      if (n >= cap) break;
+      if (page < q.first_candidate || page >= q.end_candidate || std::find(out.begin(), out.end(), page) != out.end()) continue;
+      out.push_back(page);
+      ++n;
+    }
+  };
+  take(pinned, pins.pages_for(q.budget_pages));
+  if (carry.enabled()) take(carried, carry.pages_for(q.budget_pages));
+  FocusCarry rule = carry;
+  rule.share = carry.share + pins.share;
+  return rule;
+}
 
 /// The step's selection for query q into out: select(query, out) alone when nothing is carried,
 /// else the rounds of `merge` (select is asked each time with the count it names).

@@ -77,9 +77,11 @@ class Step {
   void select(std::size_t i) {
     Plan& p = plans_[i];
     const index::IndexQuery query = prepare_select(p);
-    if (p.ranges.candidates() > 0)  // with the focus carry (manager/focus_carry.hpp)
-      select_with_carry(p.merge, c_.cfg.carry, p.stream->carried, query, p.selected,
+    if (p.ranges.candidates() > 0) {  // with the focus carry and the observation pins (manager/focus_carry.hpp)
+      const FocusCarry rule = kept_pages(c_.cfg.carry, c_.cfg.pins, p.stream->pinned, p.stream->carried, query, p.kept);
+      select_with_carry(p.merge, rule, p.kept, query, p.selected,
                         [&](const index::IndexQuery& q, std::vector<std::uint32_t>& out) { c_.index.select(p.stream->index, q, out); });
+    }
     check_selection(p, query);
   }
 
@@ -96,7 +98,8 @@ class Step {
       for (std::size_t j = 0; j < queries.size(); ++j) {
         Plan& p = plans_[first + j];
         if (p.ranges.candidates() <= 0) continue;
-        merging[j] = p.merge.start(c_.cfg.carry, p.stream->carried, queries[j]);
+        const FocusCarry rule = kept_pages(c_.cfg.carry, c_.cfg.pins, p.stream->pinned, p.stream->carried, queries[j], p.kept);
+        merging[j] = p.merge.start(rule, p.kept, queries[j]);
         ask.push_back(j);
       }
       std::vector<const typename Core::Index::State*> states;

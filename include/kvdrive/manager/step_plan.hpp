@@ -67,6 +67,7 @@ struct StepPlan {
   std::vector<float> q;  ///< [group][head_dim]
   std::vector<std::uint32_t> selected;
   CarryMerge merge;  ///< joins the stream's carried pages with the index's selection
+  std::vector<std::uint32_t> kept;  ///< the stream's pinned and carried pages this step keeps (kept_pages)
   std::vector<std::uint32_t> misses;
   std::vector<Slot> staged;  ///< fast slot holding each miss, in misses order
   /// For the range of streams this one starts (fetch_start): its staging pages and its reads.

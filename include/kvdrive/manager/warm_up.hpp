@@ -58,6 +58,7 @@ class WarmUp {
     }
     // Commit: the pages take their slots (cannot fail), then enter the caches at step 0.
     edit_.keep();
+    for (Head& w : heads) w.st->pinned = std::move(w.pinned);
     const std::size_t warmed = take_pages(heads);
     update_caches(seq, id, layer, tokens, heads);
     for (std::size_t i = 0; i < kMaxTiers; ++i) c_.total.bytes_read[i] += key_bytes_[i];
@@ -75,6 +76,7 @@ class WarmUp {
     std::vector<float> scores;
     std::vector<Slot> slots;  ///< fresh slot per chosen page, or -1 if it already has one
     std::vector<std::pair<std::uint32_t, std::uint8_t>> placed;  ///< page, middle tier it was copied to
+    std::vector<std::uint32_t> pinned;  ///< the ranking's best pages, best first (Config::pins)
   };
 
   /// Semantic packing is possible: the index groups pages into clusters, and the last tier is
@@ -125,6 +127,11 @@ class WarmUp {
     const auto first = static_cast<std::uint32_t>(r.sink_end), end = static_cast<std::uint32_t>(r.local_begin);
     const tier::PageRanking ranking = placement.rank(in, first, end);
     ranking.check(first, end, Placement::name());
+    if (c_.cfg.pins.enabled()) {
+      // Enough for the pins' share of the budget as the stream grows to twice the prompt.
+      const auto keep = static_cast<std::size_t>(c_.cfg.pins.pages_for(c_.cfg.budget.pages_for(2 * r.candidates())) + 1);
+      w.pinned.assign(ranking.pages.begin(), ranking.pages.begin() + static_cast<std::ptrdiff_t>(std::min(keep, ranking.pages.size())));
+    }
     const std::vector<std::pair<std::uint32_t, float>> chosen = choose(w, ranking, c_.cache_capacity(w.window, r));
     if constexpr (TierList::kCount > 2) place_in_middle_tiers(w, ranking, chosen);
     read_chosen(w, chosen);
