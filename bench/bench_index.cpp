@@ -6,6 +6,8 @@
 // over a few streams and steps) and its size, and floor_us = index bytes / the memcpy bandwidth
 // measured in the same run (one thread, bytes copied per second). The index is warm in cache
 // here (one stream); in a real decode it competes with every other stream's index.
+// rescored-hierarchical is index::TokenRescore over Hierarchical at its default pool (the
+// default index of kvd-llama), rescored-hierarchical-pool4 the same with a pool of 4 budgets.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -45,6 +47,8 @@ std::vector<std::unique_ptr<eval::AnyIndex>> every_index() {
   v.push_back(eval::make_any_index(index::Centroid{}));
   v.push_back(eval::make_any_index(index::SimHash{}));
   v.push_back(eval::make_any_index(index::ProductQuant{}));
+  v.push_back(eval::make_any_index(index::TokenRescore<index::Hierarchical>{}));
+  v.push_back(eval::make_any_index(index::TokenRescore<index::Hierarchical>{index::Hierarchical{}, {.pool = 4}}, "rescored-hierarchical-pool4"));
   return v;
 }
 

@@ -72,6 +72,7 @@ struct Options {
   float radius_weight = index::HierarchicalParams{}.radius_weight;
   int pair_radii = index::HierarchicalParams{}.pair_radii;
   float pair_weight = index::HierarchicalParams{}.pair_weight;
+  double rescore_pool = index::TokenRescoreParams{}.pool;
   std::string rotary = "adjacent";  ///< adjacent (GGUF, llama2.c) or halves (Hugging Face): the keys' RoPE pairs
   // cache replay
   std::string eviction;           ///< empty: no cache evaluation
@@ -92,7 +93,8 @@ double mib(std::size_t bytes) { return static_cast<double>(bytes) / 1048576.0; }
 
 const std::vector<std::string>& all_index_names() {
   static const std::vector<std::string> names = {"oracle-mass", "oracle", "quest", "mean-key", "hierarchical",
-                                                 "centroid", "simhash", "product-quant"};
+                                                 "centroid", "simhash", "product-quant", "rescored-hierarchical",
+                                                 "rescored-quest"};
   return names;
 }
 
@@ -129,6 +131,9 @@ std::unique_ptr<eval::AnyIndex> make_index(const std::string& name, const Option
   if (name == "quest") return eval::make_any_index(index::Quest{});
   if (name == "mean-key") return eval::make_any_index(index::MeanKey{});
   if (name == "hierarchical") return eval::make_any_index(index::Hierarchical{hierarchical_params(o)});
+  if (name == "rescored-hierarchical")
+    return eval::make_any_index(index::TokenRescore<index::Hierarchical>{index::Hierarchical{hierarchical_params(o)}, {.pool = o.rescore_pool}});
+  if (name == "rescored-quest") return eval::make_any_index(index::TokenRescore<index::Quest>{index::Quest{}, {.pool = o.rescore_pool}});
   if (name == "centroid") {
     index::CentroidParams p;
     p.pages_per_cluster = o.cluster_pages;
@@ -458,7 +463,7 @@ int main(int argc, char** argv) {
                  "attended heavily may take, in [0, 1); 0 (the default here) scores each index's own selection");
   app.add_option("--carry-mass", o.carry.mass, "focus carry: a head's attention share that keeps a page selected, in (0, 1]");
   app.add_option("--index", o.indices, "all, or a comma-separated list of: dense, oracle-mass, oracle, quest, mean-key, "
-                                       "hierarchical, centroid, simhash, product-quant");
+                                       "hierarchical, centroid, simhash, product-quant, rescored-hierarchical, rescored-quest");
   app.add_option("--page-tokens", o.page_tokens, "tokens per page")->check(CLI::Range(1, 4096));
   app.add_option("--sink-tokens", o.sink_tokens, "always-attended first tokens")->check(CLI::Range(0, 1 << 20));
   app.add_option("--local-tokens", o.local_tokens, "always-attended last tokens")->check(CLI::Range(0, 1 << 20));
@@ -474,6 +479,8 @@ int main(int argc, char** argv) {
   app.add_option("--pair-radii", o.pair_radii, "hierarchical: rotary-pair radii per page in a member's score (0: its mean alone)")
       ->check(CLI::Range(0, 128));
   app.add_option("--pair-weight", o.pair_weight, "hierarchical: weight of the pair radii in a member's score");
+  app.add_option("--rescore-pool", o.rescore_pool, "rescored-*: the inner index proposes this many times the budget, rescored token by token")
+      ->check(CLI::Range(1.0, 1e9));
   app.add_option("--rotary", o.rotary, "hierarchical: the channel pairs RoPE rotated in the trace's keys: adjacent (GGUF and llama2.c models) or halves (Hugging Face models)")
       ->check(CLI::IsMember({"adjacent", "halves"}));
   app.add_option("--json", o.json, "also write the rows as JSON to this file");

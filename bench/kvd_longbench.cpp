@@ -11,10 +11,13 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +58,7 @@ struct Options {
   std::vector<std::string> fidelity_docs{"python", "licences"};
   std::vector<std::int64_t> positions{2048, 4096, 8160};
   int forced = 32;
+  std::string record_traces;  ///< a folder: each sample's dense trace, kept where a configuration scored below dense
 };
 
 /// One configuration's result on one sample.
@@ -65,6 +69,7 @@ struct Answer {
   bool same_tokens = false;  ///< the same tokens as dense's reply
   bool same_bits = false;    ///< the same logits as dense's, bit for bit, at every step
   double ms_per_token = 0;
+  double pages_per_step = 0;  ///< index-selected pages per stream and step
 };
 
 struct Sample {
@@ -107,8 +112,16 @@ struct Prompter {
   }
 };
 
-/// Every configuration on one sample.
-Sample run_sample(const ReplayContext& cx, const Prompter& pr, const TaskSpec& spec, const std::vector<ConfigSpec>& configs) {
+/// Where --record-traces puts a sample's trace.
+std::filesystem::path trace_path(const std::string& dir, const TaskSpec& spec) {
+  return std::filesystem::path(dir) / fmt::format("{}-{}-{}-{}.trace", task_name(spec.kind), haystack_name(spec.haystack), spec.context, spec.seed);
+}
+
+/// Every configuration on one sample. With a trace folder, the dense prefill and dense's reply are
+/// recorded (eval::TraceWriter; scripts/analysis/page-summaries/misses.py reads them); the trace
+/// is kept only where some configuration scored below dense.
+Sample run_sample(const ReplayContext& cx, const Prompter& pr, const TaskSpec& spec, const std::vector<ConfigSpec>& configs,
+                  const std::string& trace_dir = {}) {
   const Task task = make_task(spec, [&](const std::string& u, const std::string& r) { return static_cast<std::int64_t>(pr.ids(u, r).size()); },
                               [&](const std::string& s) { return static_cast<std::int64_t>(pr.tok.encode(s, false).size()); });
   const std::vector<int> ids = pr.ids(task.user, task.reply_prefix);
@@ -117,20 +130,32 @@ Sample run_sample(const ReplayContext& cx, const Prompter& pr, const TaskSpec& s
   s.prompt_tokens = static_cast<std::int64_t>(ids.size());
   s.document_tokens = task.document_tokens;
   s.answers = task.answers;
-  llama::PrefillSnapshot snap;
-  {
-    const auto t0 = std::chrono::steady_clock::now();
-    KvManager<index::Dense, eviction::None> kv(llama::manager_config(cx.layout, cx.model->config));
-    llama::Decoder<decltype(kv)> dec(*cx.model, kv, *cx.pool, cx.layout.prefill_chunk);
-    dec.warm_up_after_prefill(cx.layout.warm_up);  // the queries tiered placement ranks pages by
-    dec.keep_prefill(&snap);
-    dec.prefill(ids);
-    s.prefill_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  }
   const std::vector<int> stops = pr.tok.stops();
   ReplayPlan plan;
   plan.max_new = reply_tokens(spec.kind);
   plan.stops = stops;
+  llama::PrefillSnapshot snap;
+  {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Config cfg = llama::manager_config(cx.layout, cx.model->config);
+    KvManager<index::Dense, eviction::None> kv(cfg);
+    llama::Decoder<decltype(kv)> dec(*cx.model, kv, *cx.pool, cx.layout.prefill_chunk);
+    std::optional<eval::TraceWriter> trace;
+    if (!trace_dir.empty()) {
+      trace.emplace(trace_path(trace_dir, spec).string(), cfg.shape, cfg.dtype);
+      dec.record(&*trace);
+    }
+    dec.warm_up_after_prefill(cx.layout.warm_up);  // the queries tiered placement ranks pages by
+    dec.keep_prefill(&snap);
+    const std::vector<float>& first = dec.prefill(ids);
+    s.prefill_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (trace) {
+      ReplayPlan dense_reply = plan;
+      dense_reply.keep_logits = false;
+      (void)detail::decode(dec, first, dense_reply);
+      trace->close();
+    }
+  }
   Replay dense;
   for (const auto& c : configs) {
     Replay r = replay(cx, c, snap, plan);
@@ -141,9 +166,13 @@ Sample run_sample(const ReplayContext& cx, const Prompter& pr, const TaskSpec& s
     a.same_tokens = r.ids == dense.ids;
     a.same_bits = same_bits(r, dense);
     a.ms_per_token = r.decode_ms / static_cast<double>(std::max<std::int64_t>(1, r.steps));
+    a.pages_per_step = r.selected_per_stream;
     a.ids = std::move(r.ids);
     s.by_config.push_back(std::move(a));
   }
+  if (!trace_dir.empty() &&
+      std::none_of(s.by_config.begin(), s.by_config.end(), [&](const Answer& a) { return a.score < s.by_config[0].score; }))
+    std::filesystem::remove(trace_path(trace_dir, spec));
   return s;
 }
 
@@ -181,6 +210,7 @@ struct Cell {
   double agreement = 0;    ///< samples whose score equals dense's
   double same_tokens = 0;  ///< samples whose reply is dense's, token for token
   double ms_per_token = 0;
+  double pages_per_step = 0;
 };
 
 Cell cell_of(const std::vector<const Sample*>& samples, std::size_t config) {
@@ -192,10 +222,11 @@ Cell cell_of(const std::vector<const Sample*>& samples, std::size_t config) {
     c.agreement += a.score == s->by_config[0].score;
     c.same_tokens += a.same_tokens;
     c.ms_per_token += a.ms_per_token;
+    c.pages_per_step += a.pages_per_step;
   }
   const double n = static_cast<double>(std::max<std::size_t>(1, samples.size()));
   c.accuracy = interval95(scores);
-  c.agreement /= n, c.same_tokens /= n, c.ms_per_token /= n;
+  c.agreement /= n, c.same_tokens /= n, c.ms_per_token /= n, c.pages_per_step /= n;
   return c;
 }
 
@@ -220,7 +251,7 @@ void print_tables(const std::vector<Sample>& samples, const std::vector<ConfigSp
                hc.second, all.size() / tasks.size());
     fmt::print("{:<26}", "configuration");
     for (TaskKind t : tasks) fmt::print(" {:>18}", task_name(t));
-    fmt::print(" {:>18} {:>7} {:>7} {:>8}\n", "pooled", "agree", "tokens", "ms/tok");
+    fmt::print(" {:>18} {:>7} {:>7} {:>8} {:>8}\n", "pooled", "agree", "tokens", "ms/tok", "pages");
     for (std::size_t c = 0; c < configs.size(); ++c) {
       fmt::print("{:<26}", configs[c].name());
       for (TaskKind t : tasks) {
@@ -228,7 +259,8 @@ void print_tables(const std::vector<Sample>& samples, const std::vector<ConfigSp
         fmt::print(" {:>18}", it == cells.end() ? "-" : cell_text(cell_of(it->second, c).accuracy));
       }
       const Cell p = cell_of(all, c);
-      fmt::print(" {:>18} {:>7.2f} {:>7.2f} {:>8.1f}\n", cell_text(p.accuracy), p.agreement, p.same_tokens, p.ms_per_token);
+      fmt::print(" {:>18} {:>7.2f} {:>7.2f} {:>8.1f} {:>8.2f}\n", cell_text(p.accuracy), p.agreement, p.same_tokens, p.ms_per_token,
+                 p.pages_per_step);
     }
   }
 }
@@ -301,7 +333,8 @@ nlohmann::json samples_json(const std::vector<Sample>& samples, const std::vecto
     for (std::size_t c = 0; c < configs.size(); ++c) {
       const Answer& a = s.by_config[c];
       j["configs"][configs[c].name()] = {{"reply", a.text}, {"ids", a.ids}, {"score", a.score}, {"same_tokens", a.same_tokens},
-                                         {"same_bits", a.same_bits}, {"ms_per_token", a.ms_per_token}};
+                                         {"same_bits", a.same_bits}, {"ms_per_token", a.ms_per_token},
+                                         {"pages_per_step", a.pages_per_step}};
     }
     out.push_back(std::move(j));
   }
@@ -316,7 +349,8 @@ nlohmann::json cells_json(const std::vector<Sample>& samples, const std::vector<
       out.push_back({{"task", task_name(static_cast<TaskKind>(std::get<0>(key)))}, {"haystack", haystack_name(static_cast<Haystack>(std::get<1>(key)))},
                      {"context", std::get<2>(key)}, {"config", configs[c].name()}, {"accuracy", x.accuracy.mean},
                      {"low", x.accuracy.low}, {"high", x.accuracy.high}, {"n", x.accuracy.n}, {"agreement", x.agreement},
-                     {"same_tokens", x.same_tokens}, {"ms_per_token", x.ms_per_token}});
+                     {"same_tokens", x.same_tokens}, {"ms_per_token", x.ms_per_token},
+                     {"pages_per_step", x.pages_per_step}});
     }
   return out;
 }
@@ -349,7 +383,7 @@ int run_retrieval(const Options& o, const ReplayContext& cx, const Prompter& pr,
   std::vector<Sample> samples;
   int failures = 0;
   for (const auto& spec : specs) {
-    samples.push_back(run_sample(cx, pr, spec, configs));
+    samples.push_back(run_sample(cx, pr, spec, configs, o.record_traces));
     failures += check_sample(samples.back(), configs, o.require_dense_correct);
     bar.update(static_cast<std::int64_t>(samples.size()), static_cast<std::int64_t>(specs.size()));
   }
@@ -396,6 +430,9 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--threads", o.threads, "CPU threads (0: all)");
   app.add_option("--json", o.json, "write every sample and cell as JSON to this file");
   app.add_option("--store-dir", o.store_dir, "tiered: the folder of the SSD store (default: the temporary directory)");
+  app.add_option("--record-traces", o.record_traces, "a folder: record each sample's dense prefill and reply as a trace "
+                 "(kvd-llama --record-trace's format), kept where a configuration scored below dense")
+      ->check(CLI::ExistingDirectory);
   app.add_flag("--quick", o.quick, "a run of a few minutes: 1K and 2K, 2 samples per task, budget 6.25%");
   app.add_flag("--require-dense-correct", o.require_dense_correct, "fail unless dense answers every sample");
   app.add_flag("--skip-without-model", o.skip_without_model, "exit 77 (a skip for ctest) when the model file is absent");

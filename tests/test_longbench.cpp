@@ -180,6 +180,16 @@ TEST_CASE("longbench configurations: names round-trip; bad ones are refused") {
   CHECK(parse_config("mean-key{carry_share=0.5}@0.0625").name() == "mean-key{carry_share=0.5}@0.0625");
   CHECK_THROWS_AS(parse_config("quest{carry_share=1}@0.1"), Error);
   CHECK_THROWS_AS(parse_config("quest{carry_mass=0}@0.1"), Error);
+  // Token-level rescoring wraps hierarchical, quest or mean-key, with a pool of at least the budget.
+  const ConfigSpec rescored = parse_config("tiered:hierarchical{rescore_pool=3;rescore_max=1;expand=4}@0.0625");
+  CHECK(rescored.rescored());
+  CHECK_FALSE(parse_config("hierarchical{rescore_pool=0}@0.0625").rescored());
+  index::TokenRescoreParams r;
+  rescored.apply(r);
+  CHECK(r.pool == 3.0);
+  CHECK(r.max_token);
+  CHECK_THROWS_AS(parse_config("quest{rescore_pool=0.5}@0.1"), Error);
+  CHECK_THROWS_AS(parse_config("centroid{rescore_pool=4}@0.1"), Error);
   CHECK(default_configs({0.0625, 0.015625}).size() == 1 + 2 * (kSparseIndices.size() + 1));
 }
 

@@ -13,6 +13,15 @@
 //                                 carry_mass; Config::carry), e.g. off
 //   INDEX{codec_bits=4}@B         any index with cold pages coded (codec_bits 8 or 4: INT8 or
 //                                 INT4, Config::cold_codec; 0: none)
+//   INDEX{rescore_pool=4}@B       hierarchical, quest or mean-key wrapped by token-level
+//                                 rescoring (index::TokenRescore: the index proposes 4 x B, 4-bit
+//                                 key copies keep B; rescore_max=1 ranks by the best token,
+//                                 rescore_sum=1 sums the heads' estimated masses);
+//                                 tiered:hierarchical{rescore_pool=4}@B too
+//   INDEX{pin_share=0.25}@B       any index with observation pins (Config::pins: the pages the
+//                                 prompt's last 32 queries attended most stay selected)
+//   hierarchical{outlier_share=0.125}@B  Hierarchical (or rescored Hierarchical) with ShadowKV's
+//                                 outlier pages always selected, within the budget (index::OutlierPages)
 #pragma once
 
 #include <algorithm>
@@ -44,8 +53,12 @@ inline constexpr std::array<std::string_view, 7> kHierarchicalKeys = {
     "expand", "min_scored", "score_all_below", "pair_radii", "pair_weight", "radius_weight", "pages_per_cluster"};
 
 /// The manager's parameters any index's configuration may set: the focus carry's (Config::carry)
-/// and the cold codec's width (Config::cold_codec).
-inline constexpr std::array<std::string_view, 3> kAnyIndexKeys = {"carry_share", "carry_mass", "codec_bits"};
+/// and the cold codec's width (Config::cold_codec); and token-level rescoring (index::TokenRescore).
+inline constexpr std::array<std::string_view, 8> kAnyIndexKeys = {"carry_share", "carry_mass", "codec_bits", "rescore_pool", "rescore_max",
+                                                                  "rescore_sum", "outlier_share", "pin_share"};
+
+/// The indices that token-level rescoring wraps here (each one more KvManager to compile).
+inline constexpr std::array<std::string_view, 3> kRescoredIndices = {"hierarchical", "quest", "mean-key"};
 
 struct ConfigSpec {
   std::string index = "dense";
@@ -60,6 +73,13 @@ struct ConfigSpec {
     return fmt::format("{}{}{}@{:g}", tiered ? "tiered:" : "", index, p.empty() ? "" : "{" + p + "}", budget);
   }
   bool operator==(const ConfigSpec&) const = default;
+
+  /// Sets the observation pins' share (Config::pins; and checks it).
+  void apply(ObservationPins& pins) const {
+    for (const auto& [k, v] : params)
+      if (k == "pin_share") pins.share = static_cast<float>(v);
+    pins.validate();
+  }
 
   /// Sets the focus carry's parameters on a configuration (and checks them).
   void apply(FocusCarry& carry) const {
@@ -79,6 +99,47 @@ struct ConfigSpec {
         c = v == 8 ? codec::Codec::int8 : v == 4 ? codec::Codec::int4 : codec::Codec::none;
       }
     return c;
+  }
+
+  /// Whether the configuration wraps its index in token-level rescoring (rescore_pool > 0).
+  bool rescored() const {
+    for (const auto& [k, v] : params)
+      if (k == "rescore_pool") return v > 0;
+    return false;
+  }
+
+  /// Whether the configuration always selects outlier pages (outlier_share > 0).
+  bool outliers() const {
+    for (const auto& [k, v] : params)
+      if (k == "outlier_share") return v > 0;
+    return false;
+  }
+
+  /// Sets the outlier pages' share of the budget (and checks it).
+  void apply(index::OutlierPagesParams& o) const {
+    for (const auto& [k, v] : params)
+      if (k == "outlier_share") o.share = v;
+    o.validate();
+  }
+
+  /// Sets the parameters of an index and of every index it wraps.
+  template <class Index>
+  void apply_all(Index& ix) const {
+    if constexpr (std::is_same_v<Index, index::Hierarchical>) apply(ix.params);
+    if constexpr (requires { typename Index::InnerIndex; }) {
+      apply(ix.params);
+      apply_all(ix.inner);
+    }
+  }
+
+  /// Sets token-level rescoring's parameters (and checks them).
+  void apply(index::TokenRescoreParams& r) const {
+    for (const auto& [k, v] : params) {
+      if (k == "rescore_pool") r.pool = v;
+      else if (k == "rescore_max") r.max_token = v != 0;
+      else if (k == "rescore_sum") r.sum_mass = v != 0;
+    }
+    r.validate();
   }
 
   /// Sets the parameters on a Hierarchical index (and checks them).
@@ -145,11 +206,24 @@ inline ConfigSpec parse_config(std::string_view s) {
       KVD_EXPECT(c.index == "hierarchical" || std::find(kAnyIndexKeys.begin(), kAnyIndexKeys.end(), k) != kAnyIndexKeys.end(),
                  "configuration '{}': only hierarchical takes '{}' (any index takes {})", whole, k, fmt::join(kAnyIndexKeys, ", "));
     FocusCarry carry;
+    ObservationPins pins;
+    c.apply(pins);
     c.apply(carry);  // refuse values the manager or the index would refuse, before any sample runs
     (void)c.cold_codec();
     if (c.index == "hierarchical") {
       index::HierarchicalParams check;
       c.apply(check);
+    }
+    if (c.rescored()) {
+      index::TokenRescoreParams check;
+      c.apply(check);
+      KVD_EXPECT(std::find(kRescoredIndices.begin(), kRescoredIndices.end(), c.index) != kRescoredIndices.end(),
+                 "configuration '{}': rescore_pool wraps {} here", whole, fmt::join(kRescoredIndices, ", "));
+    }
+    if (c.outliers()) {
+      index::OutlierPagesParams check;
+      c.apply(check);
+      KVD_EXPECT(c.index == "hierarchical", "configuration '{}': outlier_share wraps hierarchical here", whole);
     }
   }
   KVD_EXPECT(std::find(kSparseIndices.begin(), kSparseIndices.end(), c.index) != kSparseIndices.end(),
@@ -157,6 +231,7 @@ inline ConfigSpec parse_config(std::string_view s) {
   c.budget = number_in_config(s, s.substr(at + 1), "the budget");
   KVD_EXPECT(c.budget > 0 && c.budget <= 1, "configuration '{}': budget outside (0, 1]", s);
   KVD_EXPECT(!c.tiered || c.index == "hierarchical", "configuration '{}': tiered runs the hierarchical index", s);
+  KVD_EXPECT(!c.tiered || !c.outliers(), "configuration '{}': tiered runs without outlier_share here", s);
   return c;
 }
 
@@ -183,6 +258,7 @@ struct Replay {
   std::vector<std::vector<float>> logits;   ///< after each decode step (the snapshot's logits not included)
   double decode_ms = 0;
   std::int64_t steps = 0;
+  double selected_per_stream = 0;  ///< pages the index (with carry and pins) selected per stream and step: the budget used
 };
 
 /// How a replay decodes: greedily up to `max_new` tokens (stopping at a stop token), or through
@@ -230,6 +306,7 @@ Replay replay(const ReplayContext& cx, const ConfigSpec& c, const llama::Prefill
   llama::RunOptions o = cx.layout;
   o.budget = c.budget;
   c.apply(o.carry);
+  c.apply(o.pins);
   o.cold_codec = std::string(codec::codec_name(c.cold_codec()));
   const Config cfg = llama::manager_config(o, cx.model->config);
   const std::int64_t context = snap.tokens + std::max<std::int64_t>(p.max_new, static_cast<std::int64_t>(p.forced.size()));
@@ -243,13 +320,17 @@ Replay replay(const ReplayContext& cx, const ConfigSpec& c, const llama::Prefill
   }
   using Manager = KvManager<Index, eviction::Lookahead, TierList>;
   Index ix = llama::index_for<Index>(cx.model->config);
-  if constexpr (std::is_same_v<Index, index::Hierarchical>) c.apply(ix.params);
+  c.apply_all(ix);
   Replay r = [&] {  // the manager (and its store) closes at the end of this, so the store can go after it
     Manager kv(cfg, std::move(ix), eviction::Lookahead{plan.window}, llama::make_tiers<TierList>(o, plan), {}, backend::Cpu({o.threads}));
     llama::Decoder<Manager> dec(*cx.model, kv, *cx.pool, snap.chunk);
-    if constexpr (TierList::kCount > 1) dec.warm_up_after_prefill(static_cast<int>(std::min<std::int64_t>(o.warm_up, snap.observed)));
+    // Tiered: placement; either mode: the observation pins' ranking (KvManager::warm_up).
+    if (TierList::kCount > 1 || cfg.pins.enabled()) dec.warm_up_after_prefill(static_cast<int>(std::min<std::int64_t>(o.warm_up, snap.observed)));
     const std::vector<float>& first = dec.prefill_from(snap);
-    return decode(dec, first, p);
+    Replay out = decode(dec, first, p);
+    const Stats& t = kv.total_stats();
+    out.selected_per_stream = t.streams ? static_cast<double>(t.selected) / static_cast<double>(t.streams) : 0.0;
+    return out;
   }();
   if constexpr (TierList::kCount > 1) tier::SsdTier::remove_files(o.ssd_path);
   return r;
@@ -260,7 +341,19 @@ Replay replay(const ReplayContext& cx, const ConfigSpec& c, const llama::Prefill
 /// Runs configuration `c` from `snap` as `p` says.
 inline Replay replay(const ReplayContext& cx, const ConfigSpec& c, const llama::PrefillSnapshot& snap, const ReplayPlan& p) {
   using Dram = Tiers<tier::HostTier>;
-  if (c.tiered) return detail::replay<index::Hierarchical, Tiers<tier::HostTier, tier::SsdTier>>(cx, c, snap, p);
+  using Ssd = Tiers<tier::HostTier, tier::SsdTier>;
+  using Rescored = index::TokenRescore<index::Hierarchical>;
+  if (c.outliers()) {
+    if (c.rescored()) return detail::replay<index::OutlierPages<Rescored>, Dram>(cx, c, snap, p);
+    return detail::replay<index::OutlierPages<index::Hierarchical>, Dram>(cx, c, snap, p);
+  }
+  if (c.tiered && c.rescored()) return detail::replay<Rescored, Ssd>(cx, c, snap, p);
+  if (c.tiered) return detail::replay<index::Hierarchical, Ssd>(cx, c, snap, p);
+  if (c.rescored()) {
+    if (c.index == "quest") return detail::replay<index::TokenRescore<index::Quest>, Dram>(cx, c, snap, p);
+    if (c.index == "mean-key") return detail::replay<index::TokenRescore<index::MeanKey>, Dram>(cx, c, snap, p);
+    return detail::replay<Rescored, Dram>(cx, c, snap, p);
+  }
   if (c.index == "dense") return detail::replay<index::Dense, Dram>(cx, c, snap, p);
   if (c.index == "hierarchical") return detail::replay<index::Hierarchical, Dram>(cx, c, snap, p);
   if (c.index == "quest") return detail::replay<index::Quest, Dram>(cx, c, snap, p);

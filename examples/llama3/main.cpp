@@ -125,6 +125,13 @@ void add_attention_options(CLI::App& app, RunOptions& o, std::string& weights) {
       ->check(CLI::Range(1e-6, 1.0));
   app.add_option("--index", o.index, "sparse index: hierarchical (KVDrive), quest, mean-key, centroid, simhash, product-quant, oracle, oracle-mass")
       ->check(CLI::IsMember({"hierarchical", "quest", "mean-key", "centroid", "simhash", "product-quant", "oracle", "oracle-mass", "dense"}));
+  app.add_option("--pin-share", o.pins.share, "sparse and tiered: the budget's share that the pages the prompt's last --warm-up "
+                 "queries attended most may take at every step (observation pins, SnapKV's window); 0 turns it off")
+      ->check(CLI::Range(0.0, 0.999999));
+  app.add_option("--rescore-pool", o.rescore_pool, "sparse and tiered: the index proposes this many times the budget and 4-bit "
+                 "copies of the pages' keys, scored token by token, keep the budget's best (index::TokenRescore); 0 turns it off; "
+                 "default: 8 for hierarchical, 0 for the others")
+      ->check(CLI::Range(0.0, 1e9));
   app.add_option("--threads", o.threads, "CPU threads (0: all)");
   app.add_option("--weights", weights, "blocks: compute from the GGUF blocks (activations quantized per block, as llama.cpp does); "
                  "f32: decode every matrix to float first (exact, slower, more memory)")
@@ -216,8 +223,15 @@ int run_tiered(const RunOptions& o, const Model& model, ThreadPool& pool) {
   using HostSsd = Tiers<tier::HostTier, tier::HostTier, tier::SsdTier>;
   const bool host = o.host_bytes > 0;
   KVD_EXPECT(o.index == "hierarchical" || o.pipeline == "serial", "--pipeline elastic runs with --index hierarchical (KVDrive)");
+  KVD_EXPECT(rescore_pool_of(o) == 0 || o.index == "hierarchical", "--mode tiered rescores the hierarchical index (--rescore-pool 0 for quest)");
   if (o.index == "quest") return host ? run_cpu<index::Quest, HostSsd>(o, model, pool) : run_cpu<index::Quest, Ssd>(o, model, pool);
   KVD_EXPECT(o.index == "hierarchical", "--mode tiered runs the hierarchical (KVDrive) and quest indices");
+  if (rescore_pool_of(o) > 0) {
+    using Rescored = index::TokenRescore<index::Hierarchical>;
+    if (o.pipeline == "elastic")
+      return host ? run_cpu<Rescored, HostSsd, pipeline::Elastic>(o, model, pool) : run_cpu<Rescored, Ssd, pipeline::Elastic>(o, model, pool);
+    return host ? run_cpu<Rescored, HostSsd>(o, model, pool) : run_cpu<Rescored, Ssd>(o, model, pool);
+  }
   if (o.pipeline == "elastic")
     return host ? run_cpu<index::Hierarchical, HostSsd, pipeline::Elastic>(o, model, pool)
                 : run_cpu<index::Hierarchical, Ssd, pipeline::Elastic>(o, model, pool);
@@ -227,6 +241,12 @@ int run_tiered(const RunOptions& o, const Model& model, ThreadPool& pool) {
 /// --mode dense or sparse: the KV cache in DRAM, with --index's policy.
 int run_in_dram(const RunOptions& o, const Model& model, ThreadPool& pool) {
   if (o.mode == "dense" || o.index == "dense") return run_cpu<index::Dense>(o, model, pool);
+  if (rescore_pool_of(o) > 0) {
+    if (o.index == "quest") return run_cpu<index::TokenRescore<index::Quest>>(o, model, pool);
+    if (o.index == "mean-key") return run_cpu<index::TokenRescore<index::MeanKey>>(o, model, pool);
+    KVD_EXPECT(o.index == "hierarchical", "--rescore-pool wraps hierarchical, quest or mean-key (--rescore-pool 0 for {})", o.index);
+    return run_cpu<index::TokenRescore<index::Hierarchical>>(o, model, pool);
+  }
   if (o.index == "oracle-mass") return run_cpu<index::OracleMass>(o, model, pool);
   if (o.index == "quest") return run_cpu<index::Quest>(o, model, pool);
   if (o.index == "mean-key") return run_cpu<index::MeanKey>(o, model, pool);
@@ -253,9 +273,9 @@ int main(int argc, char** argv) {
   try {
     ThreadPool pool(o.threads);
     const Model model = load_model(o, weights, pool);
-    KVD_EXPECT(o.mode == "tiered" || (app.count("--fast-bytes") + app.count("--host-bytes") + app.count("--ssd-path") + app.count("--ssd-pack") + app.count("--warm-up") +
-                                      app.count("--pipeline") + app.count("--tune")) == 0,
-               "--fast-bytes, --host-bytes, --ssd-path, --ssd-pack, --warm-up, --pipeline and --tune apply to --mode tiered");
+    KVD_EXPECT(o.mode == "tiered" || (app.count("--fast-bytes") + app.count("--host-bytes") + app.count("--ssd-path") + app.count("--ssd-pack") +
+                                      (o.pins.enabled() ? 0 : app.count("--warm-up")) + app.count("--pipeline") + app.count("--tune")) == 0,
+               "--fast-bytes, --host-bytes, --ssd-path, --ssd-pack, --warm-up (without --pin-share), --pipeline and --tune apply to --mode tiered");
     if (o.device == "cuda") return run_on_cuda(o, model, pool);
     return o.mode == "tiered" ? run_tiered(o, model, pool) : run_in_dram(o, model, pool);
   } catch (const Error& e) {

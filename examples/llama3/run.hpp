@@ -68,7 +68,11 @@ struct RunOptions {
   std::string mode = "sparse";
   double budget = 0.0625;
   FocusCarry carry;                 ///< sparse and tiered: pages the last step attended heavily stay selected
+  ObservationPins pins;             ///< sparse and tiered: pages the prompt's last --warm-up queries attended most stay selected
   std::string index = "hierarchical";
+  /// > 0: the index wrapped by token-level rescoring of pool x budget pages (index::TokenRescore);
+  /// 0: off; below 0 (the default): index::TokenRescoreParams' pool for hierarchical, off for the others.
+  double rescore_pool = -1;
   unsigned threads = 0;
   bool print_ids = false;
   std::string stats_json;
@@ -78,7 +82,7 @@ struct RunOptions {
   int page_tokens = 8, sink_tokens = 4, local_tokens = 64, prefill_chunk = 256;
   // tiered mode
   std::int64_t fast_bytes = 64ll << 20, host_bytes = 0;
-  int warm_up = 32;  ///< tiered: observation queries for placement after prefill
+  int warm_up = 32;  ///< tiered: observation queries for placement after prefill; sparse and tiered: for the pins
   std::string pipeline = "serial";  ///< tiered: serial or elastic
   std::string tune = "on";          ///< tiered: tune cluster size, cache windows and micro-batch
   std::string ssd_path = "kvd-llama.store";
@@ -297,6 +301,12 @@ inline std::vector<int> make_prompt(const RunOptions& o, const LlamaConfig& c, c
 /// kvd-llama's exit status when the reply lacks the --expect (or --needle) answer.
 constexpr int kWrongAnswer = 3;
 
+/// The rescoring pool the run uses (RunOptions::rescore_pool with its default resolved): 0 for none.
+inline double rescore_pool_of(const RunOptions& o) {
+  if (o.rescore_pool >= 0) return o.rescore_pool;
+  return o.index == "hierarchical" && o.mode != "dense" ? index::TokenRescoreParams{}.pool : 0.0;
+}
+
 /// The KvManager's configuration for the run's options.
 inline Config manager_config(const RunOptions& o, const LlamaConfig& c) {
   Config cfg;
@@ -307,7 +317,9 @@ inline Config manager_config(const RunOptions& o, const LlamaConfig& c) {
   cfg.dtype = o.dtype == "f32" ? DType::f32 : o.dtype == "bf16" ? DType::bf16 : DType::f16;
   cfg.budget = Budget::fraction(o.budget);
   cfg.carry = o.carry;
-  cfg.carry.validate();
+  cfg.pins = o.pins;
+  KVD_EXPECT(!o.pins.enabled() || o.warm_up > 0, "observation pins rank pages by the prompt's last --warm-up queries: --warm-up must be > 0");
+  cfg.pins.validate();
   cfg.cold_codec = {codec::parse_codec(o.cold_codec)};
   return cfg;
 }
@@ -315,10 +327,17 @@ inline Config manager_config(const RunOptions& o, const LlamaConfig& c) {
 /// The run's index, with the parameters that depend on the model set from it: Hierarchical's
 /// pair radii are taken over the channel pairs the model's RoPE rotates together (adjacent
 /// channels in GGUF and llama2.c files, the two halves of the head in Hugging Face checkpoints).
+/// A wrapper (TokenRescore, OutlierPages) wraps its inner index made so; TokenRescore takes the
+/// pool given (> 0) or its default.
 /// Other indices are default-constructed.
 template <class Index>
-Index index_for(const LlamaConfig& c) {
-  if constexpr (requires(typename Index::Params p) { p.rotary = index::RotaryPairs::adjacent; }) {
+Index index_for(const LlamaConfig& c, double rescore_pool = 0) {
+  if constexpr (requires { typename Index::InnerIndex; }) {
+    typename Index::Params p;
+    if constexpr (requires { p.pool; })
+      if (rescore_pool > 0) p.pool = rescore_pool;
+    return Index(index_for<typename Index::InnerIndex>(c, rescore_pool), p);
+  } else if constexpr (requires(typename Index::Params p) { p.rotary = index::RotaryPairs::adjacent; }) {
     typename Index::Params p;
     p.rotary = c.rope_layout == RopeLayout::half ? index::RotaryPairs::halves : index::RotaryPairs::adjacent;
     return Index(p);
@@ -640,10 +659,11 @@ int run(const RunOptions& o, const Model& model, ThreadPool& pool, Backend backe
   using Manager = KvManager<Index, eviction::Lookahead, TierList, Pipeline, Backend, Remote>;
   PrefixShare<Remote>::check(o);
   PrefixShare<Remote> share;  // outlives kv
-  Manager kv(cfg, index_for<Index>(model.config), eviction::Lookahead{plan.window}, make_tiers<TierList>(o, plan), {}, std::move(backend));
+  Manager kv(cfg, index_for<Index>(model.config, rescore_pool_of(o)), eviction::Lookahead{plan.window}, make_tiers<TierList>(o, plan), {}, std::move(backend));
   share.connect(o, model, kv, in.ids);
   Decoder<Manager, Linear> decoder(model, kv, pool, o.prefill_chunk, std::span<const int>(share.shared));
   if constexpr (tiered) set_up_tiered<Index, Pipeline>(o, plan, kv, decoder);
+  else if (cfg.pins.enabled()) decoder.warm_up_after_prefill(o.warm_up);  // ranks the pages to pin (KvManager::warm_up)
   std::optional<eval::TraceWriter> trace;
   if (!o.record_trace.empty()) {
     trace.emplace(o.record_trace, cfg.shape, cfg.dtype);

@@ -132,7 +132,7 @@ int run_batch(const RunOptions& o, const Model& model, ThreadPool& pool, Backend
   TierPlan plan;
   if constexpr (tiered) plan = plan_tiers(o, cfg, in.longest + o.steps, in.prompts.size());
   using Manager = KvManager<Index, eviction::Lookahead, TierList, Pipeline, Backend>;
-  Manager kv(cfg, index_for<Index>(model.config), eviction::Lookahead{plan.window}, make_tiers<TierList>(o, plan), {}, std::move(backend));
+  Manager kv(cfg, index_for<Index>(model.config, rescore_pool_of(o)), eviction::Lookahead{plan.window}, make_tiers<TierList>(o, plan), {}, std::move(backend));
   BatchDecoder<Manager, Linear> batch(model, kv, pool, o.prefill_chunk);
   print_batch_header(o, model, cfg, in, Index::name(), pool.threads());
 

@@ -13,6 +13,7 @@ namespace kvdrive::llama {
 int run_on_cuda(const RunOptions& o, const Model& model, ThreadPool& pool) {
   KVD_EXPECT(o.index == "hierarchical" || o.index == "dense" || o.mode == "dense",
              "--device cuda runs --index hierarchical (or dense); '{}' runs on the CPU", o.index);
+  KVD_EXPECT(o.rescore_pool <= 0, "--device cuda selects with the device's Hierarchical, without token-level rescoring: --rescore-pool 0");
   KVD_EXPECT(o.host_bytes == 0, "--device cuda: --host-bytes (a DRAM tier between GPU memory and the SSD) is not supported yet");
   using Device = Tiers<cuda::DeviceTier>;
   using DeviceSsd = Tiers<cuda::DeviceTier, tier::SsdTier>;

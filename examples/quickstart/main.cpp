@@ -14,8 +14,9 @@ int main() {
 
   // Index, eviction, tiers, pipeline: each a policy. Here KVDrive's hierarchical index selects the pages,
   // its lookahead cache keeps the critical pages of the last 3 steps, host DRAM is the only tier.
-  KvManager<index::Hierarchical, eviction::Lookahead, Tiers<tier::HostTier>, pipeline::Serial> kv(
-      cfg, index::Hierarchical{}, eviction::Lookahead{.window = 3});
+  // KVDrive's hierarchical index, its pool of 8 budgets rescored token by token (the default).
+  using Index = index::TokenRescore<index::Hierarchical>;
+  KvManager<Index, eviction::Lookahead, Tiers<tier::HostTier>, pipeline::Serial> kv(cfg, Index{}, eviction::Lookahead{.window = 3});
 
   const int prompt = 4096, d = 128;
   std::vector<float> k(prompt * 8 * d, 0.01f), v(prompt * 8 * d, 0.02f);

@@ -35,7 +35,7 @@
 namespace kvdrive::index {
 
 struct TokenRescoreParams {
-  double pool = 4.0;       ///< the inner index proposes pool x budget pages (all candidates when that is more)
+  double pool = 8.0;       ///< the inner index proposes pool x budget pages (all candidates when that is more)
   bool max_token = false;  ///< rank a page by its best token (true) or by its tokens' log-sum-exp (false)
   /// How the group's heads combine: false, Decision 4's rule (the max over heads of each head's
   /// estimate less its largest); true, OracleMass's rule on the estimates: a page's estimated
