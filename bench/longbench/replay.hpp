@@ -28,6 +28,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -76,9 +77,16 @@ struct ConfigSpec {
 
   /// Sets the observation pins' share (Config::pins; and checks it).
   void apply(ObservationPins& pins) const {
-    for (const auto& [k, v] : params)
-      if (k == "pin_share") pins.share = static_cast<float>(v);
+    if (const auto v = value_of("pin_share")) pins.share = static_cast<float>(*v);
     pins.validate();
+  }
+
+  /// The value the configuration gives parameter `key` (the last one given), if any.
+  std::optional<double> value_of(std::string_view key) const {
+    std::optional<double> out;
+    for (const auto& [k, v] : params)
+      if (k == key) out = v;
+    return out;
   }
 
   /// Sets the focus carry's parameters on a configuration (and checks them).
@@ -102,23 +110,14 @@ struct ConfigSpec {
   }
 
   /// Whether the configuration wraps its index in token-level rescoring (rescore_pool > 0).
-  bool rescored() const {
-    for (const auto& [k, v] : params)
-      if (k == "rescore_pool") return v > 0;
-    return false;
-  }
+  bool rescored() const { return value_of("rescore_pool").value_or(0.0) > 0; }
 
   /// Whether the configuration always selects outlier pages (outlier_share > 0).
-  bool outliers() const {
-    for (const auto& [k, v] : params)
-      if (k == "outlier_share") return v > 0;
-    return false;
-  }
+  bool outliers() const { return value_of("outlier_share").value_or(0.0) > 0; }
 
   /// Sets the outlier pages' share of the budget (and checks it).
   void apply(index::OutlierPagesParams& o) const {
-    for (const auto& [k, v] : params)
-      if (k == "outlier_share") o.share = v;
+    if (const auto v = value_of("outlier_share")) o.share = *v;
     o.validate();
   }
 
@@ -134,11 +133,9 @@ struct ConfigSpec {
 
   /// Sets token-level rescoring's parameters (and checks them).
   void apply(index::TokenRescoreParams& r) const {
-    for (const auto& [k, v] : params) {
-      if (k == "rescore_pool") r.pool = v;
-      else if (k == "rescore_max") r.max_token = v != 0;
-      else if (k == "rescore_sum") r.sum_mass = v != 0;
-    }
+    if (const auto v = value_of("rescore_pool")) r.pool = *v;
+    if (const auto v = value_of("rescore_max")) r.max_token = *v != 0;
+    if (const auto v = value_of("rescore_sum")) r.sum_mass = *v != 0;
     r.validate();
   }
 

@@ -317,6 +317,7 @@ inline Config manager_config(const RunOptions& o, const LlamaConfig& c) {
   cfg.dtype = o.dtype == "f32" ? DType::f32 : o.dtype == "bf16" ? DType::bf16 : DType::f16;
   cfg.budget = Budget::fraction(o.budget);
   cfg.carry = o.carry;
+  cfg.carry.validate();
   cfg.pins = o.pins;
   KVD_EXPECT(!o.pins.enabled() || o.warm_up > 0, "observation pins rank pages by the prompt's last --warm-up queries: --warm-up must be > 0");
   cfg.pins.validate();
