@@ -7,7 +7,9 @@
 // measured in the same run (one thread, bytes copied per second). The index is warm in cache
 // here (one stream); in a real decode it competes with every other stream's index.
 // rescored-hierarchical is index::TokenRescore over Hierarchical at its default pool (the
-// default index of kvd-llama), rescored-hierarchical-pool4 the same with a pool of 4 budgets.
+// default index of kvd-llama: 8 budgets or half the candidates, whichever is more, by
+// Hierarchical's member ranking), rescored-hierarchical-coarse the same pool taken as
+// Hierarchical's best whole clusters, rescored-hierarchical-pool4 a pool of 4 budgets alone.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -48,7 +50,10 @@ std::vector<std::unique_ptr<eval::AnyIndex>> every_index() {
   v.push_back(eval::make_any_index(index::SimHash{}));
   v.push_back(eval::make_any_index(index::ProductQuant{}));
   v.push_back(eval::make_any_index(index::TokenRescore<index::Hierarchical>{}));
-  v.push_back(eval::make_any_index(index::TokenRescore<index::Hierarchical>{index::Hierarchical{}, {.pool = 4}}, "rescored-hierarchical-pool4"));
+  v.push_back(eval::make_any_index(index::TokenRescore<index::Hierarchical>{index::Hierarchical{}, {.coarse_pool = true}},
+                                   "rescored-hierarchical-coarse"));
+  v.push_back(eval::make_any_index(index::TokenRescore<index::Hierarchical>{index::Hierarchical{}, {.pool = 4, .pool_share = 0}},
+                                   "rescored-hierarchical-pool4"));
   return v;
 }
 

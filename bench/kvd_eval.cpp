@@ -72,7 +72,7 @@ struct Options {
   float radius_weight = index::HierarchicalParams{}.radius_weight;
   int pair_radii = index::HierarchicalParams{}.pair_radii;
   float pair_weight = index::HierarchicalParams{}.pair_weight;
-  double rescore_pool = index::TokenRescoreParams{}.pool;
+  index::TokenRescoreParams rescore;
   std::string rotary = "adjacent";  ///< adjacent (GGUF, llama2.c) or halves (Hugging Face): the keys' RoPE pairs
   // cache replay
   std::string eviction;           ///< empty: no cache evaluation
@@ -132,8 +132,8 @@ std::unique_ptr<eval::AnyIndex> make_index(const std::string& name, const Option
   if (name == "mean-key") return eval::make_any_index(index::MeanKey{});
   if (name == "hierarchical") return eval::make_any_index(index::Hierarchical{hierarchical_params(o)});
   if (name == "rescored-hierarchical")
-    return eval::make_any_index(index::TokenRescore<index::Hierarchical>{index::Hierarchical{hierarchical_params(o)}, {.pool = o.rescore_pool}});
-  if (name == "rescored-quest") return eval::make_any_index(index::TokenRescore<index::Quest>{index::Quest{}, {.pool = o.rescore_pool}});
+    return eval::make_any_index(index::TokenRescore<index::Hierarchical>{index::Hierarchical{hierarchical_params(o)}, o.rescore});
+  if (name == "rescored-quest") return eval::make_any_index(index::TokenRescore<index::Quest>{index::Quest{}, o.rescore});
   if (name == "centroid") {
     index::CentroidParams p;
     p.pages_per_cluster = o.cluster_pages;
@@ -479,8 +479,10 @@ int main(int argc, char** argv) {
   app.add_option("--pair-radii", o.pair_radii, "hierarchical: rotary-pair radii per page in a member's score (0: its mean alone)")
       ->check(CLI::Range(0, 128));
   app.add_option("--pair-weight", o.pair_weight, "hierarchical: weight of the pair radii in a member's score");
-  app.add_option("--rescore-pool", o.rescore_pool, "rescored-*: the inner index proposes this many times the budget, rescored token by token")
+  app.add_option("--rescore-pool", o.rescore.pool, "rescored-*: the inner index proposes this many times the budget, rescored token by token")
       ->check(CLI::Range(1.0, 1e9));
+  app.add_option("--rescore-share", o.rescore.pool_share, "rescored-*: ... and at least this share of the candidates")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--rescore-coarse", o.rescore.coarse_pool, "rescored-hierarchical: pool the best whole clusters (1) or the best pages by their members' estimates (0, the default)");
   app.add_option("--rotary", o.rotary, "hierarchical: the channel pairs RoPE rotated in the trace's keys: adjacent (GGUF and llama2.c models) or halves (Hugging Face models)")
       ->check(CLI::IsMember({"adjacent", "halves"}));
   app.add_option("--json", o.json, "also write the rows as JSON to this file");

@@ -368,6 +368,7 @@ def main():
         fig_gpu(gpu, m, figs / "gpu.png")
     if lb:
         real_model.fig_longbench(lb, save, m, figs / "longbench.png")
+        real_model.fig_budget(lb, save, m, figs / "longbench_budget.png")
     if fid:
         real_model.fig_fidelity(fid, save, m, figs / "fidelity.png")
     cc = json.loads(Path(a.cold_codec_json).read_text()) if a.cold_codec_json else None

@@ -38,21 +38,35 @@ def _paired95(a, b):
 
 
 def merge(runs):
-    """Several kvd-longbench --json runs of the same configurations (say 1K-2K with more samples
-    and 4K-8K with fewer) as one: cells side by side, the pooled table recomputed from the samples.
-    A (task, haystack, context) cell an earlier run already holds is taken from that run only, so
-    list the run with more samples first. The pooled table keeps the configurations every run has."""
+    """Several kvd-longbench --json runs as one: runs over other cells (say 1K-2K with more samples
+    and 4K-8K with fewer) side by side, and runs of other configurations on the same samples
+    (the same task, haystack, context and seed; dense in each) joined. A configuration's cell
+    or sample an earlier run already holds is taken from that run, so list the run with more
+    samples first. The pooled table, recomputed from the samples, keeps the configurations that
+    every pooled sample has."""
     if len(runs) == 1:
         return runs[0]
     out = {"command": " && ".join(r.get("command", "kvd-longbench") for r in runs), "cells": [], "samples": [],
            "failures": sum(r.get("failures", 0) for r in runs)}
+    held_cells, by_key = set(), {}
     for r in runs:
-        held = {(c["task"], c["haystack"], c["context"]) for c in out["cells"]}
-        out["cells"] += [c for c in r["cells"] if (c["task"], c["haystack"], c["context"]) not in held]
-        out["samples"] += [s for s in r["samples"] if (s["task"], s["haystack"], s["context"]) not in held]
-    configs = [p["config"] for p in runs[0]["pooled"] if all(p["config"] in {q["config"] for q in r["pooled"]} for r in runs)]
+        for c in r["cells"]:
+            key = (c["config"], c["task"], c["haystack"], c["context"])
+            if key not in held_cells:
+                held_cells.add(key)
+                out["cells"].append(c)
+        for s in r["samples"]:
+            key = (s["task"], s["haystack"], s["context"], s.get("seed"))
+            if key not in by_key:
+                by_key[key] = dict(s, configs=dict(s["configs"]))
+                out["samples"].append(by_key[key])
+            else:
+                for cfg, v in s["configs"].items():
+                    by_key[key]["configs"].setdefault(cfg, v)
     dense_ok = {(c["task"], c["haystack"], c["context"]) for c in out["cells"] if c["config"] == "dense" and c["accuracy"] > 0.5}
     kept = [s for s in out["samples"] if (s["task"], s["haystack"], s["context"]) in dense_ok]
+    order = list(dict.fromkeys(p["config"] for r in runs for p in r["pooled"]))
+    configs = [cfg for cfg in order if kept and all(cfg in s["configs"] for s in kept)]
     dense = [s["configs"]["dense"]["score"] for s in kept]
     out["pooled"] = []
     for cfg in configs:
@@ -63,6 +77,59 @@ def merge(runs):
         out["pooled"].append({"config": cfg, "accuracy": mean, "low": low, "high": high, "n": len(kept), "agreement": agree,
                               "minus_dense": d, "minus_dense_low": d_low, "minus_dense_high": d_high})
     return out
+
+
+def budget_families(lb):
+    """index -> budget -> pooled row, for the indices the run measured at three budgets or more."""
+    fam = defaultdict(dict)
+    for p in lb["pooled"]:
+        name, budget, tiered = _index_of(p["config"])
+        if name != "dense" and not tiered:
+            fam[name][budget] = p
+    return {name: by for name, by in fam.items() if len(by) >= 3}
+
+
+def budget_table(add, lb):
+    """Accuracy against budget: pooled accuracy and paired difference from dense per index and
+    budget, and the smallest budget at which each index is within 2 points of dense."""
+    fam = budget_families(lb)
+    if not fam:
+        return
+    budgets = sorted({b for by in fam.values() for b in by})
+    dense = next((p for p in lb["pooled"] if p["config"] == "dense"), None)
+    said = f"{dense['n']} samples; dense {dense['accuracy']:.3f}" if dense else "no dense run"
+    add(f"Accuracy against budget (pooled where dense answers, {said}): accuracy, and in brackets the paired difference "
+        "from dense.")
+    add("")
+    add("| index | " + " | ".join(f"{100 * b:g}%" for b in budgets) + " | within 2 points of dense from |")
+    add("| --- | " + " | ".join("---" for _ in budgets) + " | --- |")
+    for name, by in fam.items():
+        cells = [f"{by[b]['accuracy']:.2f} ({by[b]['minus_dense']:+.3f})" if b in by else "" for b in budgets]
+        first = next((f"{100 * b:g}%" for b in budgets if b in by and by[b]["minus_dense"] >= -0.02), "none measured")
+        add(f"| {name} | " + " | ".join(cells) + f" | {first} |")
+    add("")
+
+
+def fig_budget(lb, save, m, path):
+    fam = budget_families(lb)
+    if not fam:
+        return False
+    fig, ax = plt.subplots(figsize=(7.5, 4.4))
+    dense = next((p["accuracy"] for p in lb["pooled"] if p["config"] == "dense"), None)
+    for i, (name, by) in enumerate(fam.items()):
+        xs = sorted(by)
+        ax.plot([100 * x for x in xs], [by[x]["accuracy"] for x in xs], marker="o", color=plt.cm.tab10(i % 10), label=name)
+    if dense is not None:
+        ax.axhline(dense, color="black", label="dense")
+        ax.axhline(dense - 0.02, color="0.5", ls=":", label="dense - 2 points")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("budget (% of candidate pages)")
+    ax.set_ylabel("accuracy where dense answers")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.suptitle("kvd-longbench on SmolLM2-135M: accuracy against budget")
+    save(fig, path, m)
+    return True
 
 
 def _index_of(config):
@@ -152,6 +219,10 @@ def section(add, cmds, lb, fid, lb_cmd, fid_cmd):
     n_by_ctx = defaultdict(set)
     for c in lb["cells"]:
         n_by_ctx[c["context"]].add(c["n"])
+    if budget_families(lb):
+        add("![accuracy against budget](results/longbench_budget.png)")
+        add("")
+        budget_table(add, lb)
     add("Accuracy per context, mean over the tasks (N per task and context: "
         + ", ".join(f"{ctx}: {'/'.join(str(n) for n in sorted(ns))}" for ctx, ns in sorted(n_by_ctx.items())) + "):")
     add("")

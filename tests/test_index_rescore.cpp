@@ -34,12 +34,17 @@ Stream make_stream(int pages, int pt, int d, int group, std::uint64_t seed) {
   return s;
 }
 
-/// Key c of token t of page p as the store codes it.
-double decoded(const index::TokenKeys& k, std::int64_t p, int t, int c) {
+/// Channel c of coded row t of page p (t = page_tokens: the page's mean; else token t's residual).
+double decoded_row(const index::TokenKeys& k, std::int64_t p, int t, int c) {
   const int d = k.head_dim(), half = d / 2;
   const std::uint8_t byte = k.row(p)[static_cast<std::size_t>(t) * half + (c % half)];
   const int code = (c < half ? byte & 0xF : byte >> 4) - 8;
   return static_cast<double>(k.channel_scales()[c]) * index::token_scale(k.row(p), k.page_tokens(), d, t) * code;
+}
+
+/// Key c of token t of page p as the store codes it: the coded mean plus the coded residual.
+double decoded(const index::TokenKeys& k, std::int64_t p, int t, int c) {
+  return decoded_row(k, p, k.page_tokens(), c) + decoded_row(k, p, t, c);
 }
 
 /// Head h's query as fold_query codes it, decoded: q8 x unit / (channel scale x softmax scale).
@@ -89,8 +94,17 @@ TEST_CASE("TokenKeys codes every key within half a step of its channel and token
         const double ts = index::token_scale(k.row(p), 8, d, t);
         for (int c = 0; c < d; ++c) {
           const double step = static_cast<double>(k.channel_scales()[c]) * ts;
-          CHECK(std::fabs(decoded(k, p, t, c) - key[c]) <= 0.5 * step * (1 + 1e-5) + 1e-6);
+          CHECK(std::fabs(decoded(k, p, t, c) - key[c]) <= 0.5 * step * (1 + 1e-5) + 1e-6 * (1 + std::fabs(key[c])));
         }
+      }
+    // Each page's mean is coded within half a step of its own scale too.
+    for (std::int64_t p = 0; p < 12; ++p)
+      for (int c = 0; c < d; ++c) {
+        double mean = 0;
+        for (int t = 0; t < 8; ++t) mean += p < 4 ? s.keys[(static_cast<std::size_t>(p) * 8 + t) * d + c] : later[(static_cast<std::size_t>(p - 4) * 8 + t) * d + c];
+        mean /= 8;
+        const double step = static_cast<double>(k.channel_scales()[c]) * index::token_scale(k.row(p), 8, d, 8);
+        CHECK(std::fabs(decoded_row(k, p, 8, c) - mean) <= 0.5 * step * (1 + 1e-5) + 1e-6 * (1 + std::fabs(mean)));
       }
   }
 }
@@ -136,9 +150,10 @@ TEST_CASE("token_page_estimates (AVX2 where built) equals the KVD_HOST_DEVICE es
 
 TEST_CASE("TokenRescore keeps the best pages of its pool by the token estimate, under either group rule, within the budget") {
   const Stream s = make_stream(64, 8, 64, 3, 99);
-  for (bool sum_mass : {false, true}) {
+  for (const auto& [sum_mass, share] : {std::pair{false, 0.0}, {true, 0.0}, {false, 0.25}}) {
     CAPTURE(sum_mass);
-    const index::TokenRescore<index::Quest> ix{index::Quest{}, {.pool = 3, .sum_mass = sum_mass}};
+    CAPTURE(share);
+    const index::TokenRescore<index::Quest> ix{index::Quest{}, {.pool = 3, .pool_share = share, .sum_mass = sum_mass}};
     index::TokenRescore<index::Quest>::State st;
     ix.build(st, s.range(0, 40));
     ix.append(st, s.range(40, 24));
@@ -148,7 +163,8 @@ TEST_CASE("TokenRescore keeps the best pages of its pool by the token estimate, 
       const auto q = test::query_for(s, 1, 60, budget);
       std::vector<std::uint32_t> pool, got;
       index::Quest{}.select(st.inner, test::query_for(s, 1, 60, ix.pool_pages(q)), pool);
-      REQUIRE(pool.size() == static_cast<std::size_t>(std::min<std::int64_t>(3 * budget, 59)));
+      // 3 x the budget, or a share of the 59 candidates (0.25: 15 pages) when that is more.
+      REQUIRE(pool.size() == static_cast<std::size_t>(std::min<std::int64_t>(std::max<std::int64_t>(3 * budget, share > 0 ? 15 : 0), 59)));
       ix.select(st, q, got);
       // Brute force over the pool on the double reference: Decision 4's rule, or each head's
       // estimated mass (normalised over the pool, page 0 and pages 60-63) summed over the group.
@@ -179,7 +195,75 @@ TEST_CASE("TokenRescore keeps the best pages of its pool by the token estimate, 
     CHECK_THROWS_AS(ix.check(63), Error);
   }
   CHECK_THROWS_AS(index::TokenRescore<index::Quest>(index::Quest{}, {.pool = 0.5}), Error);
+  CHECK_THROWS_AS(index::TokenRescore<index::Quest>(index::Quest{}, {.pool_share = 1.5}), Error);
   CHECK_THROWS_AS(index::TokenRescore<index::Quest>(index::Quest{}, {.max_token = true, .sum_mass = true}), Error);
+}
+
+TEST_CASE("Hierarchical::propose takes whole clusters, the best first, and TokenRescore rescores that pool") {
+  const Stream s = make_stream(200, 8, 64, 3, 7);
+  index::HierarchicalParams hp;
+  hp.pages_per_cluster = 8;
+  hp.score_all_below = 0;  // prune clusters at any size
+  const index::Hierarchical h(hp);
+  index::Hierarchical::State st;
+  h.build(st, s.all());
+  const auto q = test::query_for(s, 1, 190, 4);
+  for (std::int64_t want : {1, 40, 95, 150}) {
+    CAPTURE(want);
+    std::vector<std::uint32_t> pool;
+    h.propose(st, q, want, pool);
+    REQUIRE(static_cast<std::int64_t>(pool.size()) >= want);
+    CHECK(std::is_sorted(pool.begin(), pool.end()));
+    CHECK(std::adjacent_find(pool.begin(), pool.end()) == pool.end());
+    CHECK(pool.front() >= 1);
+    CHECK(pool.back() < 190);
+    // Whole clusters: every candidate of a pooled page's cluster is pooled, and no more than the
+    // last cluster taken (at most the largest pooled one) past `want`.
+    std::vector<int> in_pool(200, 0), cluster_size(st.clusters.size(), 0);
+    for (std::uint32_t p : pool) in_pool[p] = 1;
+    for (std::uint32_t p = 1; p < 190; ++p) ++cluster_size[index::Hierarchical::cluster_of(st, p)];
+    int largest = 0;
+    for (std::uint32_t p : pool) {
+      const auto c = index::Hierarchical::cluster_of(st, p);
+      for (std::uint32_t r = 1; r < 190; ++r)
+        if (index::Hierarchical::cluster_of(st, r) == c) CHECK(in_pool[r] == 1);
+      largest = std::max(largest, cluster_size[c]);
+    }
+    CHECK(static_cast<std::int64_t>(pool.size()) < want + largest);
+  }
+  // Below score_all_below candidates the proposal is select()'s best by member estimates.
+  index::HierarchicalParams flat = hp;
+  flat.score_all_below = 1000;
+  const index::Hierarchical hf(flat);
+  index::Hierarchical::State sf;
+  hf.build(sf, s.all());
+  std::vector<std::uint32_t> proposed, selected;
+  hf.propose(sf, q, 60, proposed);
+  hf.select(sf, test::query_for(s, 1, 190, 60), selected);
+  CHECK(proposed == selected);
+  // TokenRescore over a coarse Hierarchical keeps the budget's best of the proposal by the
+  // double reference (Decision 4's rule), and the fine pool (coarse_pool off) is select()'s.
+  for (bool coarse : {true, false}) {
+    CAPTURE(coarse);
+    const index::TokenRescore<index::Hierarchical> ix{h, {.pool = 8, .pool_share = 0.0, .coarse_pool = coarse}};
+    index::TokenRescore<index::Hierarchical>::State rs;
+    ix.build(rs, s.all());
+    std::vector<std::uint32_t> pool, got;
+    if (coarse) h.propose(rs.inner, q, ix.pool_pages(q), pool);
+    else h.select(rs.inner, test::query_for(s, 1, 190, ix.pool_pages(q)), pool);
+    ix.select(rs, q, got);
+    std::vector<double> score(pool.size(), -INFINITY);
+    for (int hh = 0; hh < 3; ++hh) {
+      std::vector<double> e(pool.size());
+      for (std::size_t i = 0; i < pool.size(); ++i) e[i] = reference_estimate(s, rs.keys, pool[i], hh, false);
+      const double mx = *std::max_element(e.begin(), e.end());
+      for (std::size_t i = 0; i < pool.size(); ++i) score[i] = std::max(score[i], e[i] - mx);
+    }
+    std::vector<std::uint32_t> want;
+    for (std::uint32_t i : test::brute_top(score, 0, 4)) want.push_back(pool[i]);
+    std::sort(want.begin(), want.end());
+    CHECK(got == want);
+  }
 }
 
 TEST_CASE("TokenRescore finds the page whose attention sits on one token, which a page mean dilutes") {

@@ -15,7 +15,11 @@
 //                                 INT4, Config::cold_codec; 0: none)
 //   INDEX{rescore_pool=4}@B       hierarchical, quest or mean-key wrapped by token-level
 //                                 rescoring (index::TokenRescore: the index proposes 4 x B, 4-bit
-//                                 key copies keep B; rescore_max=1 ranks by the best token,
+//                                 key copies keep B; rescore_share=0.5 proposes at least half
+//                                 the candidates (the default; 0: pool x B alone);
+//                                 rescore_coarse=1 takes the pool as Hierarchical's best whole
+//                                 clusters rather than by its member ranking (the default, 0);
+//                                 rescore_max=1 ranks by the best token,
 //                                 rescore_sum=1 sums the heads' estimated masses);
 //                                 tiered:hierarchical{rescore_pool=4}@B too
 //   INDEX{pin_share=0.25}@B       any index with observation pins (Config::pins: the pages the
@@ -55,8 +59,8 @@ inline constexpr std::array<std::string_view, 7> kHierarchicalKeys = {
 
 /// The manager's parameters any index's configuration may set: the focus carry's (Config::carry)
 /// and the cold codec's width (Config::cold_codec); and token-level rescoring (index::TokenRescore).
-inline constexpr std::array<std::string_view, 8> kAnyIndexKeys = {"carry_share", "carry_mass", "codec_bits", "rescore_pool", "rescore_max",
-                                                                  "rescore_sum", "outlier_share", "pin_share"};
+inline constexpr std::array<std::string_view, 10> kAnyIndexKeys = {"carry_share",   "carry_mass", "codec_bits", "rescore_pool",  "rescore_share",
+                                                                   "rescore_coarse", "rescore_max", "rescore_sum", "outlier_share", "pin_share"};
 
 /// The indices that token-level rescoring wraps here (each one more KvManager to compile).
 inline constexpr std::array<std::string_view, 3> kRescoredIndices = {"hierarchical", "quest", "mean-key"};
@@ -134,6 +138,8 @@ struct ConfigSpec {
   /// Sets token-level rescoring's parameters (and checks them).
   void apply(index::TokenRescoreParams& r) const {
     if (const auto v = value_of("rescore_pool")) r.pool = *v;
+    if (const auto v = value_of("rescore_share")) r.pool_share = *v;
+    if (const auto v = value_of("rescore_coarse")) r.coarse_pool = *v != 0;
     if (const auto v = value_of("rescore_max")) r.max_token = *v != 0;
     if (const auto v = value_of("rescore_sum")) r.sum_mass = *v != 0;
     r.validate();

@@ -145,6 +145,61 @@ inline RowSoftmax softmax_row(float* s, int tokens, int rows) {
 }
 
 #if KVD_CPU_AVX2
+/// exp_shifted on eight lanes: the same reduction, polynomial and clamps.
+inline __m256 exp_shifted8(__m256 x) {
+  const __m256i u = _mm256_castps_si256(x), lowest = _mm256_set1_epi32(static_cast<int>(0xc2ae0000u));
+  const __m256i c = _mm256_max_epu32(_mm256_min_epu32(u, lowest), _mm256_set1_epi32(static_cast<int>(0x80000000u)));
+  const __m256 xc = _mm256_castsi256_ps(c);
+  const __m256i ni = _mm256_cvttps_epi32(_mm256_fmsub_ps(xc, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+  const __m256 n = _mm256_cvtepi32_ps(ni);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
+  r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r), _mm256_set1_ps(1.0f));
+  const __m256i under = _mm256_cmpeq_epi32(_mm256_max_epu32(u, _mm256_set1_epi32(static_cast<int>(0xc2ae0001u))), u);  // u > lowest
+  const __m256i scale = _mm256_andnot_si256(under, _mm256_slli_epi32(_mm256_add_epi32(ni, _mm256_set1_epi32(127)), 23));
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(scale));
+}
+
+/// log_positive on eight lanes (finite x > 0): the same reduction and polynomial.
+inline __m256 log_positive8(__m256 x) {
+  const __m256i u = _mm256_castps_si256(x), frac = _mm256_and_si256(u, _mm256_set1_epi32(0x007fffff));
+  const __m256 mant = _mm256_castsi256_ps(_mm256_or_si256(frac, _mm256_set1_epi32(0x3f000000)));
+  const __m256 small = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(0x003504f3), frac));
+  const __m256i biased = _mm256_sub_epi32(_mm256_and_si256(_mm256_srli_epi32(u, 23), _mm256_set1_epi32(0xff)), _mm256_set1_epi32(126));
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 e = _mm256_sub_ps(_mm256_cvtepi32_ps(biased), _mm256_and_ps(small, one));
+  const __m256 m = _mm256_sub_ps(_mm256_add_ps(mant, _mm256_and_ps(small, mant)), one);
+  const __m256 z = _mm256_mul_ps(m, m);
+  __m256 y = _mm256_set1_ps(7.0376836292e-2f);
+  for (const float c : {-1.1514610310e-1f, 1.1676998740e-1f, -1.2420140846e-1f, 1.4249322787e-1f, -1.6668057665e-1f, 2.0000714765e-1f,
+                        -2.4999993993e-1f, 3.3333331174e-1f})
+    y = _mm256_fmadd_ps(y, m, _mm256_set1_ps(c));
+  y = _mm256_mul_ps(_mm256_mul_ps(y, m), z);
+  y = _mm256_fnmadd_ps(_mm256_set1_ps(2.12194440e-4f), e, y);
+  y = _mm256_fnmadd_ps(_mm256_set1_ps(0.5f), z, y);
+  return _mm256_fmadd_ps(_mm256_set1_ps(0.693359375f), e, _mm256_add_ps(m, y));
+}
+
+/// The largest and the sum of eight lanes.
+inline float horizontal_max(__m256 v) {
+  v = _mm256_max_ps(v, _mm256_permute2f128_ps(v, v, 1));
+  v = _mm256_max_ps(v, _mm256_shuffle_ps(v, v, 0x4e));
+  return _mm256_cvtss_f32(_mm256_max_ps(v, _mm256_shuffle_ps(v, v, 0xb1)));
+}
+inline float horizontal_sum(__m256 v) {
+  v = _mm256_add_ps(v, _mm256_permute2f128_ps(v, v, 1));
+  v = _mm256_add_ps(v, _mm256_shuffle_ps(v, v, 0x4e));
+  return _mm256_cvtss_f32(_mm256_add_ps(v, _mm256_shuffle_ps(v, v, 0xb1)));
+}
+#endif
+
+#if KVD_CPU_AVX2
 namespace detail {
 /// acc of HB heads += weights x V over TB tokens, V read and converted once for the HB heads.
 template <int HB, int TB, class T>

@@ -172,6 +172,30 @@ struct Hierarchical {
     top_pages_of(w.pscore, w.ids, q.budget_pages, out);
   }
 
+  /// A coarse pool of about `pages` candidates for a second look (index::TokenRescore), appended
+  /// ascending: the candidate members of the best clusters by level 1 alone, whole clusters until
+  /// they hold `pages`, no member scored. Below score_all_below candidates, where select() prunes
+  /// no cluster, select()'s best `pages` by their members' estimates instead.
+  void propose(const State& s, const IndexQuery& q, std::int64_t pages, std::vector<std::uint32_t>& out) const {
+    IndexQuery wide = q;
+    wide.budget_pages = pages;
+    if (q.candidates() < params.score_all_below || pages >= q.candidates()) return select(s, wide, out);
+    SelectScratch& w = select_scratch();
+    eligible_clusters(s, q, w.eligible);
+    rank_clusters(s, q, w);
+    thread_local std::vector<std::uint8_t> taken;
+    taken.assign(static_cast<std::size_t>(q.candidates()), 0);
+    std::int64_t members = 0;
+    for (std::size_t i = 0; i < w.order.size() && members < pages; ++i) {
+      const Span& sp = w.eligible[w.order[i]];
+      const Cluster& c = s.clusters[sp.cluster];
+      for (std::uint32_t j = sp.first; j < sp.last; ++j) taken[static_cast<std::size_t>(c.pages[j] - q.first_candidate)] = 1;
+      members += sp.last - sp.first;
+    }
+    for (std::size_t i = 0; i < taken.size(); ++i)
+      if (taken[i]) out.push_back(static_cast<std::uint32_t>(q.first_candidate + static_cast<std::int64_t>(i)));
+  }
+
  private:
   /// The candidate members of one cluster: a contiguous run [first, last) of its (ascending)
   /// member list, and so of its means.

@@ -2,25 +2,31 @@
 // keeps so that it can score candidate pages token by token (index::TokenRescore) from its own
 // state, never from page bytes in a tier (Decisions 2 and 7).
 //
-// Coding (symmetric; normalised per channel, scaled per token):
-//   - per stream, a channel scale s_c: the root mean square of k_c over the first keys the store
-//     sees (a floor keeps it positive), so channels are alike in size whatever their magnitude
-//     (SmolLM2 has key channels at 4-16x the median's size: docs/codecs.md);
-//   - per token, t = max_c |k_c / s_c| / 7 and codes round(k_c / (s_c t)) in [-7, 7], stored
-//     + 8 as nibbles. A key sealed later may exceed the first keys' scales: its t grows and
-//     nothing clips;
-//   - byte i of a token holds channel i (low nibble) and channel i + d/2 (high), so unpacking
-//     gives the two halves of the key contiguously.
-// A token's estimate for query q is t x sum_c (q_c s_c)(code_c - 8). fold_query multiplies the
-// query by the channel scales and the softmax scale once per selection and codes each head at 8
-// bits (its largest magnitude / 127), so a token's dot product is exact integer arithmetic
-// (AVX2's byte multiply-adds on the CPU): sum_c q8_c u_c - 8 sum_c q8_c, u_c the stored nibble.
+// Coding (symmetric; normalised per channel, scaled per token; a page's mean coded apart):
+//   - per stream, a channel scale s_c: the root mean square of the first keys' residuals from
+//     their page means, k_c - m_c (a floor keeps it positive), so channels are alike in size
+//     whatever their magnitude (SmolLM2 has key channels at 4-16x the median's size);
+//   - per page, its mean m coded first, as a token: t_m = max_c |m_c / s_c| / 7 and codes
+//     round(m_c / (s_c t_m)) in [-7, 7]; then each token's residual from the coded mean,
+//     r = k - m^, the same way with its own t. A key's estimate is m^ + r^. Coding residuals is
+//     what makes 4 bits enough: RoPE turns a key's large channels with its position, so channel
+//     statistics of the first keys fit later keys badly, but a page's tokens are neighbours
+//     (on SmolLM2's traces the budget's pages keep 0.95 of the oracle's attention mass, 0.81
+//     with keys coded whole; docs/indices.md, "TokenRescore");
+//   - codes are stored + 8 as nibbles; byte i of a token holds channel i (low nibble) and
+//     channel i + d/2 (high), so unpacking gives the two halves of the key contiguously. A
+//     residual larger than the first keys' widens its token's t; nothing clips.
+// A token's estimate for query q is sum_c (q_c s_c)(t_m (mcode_c - 8) + t (code_c - 8)).
+// fold_query multiplies the query by the channel scales and the softmax scale once per selection
+// and codes each head at 8 bits (its largest magnitude / 127), so every dot product is exact
+// integer arithmetic (AVX2's byte multiply-adds on the CPU): sum_c q8_c u_c - 8 sum_c q8_c, u_c
+// the stored nibble.
 //
-// A page row is tokens x d/2 code bytes, then tokens float scales: 288 bytes for SmolLM2's page
-// (8 tokens x 64 channels), against Quest's 256 (f16 minima and maxima) and the 1,024 bytes of
-// the page's f16 keys. The per-token arithmetic is KVD_HOST_DEVICE (token_code_dot,
-// token_page_estimate): cuda/token_rescore.cuh calls it, and the CPU tests check the AVX2 loop
-// (token_page_estimates) against it.
+// A page row is (tokens + 1) x d/2 code bytes (the tokens', then the mean's), then tokens + 1
+// float scales: 324 bytes for SmolLM2's page (8 tokens x 64 channels), against Quest's 256 (f16
+// minima and maxima) and the 1,024 bytes of the page's f16 keys. The per-token arithmetic is
+// KVD_HOST_DEVICE (token_code_dot, token_page_estimate): cuda/token_rescore.cuh calls it, and the
+// CPU tests check the AVX2 loop (token_page_estimates) against it.
 #pragma once
 
 #include <algorithm>
@@ -35,15 +41,16 @@
 #include "kvdrive/core/host_device.hpp"
 #include "kvdrive/index/code_store.hpp"
 #include "kvdrive/index/concept.hpp"
+#include "kvdrive/index/token_keys_avx2.hpp"
 
 namespace kvdrive::index {
 
 /// The largest code magnitude: codes are -7..7, stored + 8 in a nibble.
 inline constexpr int kTokenCodeMax = 7;
 
-/// Bytes of one page row: codes, then one float scale per token.
+/// Bytes of one page row: the tokens' codes and the mean's, then their float scales.
 KVD_HOST_DEVICE std::size_t token_row_bytes(int tokens, int head_dim) {
-  return static_cast<std::size_t>(tokens) * (static_cast<std::size_t>(head_dim) / 2 + sizeof(float));
+  return static_cast<std::size_t>(tokens + 1) * (static_cast<std::size_t>(head_dim) / 2 + sizeof(float));
 }
 
 /// sum_c q8_c u_c over one token's d/2 code bytes (u_c the stored nibble: low nibbles are
@@ -56,10 +63,10 @@ KVD_HOST_DEVICE int token_code_dot(const std::int8_t* q8, const std::uint8_t* co
   return sum;
 }
 
-/// Token t's scale from a page row.
+/// Token t's scale from a page row (t = tokens: the page mean's).
 KVD_HOST_DEVICE float token_scale(const std::uint8_t* row, int tokens, int d, int t) {
   float s;
-  std::memcpy(&s, row + static_cast<std::size_t>(tokens) * (d / 2) + static_cast<std::size_t>(t) * sizeof(float), sizeof s);
+  std::memcpy(&s, row + static_cast<std::size_t>(tokens + 1) * (d / 2) + static_cast<std::size_t>(t) * sizeof(float), sizeof s);
   return s;
 }
 
@@ -70,14 +77,16 @@ KVD_HOST_DEVICE float token_score(int dot, int q_sum, float q_scale, float t_sca
 }
 
 /// One page's estimate for one query head (q8, q_scale, q_sum from TokenKeys::fold_query): the
-/// log-sum-exp of its tokens' estimated scores, i.e. the log of the page's attention mass up to
+/// log-sum-exp of its tokens' estimated scores (the mean's score plus each residual's), i.e. the log of the page's attention mass up to
 /// the softmax's normaliser (max_token false), or the largest of them (max_token true).
 KVD_HOST_DEVICE float token_page_estimate(const std::int8_t* q8, float q_scale, int q_sum, const std::uint8_t* row, int tokens, int d,
                                           bool max_token) {
+  const int mean_dot = token_code_dot(q8, row + static_cast<std::size_t>(tokens) * (d / 2), d);
+  const float mean = token_score(mean_dot, q_sum, q_scale, token_scale(row, tokens, d, tokens));
   float m = -INFINITY, sum = 0.0f;
   for (int t = 0; t < tokens; ++t) {
     const int dot = token_code_dot(q8, row + static_cast<std::size_t>(t) * (d / 2), d);
-    const float s = token_score(dot, q_sum, q_scale, token_scale(row, tokens, d, t));
+    const float s = token_score(dot, q_sum, q_scale, token_scale(row, tokens, d, t)) + mean;
     if (s > m) {
       sum = (m == -INFINITY ? 0.0f : sum * attention::exp_shifted(m - s)) + 1.0f;
       m = s;
@@ -111,10 +120,7 @@ class TokenKeys {
     if (scales_.empty()) start(k);
     std::vector<std::uint8_t> row(token_row_bytes(tokens_, d_));
     for (std::int64_t p = 0; p < k.pages; ++p) {
-      for (int t = 0; t < tokens_; ++t) {
-        const float scale = code_token(k.page(p) + static_cast<std::size_t>(t) * d_, row.data() + static_cast<std::size_t>(t) * (d_ / 2));
-        std::memcpy(row.data() + static_cast<std::size_t>(tokens_) * (d_ / 2) + static_cast<std::size_t>(t) * sizeof(float), &scale, sizeof scale);
-      }
+      code_page(k.page(p), row.data());
       codes_.push(row.data());
     }
   }
@@ -152,15 +158,21 @@ class TokenKeys {
     tokens_ = k.page_tokens;
     d_ = k.head_dim;
     codes_ = CodeStore<std::uint8_t>(token_row_bytes(tokens_, d_));
-    // The root mean square of each channel over the first keys: a token far out in one channel
-    // (an attention sink, say) widens its own token scale, not the channel's for every token.
+    // The root mean square of each channel's residuals from their page means over the first
+    // keys: a token far out in one channel (an attention sink, say) widens its own token scale,
+    // not the channel's for every token.
     std::vector<double> squares(static_cast<std::size_t>(d_), 0.0);
+    std::vector<float> mean(static_cast<std::size_t>(d_));
+    for (std::int64_t p = 0; p < k.pages; ++p) {
+      std::fill(mean.begin(), mean.end(), 0.0f);
+      page_mean(k.page(p), mean.data());
+      for (int t = 0; t < tokens_; ++t)
+        for (int c = 0; c < d_; ++c) {
+          const double x = static_cast<double>(k.page(p)[static_cast<std::size_t>(t) * d_ + c]) - mean[static_cast<std::size_t>(c)];
+          if (std::isfinite(x)) squares[static_cast<std::size_t>(c)] += x * x;
+        }
+    }
     const std::int64_t n = k.pages * tokens_;
-    for (std::int64_t i = 0; i < n; ++i)
-      for (int c = 0; c < d_; ++c) {
-        const double x = k.data[static_cast<std::size_t>(i) * d_ + c];
-        if (std::isfinite(x)) squares[static_cast<std::size_t>(c)] += x * x;
-      }
     scales_.assign(static_cast<std::size_t>(d_), 0.0f);
     float top = 0.0f;
     for (int c = 0; c < d_; ++c) {
@@ -173,6 +185,46 @@ class TokenKeys {
     for (float& s : scales_) s = s > floor && std::isfinite(s) ? s : floor;
     inv_scales_.resize(scales_.size());
     for (std::size_t c = 0; c < scales_.size(); ++c) inv_scales_[c] = 1.0f / scales_[c];
+  }
+
+  /// Codes one page into a row: its mean as row `tokens`, then each token's residual from the
+  /// coded mean.
+  void code_page(const float* keys, std::uint8_t* row) const {
+    thread_local std::vector<float> mean, residual;
+    mean.assign(static_cast<std::size_t>(d_), 0.0f);
+    residual.resize(static_cast<std::size_t>(d_));
+    page_mean(keys, mean.data());
+    const std::size_t half = static_cast<std::size_t>(d_ / 2), scales = static_cast<std::size_t>(tokens_ + 1) * half;
+    auto put = [&](int t, const float* x) {
+      const float scale = code_token(x, row + static_cast<std::size_t>(t) * half);
+      std::memcpy(row + scales + static_cast<std::size_t>(t) * sizeof(float), &scale, sizeof scale);
+      return scale;
+    };
+    const float mt = put(tokens_, mean.data());
+    const std::uint8_t* mcodes = row + static_cast<std::size_t>(tokens_) * half;
+    for (int c = 0; c < d_; ++c) mean[static_cast<std::size_t>(c)] = decode(mcodes, mt, c);  // the coded mean
+    for (int t = 0; t < tokens_; ++t) {
+      const float* key = keys + static_cast<std::size_t>(t) * d_;
+      for (int c = 0; c < d_; ++c) residual[static_cast<std::size_t>(c)] = key[c] - mean[static_cast<std::size_t>(c)];
+      put(t, residual.data());
+    }
+  }
+
+  /// The mean of a page's tokens' keys (a non-finite key value counts as 0).
+  void page_mean(const float* keys, float* mean) const {
+    for (int t = 0; t < tokens_; ++t)
+      for (int c = 0; c < d_; ++c) {
+        const float x = keys[static_cast<std::size_t>(t) * d_ + c];
+        mean[c] += std::isfinite(x) ? x : 0.0f;
+      }
+    for (int c = 0; c < d_; ++c) mean[c] /= static_cast<float>(tokens_);
+  }
+
+  /// Channel c of a coded vector (codes, scale t) in key units.
+  float decode(const std::uint8_t* codes, float t, int c) const {
+    const int half = d_ / 2;
+    const int u = c < half ? codes[c] & 0xF : codes[c - half] >> 4;
+    return static_cast<float>(u - 8) * t * scales_[static_cast<std::size_t>(c)];
   }
 
   /// Codes one token's key into d/2 bytes; returns its scale t.
@@ -199,59 +251,6 @@ class TokenKeys {
   std::vector<float> scales_, inv_scales_;
 };
 
-#if KVD_CPU_AVX2
-namespace detail {
-/// Every head's estimate of one page (d a multiple of 64): tokens in blocks of eight; per head
-/// and token, byte multiply-adds of the nibbles with the 8-bit query (exact, as token_code_dot),
-/// the eight tokens' sums by one transpose (exact in float: |dot| < 2^24), then the log-sum-exp
-/// (or max) of the head's scores by the attention kernel's softmax loop.
-inline void page_estimates_avx2(const TokenQuery& q, int group, const std::uint8_t* row, int tokens, int d, bool max_token, float* est,
-                                std::size_t stride) {
-  const int half = d / 2, rows = attention::padded_rows(tokens);
-  thread_local std::vector<float> s;
-  s.resize(static_cast<std::size_t>(group) * rows);
-  const __m256i mask = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-  for (int t0 = 0; t0 < tokens; t0 += 8) {
-    const int nt = tokens - t0 < 8 ? tokens - t0 : 8;
-    alignas(32) float scale[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    std::memcpy(scale, row + static_cast<std::size_t>(tokens) * half + static_cast<std::size_t>(t0) * sizeof(float), nt * sizeof(float));
-    const __m256 token_scales = _mm256_load_ps(scale);
-    for (int h = 0; h < group; ++h) {
-      const std::int8_t* q8 = q.q8.data() + static_cast<std::size_t>(h) * d;
-      __m256 dots[8];
-      for (int t = 0; t < 8; ++t) {
-        __m256i acc = _mm256_setzero_si256();
-        const std::uint8_t* codes = row + static_cast<std::size_t>(t0 + t) * half;
-        for (int i = 0; t < nt && i < half; i += 32) {
-          const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + i));
-          const __m256i lo = _mm256_and_si256(b, mask), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), mask);
-          const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + i))),
-                                             _mm256_maddubs_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + half + i))));
-          acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones));
-        }
-        dots[t] = _mm256_cvtepi32_ps(acc);
-      }
-      const float offset = static_cast<float>(8 * q.sum[static_cast<std::size_t>(h)]);
-      const __m256 dot = _mm256_sub_ps(attention::detail::sum8(dots), _mm256_set1_ps(offset));
-      const __m256 unit = _mm256_mul_ps(_mm256_set1_ps(q.scale[static_cast<std::size_t>(h)]), token_scales);
-      _mm256_storeu_ps(s.data() + static_cast<std::size_t>(h) * rows + t0, _mm256_mul_ps(dot, unit));
-    }
-  }
-  for (int h = 0; h < group; ++h) {
-    float* x = s.data() + static_cast<std::size_t>(h) * rows;
-    if (max_token) {
-      float m = -INFINITY;
-      for (int t = 0; t < tokens; ++t) m = x[t] > m ? x[t] : m;
-      est[static_cast<std::size_t>(h) * stride] = m;
-    } else {
-      const attention::RowSoftmax r = attention::softmax_row(x, tokens, rows);
-      est[static_cast<std::size_t>(h) * stride] = r.max + std::log(r.sum);
-    }
-  }
-}
-}  // namespace detail
-#endif
-
 /// est[h * stride + i] = token_page_estimate(head h of q, rows[i], ...) for the group's heads
 /// and n page rows: AVX2 where the compiler targets it and d is a multiple of 64 (the same
 /// token scores; the log-sum-exp equal within rounding), else the KVD_HOST_DEVICE loop.
@@ -259,8 +258,8 @@ inline void token_page_estimates(const TokenQuery& q, int group, const std::uint
                                  bool max_token, float* est, std::size_t stride) {
 #if KVD_CPU_AVX2
   if (d % 64 == 0) {
-    for (std::size_t i = 0; i < n; ++i) detail::page_estimates_avx2(q, group, rows[i], tokens, d, max_token, est + i, stride);
-    return;
+    const TokenQueryView v{q.q8.data(), q.scale.data(), q.sum.data(), group, d};
+    return token_page_estimates_avx2(v, rows, n, tokens, max_token, est, stride);
   }
 #endif
   for (std::size_t i = 0; i < n; ++i)

@@ -1,8 +1,9 @@
 // index::TokenRescore<Inner>: a page index wrapped by a token-level second look (after RocketKV
 // and Twilight, whose second stage scores a candidate pool's keys token by token; Twilight on
-// INT4 keys). The inner index picks a pool of `pool` x budget pages by its own page estimate;
-// then every pooled page is scored from 4-bit copies of its keys (index::TokenKeys), token by
-// token, and the budget's best pages by the GQA rule (Decision 4) are kept.
+// INT4 keys). The inner index picks a pool of `pool` x budget pages (at least `pool_share` of the
+// candidates) by its own page estimate; then every pooled page is scored from 4-bit copies of its
+// keys (index::TokenKeys), token by token, and the budget's best pages by the GQA rule
+// (Decision 4) are kept.
 //
 // Why: a page summary (a mean, a min/max box) dilutes a page whose attention sits on one token,
 // which is what the real model's retrieval heads do (docs/indices.md, "Token-level rescoring").
@@ -35,7 +36,12 @@
 namespace kvdrive::index {
 
 struct TokenRescoreParams {
-  double pool = 8.0;       ///< the inner index proposes pool x budget pages (all candidates when that is more)
+  double pool = 8.0;         ///< the inner index proposes pool x budget pages (all candidates when that is more)
+  double pool_share = 0.5;   ///< and at least this share of the candidates (a small budget's pool stays wide)
+  /// Take the pool from the inner index's coarse proposal where it has one (Hierarchical: its
+  /// best whole clusters, no member scored): faster, but on real attention it drops pages that
+  /// the member ranking pools (docs/indices.md, "What it costs"), so off by default.
+  bool coarse_pool = false;
   bool max_token = false;  ///< rank a page by its best token (true) or by its tokens' log-sum-exp (false)
   /// How the group's heads combine: false, Decision 4's rule (the max over heads of each head's
   /// estimate less its largest); true, OracleMass's rule on the estimates: a page's estimated
@@ -45,6 +51,7 @@ struct TokenRescoreParams {
 
   void validate() const {
     KVD_EXPECT(pool >= 1.0 && std::isfinite(pool), "TokenRescore: pool is {}, expected a finite factor >= 1 of the budget", pool);
+    KVD_EXPECT(pool_share >= 0.0 && pool_share <= 1.0, "TokenRescore: pool_share is {}, expected a share of the candidates in [0, 1]", pool_share);
     KVD_EXPECT(!(sum_mass && max_token), "TokenRescore: sum_mass needs log-sum-exp estimates (max_token off)");
   }
 };
@@ -92,10 +99,11 @@ struct TokenRescore {
     return inner.cluster_of(s.inner, page);
   }
 
-  /// How many pages the inner index proposes for a query: pool x budget, within [budget, candidates].
+  /// How many pages the inner index proposes for a query: pool x budget or pool_share x the
+  /// candidates, the more of the two, within [budget, candidates].
   std::int64_t pool_pages(const IndexQuery& q) const {
-    const double want = std::ceil(params.pool * static_cast<double>(q.budget_pages));
     const auto n = q.candidates();
+    const double want = std::max(std::ceil(params.pool * static_cast<double>(q.budget_pages)), std::ceil(params.pool_share * static_cast<double>(n)));
     return want >= static_cast<double>(n) ? n : std::max<std::int64_t>(q.budget_pages, static_cast<std::int64_t>(want));
   }
 
@@ -106,12 +114,20 @@ struct TokenRescore {
     const std::int64_t want = pool_pages(q);
     if (want >= q.candidates()) {
       for (std::int64_t p = q.first_candidate; p < q.end_candidate; ++p) pool.push_back(static_cast<std::uint32_t>(p));
+    } else if constexpr (requires { inner.propose(s.inner, q, want, pool); }) {
+      if (params.coarse_pool) inner.propose(s.inner, q, want, pool);
+      else select_pool(s, q, want, pool);
     } else {
-      IndexQuery wide = q;
-      wide.budget_pages = want;
-      inner.select(s.inner, wide, pool);
+      select_pool(s, q, want, pool);
     }
     rescore(s.keys, q, pool, out);
+  }
+
+  /// The inner index's best `want` pages for q.
+  void select_pool(const State& s, const IndexQuery& q, std::int64_t want, std::vector<std::uint32_t>& pool) const {
+    IndexQuery wide = q;
+    wide.budget_pages = want;
+    inner.select(s.inner, wide, pool);
   }
 
   /// The budget's best pages of `pool` by their token estimates (GQA rule), appended ascending.
