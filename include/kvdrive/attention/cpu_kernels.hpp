@@ -121,6 +121,15 @@ struct RowSoftmax {
   float sum;
 };
 
+#if KVD_CPU_AVX2
+/// The largest of eight lanes, in every lane.
+inline __m256 broadcast_max(__m256 v) {
+  v = _mm256_max_ps(v, _mm256_permute2f128_ps(v, v, 1));
+  v = _mm256_max_ps(v, _mm256_shuffle_ps(v, v, 0x4e));
+  return _mm256_max_ps(v, _mm256_shuffle_ps(v, v, 0xb1));
+}
+#endif
+
 /// s: one head's scores, `rows` = padded_rows(tokens) entries. Replaces s[t] with
 /// exp(s[t] - max) (0 for t >= tokens) and returns max and the sum of the exponentials.
 inline RowSoftmax softmax_row(float* s, int tokens, int rows) {
@@ -129,10 +138,7 @@ inline RowSoftmax softmax_row(float* s, int tokens, int rows) {
 #if KVD_CPU_AVX2
   __m256 vm = _mm256_loadu_ps(s);
   for (int t = 8; t < rows; t += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(s + t));
-  vm = _mm256_max_ps(vm, _mm256_permute2f128_ps(vm, vm, 1));
-  vm = _mm256_max_ps(vm, _mm256_shuffle_ps(vm, vm, 0x4e));
-  vm = _mm256_max_ps(vm, _mm256_shuffle_ps(vm, vm, 0xb1));
-  mx = _mm256_cvtss_f32(vm);
+  mx = _mm256_cvtss_f32(broadcast_max(vm));
 #else
   mx = s[0];
   for (int t = 1; t < tokens; ++t) mx = s[t] > mx ? s[t] : mx;
@@ -186,12 +192,7 @@ inline __m256 log_positive8(__m256 x) {
   return _mm256_fmadd_ps(_mm256_set1_ps(0.693359375f), e, _mm256_add_ps(m, y));
 }
 
-/// The largest and the sum of eight lanes.
-inline float horizontal_max(__m256 v) {
-  v = _mm256_max_ps(v, _mm256_permute2f128_ps(v, v, 1));
-  v = _mm256_max_ps(v, _mm256_shuffle_ps(v, v, 0x4e));
-  return _mm256_cvtss_f32(_mm256_max_ps(v, _mm256_shuffle_ps(v, v, 0xb1)));
-}
+/// The sum of eight lanes.
 inline float horizontal_sum(__m256 v) {
   v = _mm256_add_ps(v, _mm256_permute2f128_ps(v, v, 1));
   v = _mm256_add_ps(v, _mm256_shuffle_ps(v, v, 0x4e));

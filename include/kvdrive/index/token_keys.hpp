@@ -77,8 +77,9 @@ KVD_HOST_DEVICE float token_score(int dot, int q_sum, float q_scale, float t_sca
 }
 
 /// One page's estimate for one query head (q8, q_scale, q_sum from TokenKeys::fold_query): the
-/// log-sum-exp of its tokens' estimated scores (the mean's score plus each residual's), i.e. the log of the page's attention mass up to
-/// the softmax's normaliser (max_token false), or the largest of them (max_token true).
+/// log-sum-exp of its tokens' estimated scores (the mean's score plus each residual's), i.e.
+/// the log of the page's attention mass up to the softmax's normaliser (max_token false), or
+/// the largest of them (max_token true).
 KVD_HOST_DEVICE float token_page_estimate(const std::int8_t* q8, float q_scale, int q_sum, const std::uint8_t* row, int tokens, int d,
                                           bool max_token) {
   const int mean_dot = token_code_dot(q8, row + static_cast<std::size_t>(tokens) * (d / 2), d);

@@ -107,19 +107,12 @@ inline void page_token_scores_avx2(const TokenQueryView& q, int h0, const std::u
   }
 }
 
-/// The largest lane, in every lane.
-inline __m256 broadcast_max(__m256 v) {
-  v = _mm256_max_ps(v, _mm256_permute2f128_ps(v, v, 1));
-  v = _mm256_max_ps(v, _mm256_permute_ps(v, 0x4e));
-  return _mm256_max_ps(v, _mm256_permute_ps(v, 0xb1));
-}
-
 /// One head's statistics over a page's scores x (rows of them, -inf padded): the largest score,
 /// and the sum of exp(score - largest) (1 with max_token, or when every score is -inf).
 inline void page_stats_avx2(const float* x, int rows, bool max_token, float& top, float& sum) {
   __m256 vm = _mm256_loadu_ps(x);
   for (int t = 8; t < rows; t += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(x + t));
-  vm = broadcast_max(vm);
+  vm = attention::broadcast_max(vm);
   top = _mm256_cvtss_f32(vm);
   if (max_token || top == -INFINITY) {
     sum = 1.0f;
