@@ -7,9 +7,10 @@
 // measured in the same run (one thread, bytes copied per second). The index is warm in cache
 // here (one stream); in a real decode it competes with every other stream's index.
 // rescored-hierarchical is index::TokenRescore over Hierarchical at its default pool (the
-// default index of kvd-llama: 8 budgets or half the candidates, whichever is more, by
-// Hierarchical's member ranking), rescored-hierarchical-coarse the same pool taken as
-// Hierarchical's best whole clusters, rescored-hierarchical-pool4 a pool of 4 budgets alone.
+// default index of kvd-llama: 8 budgets or half the candidates, whichever is more, by the key
+// copies' own first look), rescored-hierarchical-inner the same pool taken by Hierarchical's
+// member ranking (the default before 2026-12-06's third session), rescored-hierarchical-coarse
+// as Hierarchical's best whole clusters, rescored-hierarchical-pool4 a pool of 4 budgets alone.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -50,7 +51,9 @@ std::vector<std::unique_ptr<eval::AnyIndex>> every_index() {
   v.push_back(eval::make_any_index(index::SimHash{}));
   v.push_back(eval::make_any_index(index::ProductQuant{}));
   v.push_back(eval::make_any_index(index::TokenRescore<index::Hierarchical>{}));
-  v.push_back(eval::make_any_index(index::TokenRescore<index::Hierarchical>{index::Hierarchical{}, {.coarse_pool = true}},
+  v.push_back(eval::make_any_index(index::TokenRescore<index::Hierarchical>{index::Hierarchical{}, {.inner_pool = true}},
+                                   "rescored-hierarchical-inner"));
+  v.push_back(eval::make_any_index(index::TokenRescore<index::Hierarchical>{index::Hierarchical{}, {.inner_pool = true, .coarse_pool = true}},
                                    "rescored-hierarchical-coarse"));
   v.push_back(eval::make_any_index(index::TokenRescore<index::Hierarchical>{index::Hierarchical{}, {.pool = 4, .pool_share = 0}},
                                    "rescored-hierarchical-pool4"));

@@ -482,7 +482,8 @@ int main(int argc, char** argv) {
   app.add_option("--rescore-pool", o.rescore.pool, "rescored-*: the inner index proposes this many times the budget, rescored token by token")
       ->check(CLI::Range(1.0, 1e9));
   app.add_option("--rescore-share", o.rescore.pool_share, "rescored-*: ... and at least this share of the candidates")->check(CLI::Range(0.0, 1.0));
-  app.add_option("--rescore-coarse", o.rescore.coarse_pool, "rescored-hierarchical: pool the best whole clusters (1) or the best pages by their members' estimates (0, the default)");
+  app.add_option("--rescore-inner", o.rescore.inner_pool, "rescored-*: pool the inner index's selection (1) or the key copies' first look (0, the default)");
+  app.add_option("--rescore-coarse", o.rescore.coarse_pool, "rescored-hierarchical with --rescore-inner 1: pool the best whole clusters (1) or the best pages by their members' estimates (0, the default)");
   app.add_option("--rotary", o.rotary, "hierarchical: the channel pairs RoPE rotated in the trace's keys: adjacent (GGUF and llama2.c models) or halves (Hugging Face models)")
       ->check(CLI::IsMember({"adjacent", "halves"}));
   app.add_option("--json", o.json, "also write the rows as JSON to this file");

@@ -34,12 +34,18 @@ Stream make_stream(int pages, int pt, int d, int group, std::uint64_t seed) {
   return s;
 }
 
-/// Channel c of coded row t of page p (t = page_tokens: the page's mean; else token t's residual).
+/// Channel c of coded row t of page p (t = page_tokens: the page's mean, a byte per channel;
+/// else token t's residual, a nibble).
 double decoded_row(const index::TokenKeys& k, std::int64_t p, int t, int c) {
-  const int d = k.head_dim(), half = d / 2;
-  const std::uint8_t byte = k.row(p)[static_cast<std::size_t>(t) * half + (c % half)];
-  const int code = (c < half ? byte & 0xF : byte >> 4) - 8;
-  return static_cast<double>(k.channel_scales()[c]) * index::token_scale(k.row(p), k.page_tokens(), d, t) * code;
+  const int d = k.head_dim(), half = d / 2, tokens = k.page_tokens();
+  int code = 0;
+  if (t == tokens) {
+    code = index::token_mean_codes(k.row(p), tokens, d)[c] - (index::kTokenMeanCodeMax + 1);
+  } else {
+    const std::uint8_t byte = k.row(p)[static_cast<std::size_t>(t) * half + (c % half)];
+    code = (c < half ? byte & 0xF : byte >> 4) - (index::kTokenCodeMax + 1);
+  }
+  return static_cast<double>(k.channel_scales()[c]) * index::token_scale(k.row(p), tokens, d, t) * code;
 }
 
 /// Key c of token t of page p as the store codes it: the coded mean plus the coded residual.
@@ -86,7 +92,8 @@ TEST_CASE("TokenKeys codes every key within half a step of its channel and token
     for (float& x : later) x *= 2.0f;
     k.append({later.data(), 4, 8, 8, d, DType::f32});
     REQUIRE(k.pages() == 12);
-    CHECK(k.bytes() == 12 * index::token_row_bytes(8, d) + static_cast<std::size_t>(d) * sizeof(float));
+    CHECK(k.pairs().size() == static_cast<std::size_t>(std::min(index::kTokenRadii, d / 2)));
+    CHECK(k.bytes() == 12 * index::token_row_bytes(8, d) + static_cast<std::size_t>(d) * sizeof(float) + k.pairs().size());
     for (std::int64_t p = 0; p < 12; ++p)
       for (int t = 0; t < 8; ++t) {
         const float* key = p < 4 ? s.keys.data() + (static_cast<std::size_t>(p) * 8 + t) * d
@@ -148,12 +155,106 @@ TEST_CASE("token_page_estimates (AVX2 where built) equals the KVD_HOST_DEVICE es
   }
 }
 
+/// Head h's first look at page p in double precision: the decoded query . the decoded mean x the
+/// softmax scale, plus 0.5 x the scale x || q[pair j] || x rho_j, rho_j from the keys themselves
+/// (the largest distance of a token's pair j from the exact page mean's).
+double reference_first_look(const Stream& s, const index::TokenKeys& k, std::int64_t p, int h) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(s.d));
+  index::TokenQuery tq;
+  k.fold_query(test::query_for(s, 0, 1, 1), tq);
+  double dot = 0;
+  for (int c = 0; c < s.d; ++c) dot += decoded_query(tq, k, h, c, scale) * decoded_row(k, p, s.page_tokens, c);
+  double bonus = 0;
+  for (std::uint8_t j : k.pairs()) {
+    const int a = 2 * j, b = 2 * j + 1;  // adjacent pairs
+    double ma = 0, mb = 0, rho = 0;
+    for (int t = 0; t < s.page_tokens; ++t) {
+      ma += s.keys[(static_cast<std::size_t>(p) * s.page_tokens + t) * s.d + a] / static_cast<double>(s.page_tokens);
+      mb += s.keys[(static_cast<std::size_t>(p) * s.page_tokens + t) * s.d + b] / static_cast<double>(s.page_tokens);
+    }
+    for (int t = 0; t < s.page_tokens; ++t) {
+      const double x = s.keys[(static_cast<std::size_t>(p) * s.page_tokens + t) * s.d + a] - ma;
+      const double y = s.keys[(static_cast<std::size_t>(p) * s.page_tokens + t) * s.d + b] - mb;
+      rho = std::max(rho, std::hypot(x, y));
+    }
+    bonus += 0.5 * scale * std::hypot(s.q[static_cast<std::size_t>(h) * s.d + a], s.q[static_cast<std::size_t>(h) * s.d + b]) * rho;
+  }
+  return dot * scale + bonus;
+}
+
+TEST_CASE("token_first_looks (AVX2 where built) equals the KVD_HOST_DEVICE first look and a double reference") {
+  for (int d : {64, 128, 48}) {
+    for (int group : {1, 3, 4, 7}) {
+      CAPTURE(d);
+      CAPTURE(group);
+      const Stream s = make_stream(21, 8, d, group, 300 + static_cast<std::uint64_t>(d + group));
+      index::TokenKeys k;
+      k.append(s.all());
+      // Each page mean is coded within half a step of its scale at 7 bits.
+      for (std::int64_t p = 0; p < s.pages; ++p)
+        for (int c = 0; c < d; ++c) {
+          double mean = 0;
+          for (int t = 0; t < 8; ++t) mean += s.keys[(static_cast<std::size_t>(p) * 8 + t) * d + c] / 8.0;
+          const double step = static_cast<double>(k.channel_scales()[c]) * index::token_scale(k.row(p), 8, d, 8);
+          CHECK(std::fabs(decoded_row(k, p, 8, c) - mean) <= 0.5 * step * (1 + 1e-5) + 1e-6 * (1 + std::fabs(mean)));
+        }
+      index::TokenQuery tq;
+      k.fold_query(test::query_for(s, 0, s.pages, 4), tq);
+      std::vector<const std::uint8_t*> rows;
+      for (std::int64_t p = 0; p < s.pages; ++p) rows.push_back(k.row(p));
+      std::vector<float> est(static_cast<std::size_t>(group) * s.pages);
+      index::token_first_looks(tq, group, rows.data(), rows.size(), 8, d, est.data(), rows.size());
+      for (int h = 0; h < group; ++h)
+        for (std::int64_t p = 0; p < s.pages; ++p) {
+          const auto hh = static_cast<std::size_t>(h);
+          const float one = index::token_first_look(tq.q8.data() + hh * d, tq.scale[hh], tq.sum[hh], tq.pair_w.data() + hh * index::kTokenRadii,
+                                                    k.row(p), 8, d);
+          CHECK(est[hh * s.pages + p] == doctest::Approx(one).epsilon(1e-5).scale(1.0));
+          CHECK(one == doctest::Approx(reference_first_look(s, k, p, h)).epsilon(1e-4).scale(1.0));
+        }
+    }
+  }
+}
+
+TEST_CASE("TokenRescore's own pool is the best candidates by the first look, then the budget's best by the token estimate") {
+  const Stream s = make_stream(120, 8, 64, 3, 1234);
+  const index::TokenRescore<index::Quest> ix{index::Quest{}, {.pool = 4, .pool_share = 0.0}};
+  index::TokenRescore<index::Quest>::State st;
+  ix.build(st, s.range(0, 64));
+  ix.append(st, s.range(64, 56));
+  for (std::int64_t budget : {2, 6, 20}) {
+    CAPTURE(budget);
+    const auto q = test::query_for(s, 1, 110, budget);
+    std::vector<double> first(109, -INFINITY), score;
+    for (int h = 0; h < 3; ++h) {
+      std::vector<double> e(109);
+      for (int i = 0; i < 109; ++i) e[static_cast<std::size_t>(i)] = reference_first_look(s, st.keys, 1 + i, h);
+      const double mx = *std::max_element(e.begin(), e.end());
+      for (std::size_t i = 0; i < e.size(); ++i) first[i] = std::max(first[i], e[i] - mx);
+    }
+    std::vector<std::uint32_t> pool = test::brute_top(first, 1, static_cast<int>(ix.pool_pages(q))), got;
+    REQUIRE(pool.size() == static_cast<std::size_t>(std::min<std::int64_t>(4 * budget, 109)));
+    score.assign(pool.size(), -INFINITY);
+    for (int h = 0; h < 3; ++h) {
+      std::vector<double> e(pool.size());
+      for (std::size_t i = 0; i < pool.size(); ++i) e[i] = reference_estimate(s, st.keys, pool[i], h, false);
+      const double mx = *std::max_element(e.begin(), e.end());
+      for (std::size_t i = 0; i < pool.size(); ++i) score[i] = std::max(score[i], e[i] - mx);
+    }
+    std::vector<std::uint32_t> want;
+    for (std::uint32_t i : test::brute_top(score, 0, static_cast<int>(budget))) want.push_back(pool[i]);
+    std::sort(want.begin(), want.end());
+    ix.select(st, q, got);
+    CHECK(got == want);
+  }
+}
+
 TEST_CASE("TokenRescore keeps the best pages of its pool by the token estimate, under either group rule, within the budget") {
   const Stream s = make_stream(64, 8, 64, 3, 99);
   for (const auto& [sum_mass, share] : {std::pair{false, 0.0}, {true, 0.0}, {false, 0.25}}) {
     CAPTURE(sum_mass);
     CAPTURE(share);
-    const index::TokenRescore<index::Quest> ix{index::Quest{}, {.pool = 3, .pool_share = share, .sum_mass = sum_mass}};
+    const index::TokenRescore<index::Quest> ix{index::Quest{}, {.pool = 3, .pool_share = share, .inner_pool = true, .sum_mass = sum_mass}};
     index::TokenRescore<index::Quest>::State st;
     ix.build(st, s.range(0, 40));
     ix.append(st, s.range(40, 24));
@@ -197,6 +298,8 @@ TEST_CASE("TokenRescore keeps the best pages of its pool by the token estimate, 
   CHECK_THROWS_AS(index::TokenRescore<index::Quest>(index::Quest{}, {.pool = 0.5}), Error);
   CHECK_THROWS_AS(index::TokenRescore<index::Quest>(index::Quest{}, {.pool_share = 1.5}), Error);
   CHECK_THROWS_AS(index::TokenRescore<index::Quest>(index::Quest{}, {.max_token = true, .sum_mass = true}), Error);
+  CHECK_THROWS_AS(index::TokenRescore<index::Quest>(index::Quest{}, {.coarse_pool = true}), Error);
+  CHECK_THROWS_AS(index::TokenRescore<index::Quest>(index::Quest{}, {.pair_weight = -1.0f}), Error);
 }
 
 TEST_CASE("Hierarchical::propose takes whole clusters, the best first, and TokenRescore rescores that pool") {
@@ -245,7 +348,7 @@ TEST_CASE("Hierarchical::propose takes whole clusters, the best first, and Token
   // double reference (Decision 4's rule), and the fine pool (coarse_pool off) is select()'s.
   for (bool coarse : {true, false}) {
     CAPTURE(coarse);
-    const index::TokenRescore<index::Hierarchical> ix{h, {.pool = 8, .pool_share = 0.0, .coarse_pool = coarse}};
+    const index::TokenRescore<index::Hierarchical> ix{h, {.pool = 8, .pool_share = 0.0, .inner_pool = true, .coarse_pool = coarse}};
     index::TokenRescore<index::Hierarchical>::State rs;
     ix.build(rs, s.all());
     std::vector<std::uint32_t> pool, got;

@@ -17,8 +17,9 @@
 //                                 rescoring (index::TokenRescore: the index proposes 4 x B, 4-bit
 //                                 key copies keep B; rescore_share=0.5 proposes at least half
 //                                 the candidates (the default; 0: pool x B alone);
-//                                 rescore_coarse=1 takes the pool as Hierarchical's best whole
-//                                 clusters rather than by its member ranking (the default, 0);
+//                                 rescore_inner=1 takes the pool from the index's own selection
+//                                 rather than the key copies' first look (the default, 0);
+//                                 rescore_coarse=1 takes it as Hierarchical's best whole clusters;
 //                                 rescore_max=1 ranks by the best token,
 //                                 rescore_sum=1 sums the heads' estimated masses);
 //                                 tiered:hierarchical{rescore_pool=4}@B too
@@ -59,8 +60,9 @@ inline constexpr std::array<std::string_view, 7> kHierarchicalKeys = {
 
 /// The manager's parameters any index's configuration may set: the focus carry's (Config::carry)
 /// and the cold codec's width (Config::cold_codec); and token-level rescoring (index::TokenRescore).
-inline constexpr std::array<std::string_view, 10> kAnyIndexKeys = {"carry_share",   "carry_mass", "codec_bits", "rescore_pool",  "rescore_share",
-                                                                   "rescore_coarse", "rescore_max", "rescore_sum", "outlier_share", "pin_share"};
+inline constexpr std::array<std::string_view, 11> kAnyIndexKeys = {"carry_share",   "carry_mass",  "codec_bits",  "rescore_pool",
+                                                                   "rescore_share", "rescore_inner", "rescore_coarse", "rescore_max",
+                                                                   "rescore_sum",   "outlier_share", "pin_share"};
 
 /// The indices that token-level rescoring wraps here (each one more KvManager to compile).
 inline constexpr std::array<std::string_view, 3> kRescoredIndices = {"hierarchical", "quest", "mean-key"};
@@ -139,7 +141,8 @@ struct ConfigSpec {
   void apply(index::TokenRescoreParams& r) const {
     if (const auto v = value_of("rescore_pool")) r.pool = *v;
     if (const auto v = value_of("rescore_share")) r.pool_share = *v;
-    if (const auto v = value_of("rescore_coarse")) r.coarse_pool = *v != 0;
+    if (const auto v = value_of("rescore_inner")) r.inner_pool = *v != 0;
+    if (const auto v = value_of("rescore_coarse")) r.inner_pool = r.coarse_pool = *v != 0;
     if (const auto v = value_of("rescore_max")) r.max_token = *v != 0;
     if (const auto v = value_of("rescore_sum")) r.sum_mass = *v != 0;
     r.validate();

@@ -337,6 +337,8 @@ Index index_for(const LlamaConfig& c, double rescore_pool = 0) {
     typename Index::Params p;
     if constexpr (requires { p.pool; })
       if (rescore_pool > 0) p.pool = rescore_pool;
+    if constexpr (requires { p.rotary = index::RotaryPairs::adjacent; })
+      p.rotary = c.rope_layout == RopeLayout::half ? index::RotaryPairs::halves : index::RotaryPairs::adjacent;
     return Index(index_for<typename Index::InnerIndex>(c, rescore_pool), p);
   } else if constexpr (requires(typename Index::Params p) { p.rotary = index::RotaryPairs::adjacent; }) {
     typename Index::Params p;

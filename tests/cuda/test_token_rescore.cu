@@ -1,6 +1,7 @@
-// The token-rescoring kernel (cuda/token_rescore.cuh) against the CPU's KVD_HOST_DEVICE estimate
-// (index::token_page_estimate) on random keys coded by index::TokenKeys, for both page estimates
-// and a pool that skips and repeats pages. Exit 77 (skipped) without a GPU.
+// The token-rescoring kernels (cuda/token_rescore.cuh) against the CPU's KVD_HOST_DEVICE arithmetic
+// (index::token_page_estimate, index::token_first_look) on random keys coded by index::TokenKeys,
+// for both page estimates, a pool that skips and repeats pages, and a first look over a range of
+// candidates. Exit 77 (skipped) without a GPU.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -64,8 +65,33 @@ static int check(int group, int d, int tokens, std::int64_t pages, bool max_toke
       const float got = est[static_cast<std::size_t>(h * n + i)];
       if (std::fabs(got - want) > 1e-4f * (1.0f + std::fabs(want))) ++bad;
     }
-  std::printf("token_rescore group %d d %d tokens %d pages %lld max_token %d: %s\n", group, d, tokens, static_cast<long long>(pages),
-              max_token ? 1 : 0, bad ? "MISMATCH" : "ok");
+  // The first look over candidates [1, pages - 1).
+  cuda::DeviceBuffer<float> dpair{std::span<const float>(tq.pair_w)}, dfirst(static_cast<std::size_t>(group) * (pages - 2));
+  cuda::TokenFirstLookParams f;
+  f.group = group;
+  f.head_dim = d;
+  f.page_tokens = tokens;
+  f.q8 = dq8.data();
+  f.q_scale = dscale.data();
+  f.q_sum = dsum.data();
+  f.pair_w = dpair.data();
+  f.rows = drows.data();
+  f.row_bytes = row_bytes;
+  f.first = 1;
+  f.n = pages - 2;
+  f.est = dfirst.data();
+  KVD_CUDA_CHECK(cuda::token_first_look(f));
+  KVD_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto first = dfirst.download();
+  for (int h = 0; h < group; ++h)
+    for (std::int64_t i = 0; i < f.n; ++i) {
+      const auto hh = static_cast<std::size_t>(h);
+      const float want = index::token_first_look(tq.q8.data() + hh * d, tq.scale[hh], tq.sum[hh], tq.pair_w.data() + hh * index::kTokenRadii,
+                                                 k.row(1 + i), tokens, d);
+      if (std::fabs(first[hh * static_cast<std::size_t>(f.n) + static_cast<std::size_t>(i)] - want) > 1e-4f * (1.0f + std::fabs(want))) ++bad;
+    }
+  std::printf("token_rescore and token_first_look group %d d %d tokens %d pages %lld max_token %d: %s\n", group, d, tokens,
+              static_cast<long long>(pages), max_token ? 1 : 0, bad ? "MISMATCH" : "ok");
   return bad;
 }
 
@@ -82,6 +108,7 @@ int main() {
   bad += check(2, 64, 16, 129, false, rng);
   cuda::TokenRescoreParams badp;
   if (cuda::token_rescore(badp) != cudaErrorInvalidValue) ++bad;
+  if (cuda::token_first_look(cuda::TokenFirstLookParams{}) != cudaErrorInvalidValue) ++bad;
   std::printf("%s\n", bad ? "FAILED" : "all ok");
   return bad ? 1 : 0;
 }

@@ -1,8 +1,9 @@
-// Token-level rescoring on the GPU (index::TokenRescore's second stage): for each page of a pool
-// and each query head of the group, the page's estimate from its 4-bit key copies, with the same
-// KVD_HOST_DEVICE arithmetic as the CPU (index::token_page_estimate, index/token_keys.hpp), so the
-// CPU tests cover what the kernel computes. One thread per (pool page, head); est is
-// [group][pool]. The GQA rule and the top-k follow on the host or in cuda/top_k.cuh.
+// Token-level rescoring on the GPU (index::TokenRescore's two looks): token_first_look scores
+// every candidate page from its coded mean and radii (index::token_first_look), token_rescore
+// scores each page of a pool from its 4-bit key copies (index::token_page_estimate), with the
+// same KVD_HOST_DEVICE arithmetic as the CPU (index/token_keys.hpp), so the CPU tests cover what
+// the kernels compute. One thread per (page, head); est is [group][pages]. The GQA rule and the
+// top-k follow on the host or in cuda/top_k.cuh.
 //
 // The rows are the index's TokenKeys rows copied to the device as one array [pages][row_bytes];
 // the pool names which of them to score. cuda::DeviceHierarchical does not call this yet: with
@@ -39,6 +40,40 @@ __global__ void TokenRescoreKernel(TokenRescoreParams p) {
   const std::uint8_t* row = p.rows + static_cast<std::size_t>(p.pool[i]) * p.row_bytes;
   p.est[h * p.n + i] =
       index::token_page_estimate(p.q8 + static_cast<std::size_t>(h) * p.head_dim, p.q_scale[h], p.q_sum[h], row, p.page_tokens, p.head_dim, MaxToken);
+}
+
+struct TokenFirstLookParams {
+  int group = 1, head_dim = 0, page_tokens = 0;
+  const std::int8_t* q8 = nullptr;     ///< [group][head_dim]: the query as TokenKeys::fold_query codes it
+  const float* q_scale = nullptr;      ///< [group]
+  const int* q_sum = nullptr;          ///< [group]
+  const float* pair_w = nullptr;       ///< [group][index::kTokenRadii]
+  const std::uint8_t* rows = nullptr;  ///< [pages][row_bytes]: TokenKeys rows, page id order
+  std::size_t row_bytes = 0;           ///< index::token_row_bytes(page_tokens, head_dim)
+  std::int64_t first = 0, n = 0;       ///< pages [first, first + n): the candidates
+  float* est = nullptr;                ///< [group][n]
+};
+
+__global__ void TokenFirstLookKernel(TokenFirstLookParams p) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int h = blockIdx.y;
+  if (i >= p.n) return;
+  const std::uint8_t* row = p.rows + static_cast<std::size_t>(p.first + i) * p.row_bytes;
+  p.est[h * p.n + i] = index::token_first_look(p.q8 + static_cast<std::size_t>(h) * p.head_dim, p.q_scale[h], p.q_sum[h],
+                                               p.pair_w + static_cast<std::size_t>(h) * index::kTokenRadii, row, p.page_tokens, p.head_dim);
+}
+
+/// The first look at pages [first, first + n) for every head of the group; checks its arguments.
+inline cudaError_t token_first_look(const TokenFirstLookParams& p, cudaStream_t stream = nullptr) {
+  if (p.group < 1 || p.group > 65535 || p.n < 0 || p.first < 0 || p.page_tokens < 1 || p.head_dim < 2 || p.head_dim % 2 != 0)
+    return cudaErrorInvalidValue;
+  if (p.row_bytes != index::token_row_bytes(p.page_tokens, p.head_dim)) return cudaErrorInvalidValue;
+  if (p.n == 0) return cudaSuccess;
+  if (!p.q8 || !p.q_scale || !p.q_sum || !p.pair_w || !p.rows || !p.est) return cudaErrorInvalidValue;
+  constexpr int kThreads = 128;
+  const dim3 grid(static_cast<unsigned>((p.n + kThreads - 1) / kThreads), static_cast<unsigned>(p.group));
+  TokenFirstLookKernel<<<grid, kThreads, 0, stream>>>(p);
+  return cudaGetLastError();
 }
 
 /// Scores the pool's pages for every head of the group; checks its arguments.

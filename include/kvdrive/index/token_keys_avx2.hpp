@@ -1,11 +1,13 @@
-// The AVX2 loop behind index::token_page_estimates (index/token_keys.hpp): every query head's
-// estimate of many pages from their 4-bit codes (a page's mean, and its tokens' residuals from
-// it; the row layout is index::TokenKeys'). Per page, eight tokens at a time: each
-// token's nibbles are unpacked once for up to four heads, multiplied with the heads' 8-bit query
-// codes by byte multiply-adds (exact integers, as token_code_dot), the eight tokens' sums taken by
-// one transpose; then per head the softmax statistics of the page's token scores in registers
-// (exp_shifted8), and the logs of all pages eight at a time (log_positive8) at the end.
-// tests/test_index_rescore.cpp checks it against the KVD_HOST_DEVICE estimate.
+// The AVX2 loops behind index::token_first_looks and index::token_page_estimates
+// (index/token_keys.hpp; the row layout is index::TokenKeys'). The first look: eight pages at a
+// time, each page mean's 7-bit codes multiplied with up to four heads' 8-bit query codes by byte
+// multiply-adds (exact integers, as token_mean_dot), the eight pages' sums taken by one transpose,
+// then scaled and given their radii's bonus together. The page estimate: per page, eight tokens at
+// a time, each token's nibbles unpacked once for up to four heads and multiplied the same way, the
+// eight tokens' sums taken by one transpose; then per head the softmax statistics of the page's
+// token scores in registers (exp_shifted8), and the logs of all pages eight at a time
+// (log_positive8) at the end. tests/test_index_rescore.cpp checks both against the
+// KVD_HOST_DEVICE arithmetic.
 #pragma once
 
 #include <cmath>
@@ -19,11 +21,13 @@
 
 namespace kvdrive::index {
 
-/// A GQA group's coded query heads by pointer: q8 [group][d], each head's scale and code sum.
+/// A GQA group's coded query heads by pointer: q8 [group][d], each head's scale and code sum, and
+/// the first look's radius weights [group][2].
 struct TokenQueryView {
   const std::int8_t* q8;
   const float* scale;
   const int* sum;
+  const float* pair_w;
   int group;
   int d;
 };
@@ -62,6 +66,67 @@ inline void token_dots_avx2(const std::int8_t* const* q8, const std::uint8_t* co
   }
 }
 
+/// A page mean's code dot products with HB query heads (d bytes of codes <= 127, so a byte
+/// multiply-add of two channels fits int16), as HB vectors of int32 partial sums.
+template <int HB>
+inline void mean_dots_avx2(const std::int8_t* const* q8, const std::uint8_t* codes, int d, __m256i* acc) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int h = 0; h < HB; ++h) acc[h] = _mm256_setzero_si256();
+  for (int i = 0; i < d; i += 32) {
+    const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + i));
+    for (int h = 0; h < HB; ++h) {
+      const __m256i p = _mm256_maddubs_epi16(u, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8[h] + i)));
+      acc[h] = _mm256_add_epi32(acc[h], _mm256_madd_epi16(p, ones));
+    }
+  }
+}
+
+/// Eight tokens' code dot products with HB query heads (tokens past nt count 0), as HB vectors
+/// of eight int32 sums, for heads of 2 x HALF <= 128 channels: a token's products sum exactly
+/// in int16 lanes (4 x 2 x 15 x 127 < 2^15), and so do two tokens' lanes added pairwise, so the
+/// eight tokens' sums take two 16-bit pairings and one widening fewer than token_dots_avx2's.
+template <int HB, int HALF>
+inline void eight_token_dots16_avx2(const std::int8_t* const* q8, const std::uint8_t* codes, int nt, __m256i* dot) {
+  static_assert(HALF % 32 == 0 && HALF <= 64, "two int16 tokens per lane hold heads of up to 128 channels");
+  const __m256i mask = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  __m256i w[4][HB];
+  for (int pair = 0; pair < 4; ++pair) {
+    __m256i p[2][HB];
+    for (int k = 0; k < 2; ++k) {
+      const int t = 2 * pair + k;
+      for (int h = 0; h < HB; ++h) p[k][h] = _mm256_setzero_si256();
+      if (t >= nt) continue;
+      for (int i = 0; i < HALF; i += 32) {
+        const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + static_cast<std::size_t>(t) * HALF + i));
+        const __m256i lo = _mm256_and_si256(b, mask), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), mask);
+        for (int h = 0; h < HB; ++h) {
+          const __m256i a = _mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8[h] + i)));
+          const __m256i c = _mm256_maddubs_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8[h] + HALF + i)));
+          p[k][h] = _mm256_add_epi16(p[k][h], _mm256_add_epi16(a, c));
+        }
+      }
+    }
+    for (int h = 0; h < HB; ++h) w[pair][h] = _mm256_madd_epi16(_mm256_hadd_epi16(p[0][h], p[1][h]), ones);
+  }
+  for (int h = 0; h < HB; ++h) {  // per 128-bit half: tokens 0-3, then 4-7; the halves added
+    const __m256i x0 = _mm256_hadd_epi32(w[0][h], w[1][h]), x1 = _mm256_hadd_epi32(w[2][h], w[3][h]);
+    dot[h] = _mm256_add_epi32(_mm256_permute2x128_si256(x0, x1, 0x20), _mm256_permute2x128_si256(x0, x1, 0x31));
+  }
+}
+
+/// Eight tokens' code dot products with HB query heads (tokens past nt count 0), any head size.
+template <int HB>
+inline void eight_token_dots_avx2(const std::int8_t* const* q8, const std::uint8_t* codes, int half, int nt, __m256i* dot) {
+  if (half == 64) return eight_token_dots16_avx2<HB, 64>(q8, codes, nt, dot);
+  if (half == 32) return eight_token_dots16_avx2<HB, 32>(q8, codes, nt, dot);
+  __m256i acc[HB][8], token[HB];
+  for (int t = 0; t < 8; ++t) {
+    if (t < nt) token_dots_avx2<HB>(q8, codes + static_cast<std::size_t>(t) * half, half, token);
+    for (int h = 0; h < HB; ++h) acc[h][t] = t < nt ? token[h] : _mm256_setzero_si256();
+  }
+  for (int h = 0; h < HB; ++h) dot[h] = sum8_epi32(acc[h]);
+}
+
 /// The sum of eight int32 lanes.
 inline int horizontal_sum_epi32(__m256i v) {
   __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -70,35 +135,38 @@ inline int horizontal_sum_epi32(__m256i v) {
 }
 
 /// Token scores of heads [h0, h0 + HB) over one page into s[h * rows + t], rows past the page's
-/// tokens -inf: per coded row (the mean, row `tokens`, and each token's residual), (dot - 8 x
+/// tokens -inf: per coded row (the mean and each token's residual), (dot - the codes' offset x
 /// the head's code sum) x the head's scale x the row's scale; a token's score is its residual's
-/// plus the mean's.
+/// plus the mean's (given[h * given_stride] where given).
 template <int HB>
-inline void page_token_scores_avx2(const TokenQueryView& q, int h0, const std::uint8_t* row, int tokens, int rows, float* s) {
+inline void page_token_scores_avx2(const TokenQueryView& q, int h0, const std::uint8_t* row, int tokens, int rows, float* s, const float* given,
+                                   std::size_t given_stride) {
   const int half = q.d / 2;
-  const std::uint8_t* scales = row + static_cast<std::size_t>(tokens + 1) * half;
+  const std::uint8_t* scales = row + static_cast<std::size_t>(tokens) * half + static_cast<std::size_t>(q.d);
   const std::int8_t* q8[HB];
   for (int h = 0; h < HB; ++h) q8[h] = q.q8 + static_cast<std::size_t>(h0 + h) * q.d;
-  __m256i mean_dots[HB];
-  token_dots_avx2<HB>(q8, row + static_cast<std::size_t>(tokens) * half, half, mean_dots);
-  float mean_scale, mean[HB];
-  std::memcpy(&mean_scale, scales + static_cast<std::size_t>(tokens) * sizeof(float), sizeof mean_scale);
-  for (int h = 0; h < HB; ++h)
-    mean[h] = static_cast<float>(horizontal_sum_epi32(mean_dots[h]) - 8 * q.sum[h0 + h]) * (q.scale[h0 + h] * mean_scale);
+  float mean[HB];
+  if (given) {
+    for (int h = 0; h < HB; ++h) mean[h] = given[static_cast<std::size_t>(h0 + h) * given_stride];
+  } else {
+    __m256i mean_dots[HB];
+    mean_dots_avx2<HB>(q8, row + static_cast<std::size_t>(tokens) * half, q.d, mean_dots);
+    float mean_scale;
+    std::memcpy(&mean_scale, scales + static_cast<std::size_t>(tokens) * sizeof(float), sizeof mean_scale);
+    for (int h = 0; h < HB; ++h)
+      mean[h] = static_cast<float>(horizontal_sum_epi32(mean_dots[h]) - 64 * q.sum[h0 + h]) * (q.scale[h0 + h] * mean_scale);
+  }
   for (int t0 = 0; t0 < tokens; t0 += 8) {
     const int nt = tokens - t0 < 8 ? tokens - t0 : 8;
-    __m256i acc[HB][8], token[HB];
-    for (int t = 0; t < 8; ++t) {
-      if (t < nt) token_dots_avx2<HB>(q8, row + static_cast<std::size_t>(t0 + t) * half, half, token);
-      for (int h = 0; h < HB; ++h) acc[h][t] = t < nt ? token[h] : _mm256_setzero_si256();
-    }
+    __m256i dots[HB];
+    eight_token_dots_avx2<HB>(q8, row + static_cast<std::size_t>(t0) * half, half, nt, dots);
     alignas(32) float scale[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     std::memcpy(scale, scales + static_cast<std::size_t>(t0) * sizeof(float), nt * sizeof(float));
     const __m256 token_scales = _mm256_load_ps(scale);
     const __m256i valid = _mm256_cmpgt_epi32(_mm256_set1_epi32(nt), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     for (int h = 0; h < HB; ++h) {
       const int hh = h0 + h;
-      const __m256i dot = _mm256_sub_epi32(sum8_epi32(acc[h]), _mm256_set1_epi32(8 * q.sum[hh]));
+      const __m256i dot = _mm256_sub_epi32(dots[h], _mm256_set1_epi32(8 * q.sum[hh]));
       const __m256 unit = _mm256_mul_ps(_mm256_set1_ps(q.scale[hh]), token_scales);
       const __m256 score = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dot), unit), _mm256_set1_ps(mean[h]));
       _mm256_storeu_ps(s + static_cast<std::size_t>(hh) * rows + t0,
@@ -129,21 +197,91 @@ inline void prefetch_row(const std::uint8_t* row, std::size_t bytes) {
 }
 }  // namespace detail
 
+namespace detail {
+/// The mean dots of heads [h0, h0 + HB) with one page, into acc[h][slot].
+template <int HB>
+inline void first_look_dots_avx2(const TokenQueryView& q, int h0, const std::uint8_t* codes, int slot, __m256i (*acc)[8]) {
+  const std::int8_t* q8[HB];
+  for (int h = 0; h < HB; ++h) q8[h] = q.q8 + static_cast<std::size_t>(h0 + h) * q.d;
+  __m256i dots[HB];
+  mean_dots_avx2<HB>(q8, codes, q.d, dots);
+  for (int h = 0; h < HB; ++h) acc[h0 + h][slot] = dots[h];
+}
+
+/// Eight pages' first looks for every head of q from their dots acc[h][page]: (dot - 64 x the
+/// code sum) x the head's and the mean's scales + the radii's bonus, np of them stored.
+inline void first_look_scores_avx2(const TokenQueryView& q, const __m256i (*acc)[8], const float* mean_scale, const float* r0, const float* r1,
+                                   int np, float* est, std::size_t stride, float* mean) {
+  const __m256 ms = _mm256_load_ps(mean_scale), rv0 = _mm256_load_ps(r0), rv1 = _mm256_load_ps(r1);
+  alignas(32) float out[8];
+  for (int h = 0; h < q.group; ++h) {
+    const __m256i dot = _mm256_sub_epi32(sum8_epi32(acc[h]), _mm256_set1_epi32(64 * q.sum[h]));
+    __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(_mm256_set1_ps(q.scale[h]), ms));
+    if (mean) {
+      _mm256_store_ps(out, v);
+      std::memcpy(mean + static_cast<std::size_t>(h) * stride, out, static_cast<std::size_t>(np) * sizeof(float));
+    }
+    v = _mm256_fmadd_ps(_mm256_set1_ps(q.pair_w[2 * h]), rv0, v);
+    v = _mm256_fmadd_ps(_mm256_set1_ps(q.pair_w[2 * h + 1]), rv1, v);
+    _mm256_store_ps(out, v);
+    std::memcpy(est + static_cast<std::size_t>(h) * stride, out, static_cast<std::size_t>(np) * sizeof(float));
+  }
+}
+}  // namespace detail
+
+/// est[h * stride + i]: head h's first look at page rows[i] (q.d a multiple of 32): its mean's
+/// score (into mean[h * stride + i] too, where given) plus the radii's bonus, eight pages at a
+/// time, sixteen heads at a time.
+inline void token_first_looks_avx2(const TokenQueryView& q, const std::uint8_t* const* rows, std::size_t n, int tokens, float* est,
+                                   std::size_t stride, float* mean) {
+  constexpr int kHeads = 16;
+  const std::size_t codes_at = static_cast<std::size_t>(tokens) * (q.d / 2), floats_at = codes_at + static_cast<std::size_t>(q.d);
+  __m256i acc[kHeads][8];
+  for (int hb = 0; hb < q.group; hb += kHeads) {
+    const int heads = q.group - hb < kHeads ? q.group - hb : kHeads;
+    const TokenQueryView part{q.q8 + static_cast<std::size_t>(hb) * q.d, q.scale + hb, q.sum + hb, q.pair_w + 2 * hb, heads, q.d};
+    for (std::size_t i0 = 0; i0 < n; i0 += 8) {
+      const int np = n - i0 < 8 ? static_cast<int>(n - i0) : 8;
+      alignas(32) float mean_scale[8] = {}, r0[8] = {}, r1[8] = {};
+      for (int j = 0; j < 8; ++j) {
+        if (j >= np) {
+          for (int h = 0; h < heads; ++h) acc[h][j] = _mm256_setzero_si256();
+          continue;
+        }
+        const std::uint8_t* row = rows[i0 + static_cast<std::size_t>(j)];
+        if (i0 + 8 + static_cast<std::size_t>(j) < n)
+          _mm_prefetch(reinterpret_cast<const char*>(rows[i0 + 8 + static_cast<std::size_t>(j)] + codes_at), _MM_HINT_T0);
+        int h0 = 0;
+        for (; h0 + 4 <= heads; h0 += 4) detail::first_look_dots_avx2<4>(part, h0, row + codes_at, j, acc);
+        for (; h0 + 2 <= heads; h0 += 2) detail::first_look_dots_avx2<2>(part, h0, row + codes_at, j, acc);
+        for (; h0 < heads; ++h0) detail::first_look_dots_avx2<1>(part, h0, row + codes_at, j, acc);
+        std::memcpy(&mean_scale[j], row + floats_at + static_cast<std::size_t>(tokens) * sizeof(float), sizeof(float));
+        std::memcpy(&r0[j], row + floats_at + static_cast<std::size_t>(tokens + 1) * sizeof(float), sizeof(float));
+        std::memcpy(&r1[j], row + floats_at + static_cast<std::size_t>(tokens + 2) * sizeof(float), sizeof(float));
+      }
+      const std::size_t at = static_cast<std::size_t>(hb) * stride + i0;
+      detail::first_look_scores_avx2(part, acc, mean_scale, r0, r1, np, est + at, stride, mean ? mean + at : nullptr);
+    }
+  }
+}
+
 /// est[h * stride + i]: head h's estimate of page rows[i] (q.d a multiple of 64): the log-sum-exp
-/// of its tokens' scores, or with max_token the largest.
+/// of its tokens' scores, or with max_token the largest; the means' scores from mean[h * stride +
+/// i] where given.
 inline void token_page_estimates_avx2(const TokenQueryView& q, const std::uint8_t* const* rows, std::size_t n, int tokens, bool max_token,
-                                      float* est, std::size_t stride) {
+                                      float* est, std::size_t stride, const float* mean) {
   const int padded = attention::padded_rows(tokens);
-  const std::size_t row_bytes = static_cast<std::size_t>(tokens + 1) * (q.d / 2 + sizeof(float));
+  const std::size_t row_bytes = static_cast<std::size_t>(tokens) * (q.d / 2) + static_cast<std::size_t>(q.d) + (tokens + 3) * sizeof(float);
   thread_local std::vector<float> s, sums;
   s.resize(static_cast<std::size_t>(q.group) * padded);
   sums.resize(static_cast<std::size_t>(q.group) * n);
   for (std::size_t i = 0; i < n; ++i) {
     if (i + 1 < n) detail::prefetch_row(rows[i + 1], row_bytes);
+    const float* given = mean ? mean + i : nullptr;
     int h0 = 0;
-    for (; h0 + 4 <= q.group; h0 += 4) detail::page_token_scores_avx2<4>(q, h0, rows[i], tokens, padded, s.data());
-    for (; h0 + 2 <= q.group; h0 += 2) detail::page_token_scores_avx2<2>(q, h0, rows[i], tokens, padded, s.data());
-    for (; h0 < q.group; ++h0) detail::page_token_scores_avx2<1>(q, h0, rows[i], tokens, padded, s.data());
+    for (; h0 + 4 <= q.group; h0 += 4) detail::page_token_scores_avx2<4>(q, h0, rows[i], tokens, padded, s.data(), given, stride);
+    for (; h0 + 2 <= q.group; h0 += 2) detail::page_token_scores_avx2<2>(q, h0, rows[i], tokens, padded, s.data(), given, stride);
+    for (; h0 < q.group; ++h0) detail::page_token_scores_avx2<1>(q, h0, rows[i], tokens, padded, s.data(), given, stride);
     for (int h = 0; h < q.group; ++h)
       detail::page_stats_avx2(s.data() + static_cast<std::size_t>(h) * padded, padded, max_token, est[static_cast<std::size_t>(h) * stride + i],
                               sums[static_cast<std::size_t>(h) * n + i]);

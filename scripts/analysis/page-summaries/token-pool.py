@@ -2,8 +2,9 @@
 # attention mass (summed over the group) that the budget's pages keep at 6.25% when the pages are
 # ranked by their residual-coded token estimates (index::TokenKeys) within a pool of a quarter or
 # half the candidates, the pool taken by Hierarchical's member estimate (mean + rotary-pair
-# radii, as misses.py scores it) or by the coded page-mean row alone; and with every candidate
-# rescored ("all"). docs/indices.md, "What it costs".
+# radii, as misses.py scores it), by the 4-bit coded page-mean row alone (TokenKeys before the
+# first look), or by TokenKeys' first look (the page mean at 7 bits + the same radii: 'first');
+# and with every candidate rescored ("all"). docs/indices.md, "What it costs".
 #
 #   python3 token-pool.py 'DIR/*-4096-*.trace' [FILES]
 import sys, glob, numpy as np
@@ -20,7 +21,8 @@ for path in sorted(glob.glob(sys.argv[1]))[:int(sys.argv[2])]:
             kp = kk[:ns * PT].reshape(ns, PT, D); first = kp[:32]
             s_res = tc.channel_scale(first - first.mean(1, keepdims=True))
             mean_c = tc.code(kp.mean(1, keepdims=True), s_res, 7)
-            kq = mean_c + tc.code(kp - mean_c, s_res, 7)
+            mean_7 = tc.code(kp.mean(1, keepdims=True), s_res, 63)
+            kq = mean_7 + tc.code(kp - mean_7, s_res, 7)
             mean = M.f16(kp.mean(1)); resid = kp - mean[:, None, :]
             rho = M.f16(np.sqrt(resid[..., 0::2] ** 2 + resid[..., 1::2] ** 2).max(1))
             pn = np.sqrt(mean[:32, 0::2] ** 2 + mean[:32, 1::2] ** 2).mean(0)
@@ -37,9 +39,10 @@ for path in sorted(glob.glob(sys.argv[1]))[:int(sys.argv[2])]:
                 qp = np.sqrt(q[:, 0::2] ** 2 + q[:, 1::2] ** 2)[:, pairs]
                 hier = M.gqa(q @ mean[s0:lb].T + 0.5 * qp @ rho[s0:lb][:, pairs].T)
                 mrow = M.gqa(q @ mean_c[s0:lb, 0].T)
+                first = M.gqa(q @ mean_7[s0:lb, 0].T + 0.5 * qp @ rho[s0:lb][:, pairs].T)
                 for share in (0.25, 0.5):
                     npool = int(np.ceil(share * c))
-                    for name, est in (('hier', hier), ('meanrow', mrow)):
+                    for name, est in (('hier', hier), ('meanrow', mrow), ('first', first)):
                         pool = M.ranks(est) < npool
                         sc2 = np.where(pool, tok, -np.inf)
                         sel = M.ranks(sc2) < k
