@@ -169,6 +169,29 @@ TEST_CASE("gqa_scores: max over heads of the estimate minus that head's max") {
   CHECK(out[2] == 0.0f);
 }
 
+TEST_CASE("gqa_scores over many pages (eight lanes at a time where built) equals gqa_page_score, NaN and infinities included") {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 4.0f);
+  for (std::size_t n : {1u, 7u, 8u, 37u, 64u}) {
+    for (int group : {1, 3}) {
+      std::vector<float> est(static_cast<std::size_t>(group) * n);
+      for (float& x : est) x = dist(rng);
+      for (std::size_t i = 0; i < est.size(); i += 5) est[i] = i % 3 == 0 ? NAN : i % 3 == 1 ? -INFINITY : est[i];
+      std::vector<float> out(n), head_max(static_cast<std::size_t>(group), -INFINITY);
+      for (int h = 0; h < group; ++h)
+        for (std::size_t p = 0; p < n; ++p) {
+          const float e = est[static_cast<std::size_t>(h) * n + p];
+          head_max[static_cast<std::size_t>(h)] = e > head_max[static_cast<std::size_t>(h)] ? e : head_max[static_cast<std::size_t>(h)];
+        }
+      index::gqa_scores(est.data(), group, n, out.data());
+      for (std::size_t p = 0; p < n; ++p) {
+        const float want = index::gqa_page_score(est.data() + p, head_max.data(), group, n);
+        CHECK((out[p] == want || (std::isnan(out[p]) && std::isnan(want))));
+      }
+    }
+  }
+}
+
 TEST_CASE("Dense selects every candidate, whatever the budget") {
   const Stream s = make_stream(20, 4, 32, 2, 1);
   index::Dense dense;

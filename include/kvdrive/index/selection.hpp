@@ -13,6 +13,7 @@
 #include <span>
 #include <vector>
 
+#include "kvdrive/attention/cpu_kernels.hpp"
 #include "kvdrive/core/host_device.hpp"
 #include "kvdrive/index/concept.hpp"
 
@@ -33,14 +34,30 @@ KVD_HOST_DEVICE float gqa_page_score(const float* est, const float* head_max, in
 
 /// est: [group][n] per-head estimates of n pages; writes the GQA score of each page to out[n].
 inline void gqa_scores(const float* est, int group, std::size_t n, float* out) {
-  // The same arithmetic as gqa_page_score, head by head so each loop runs over contiguous pages
-  // (and vectorises): NaN estimates are skipped, as there.
+  // The same arithmetic as gqa_page_score, head by head so each loop runs over contiguous pages:
+  // NaN estimates are skipped, as there (AVX2's max keeps its second operand on NaN, which is
+  // what `a > b ? a : b` does).
   for (std::size_t p = 0; p < n; ++p) out[p] = -INFINITY;
   for (int h = 0; h < group; ++h) {
     const float* e = est + static_cast<std::size_t>(h) * n;
     float m = -INFINITY;
-    for (std::size_t p = 0; p < n; ++p) m = e[p] > m ? e[p] : m;
-    for (std::size_t p = 0; p < n; ++p) {
+    std::size_t p = 0;
+#if KVD_CPU_AVX2
+    __m256 vm = _mm256_set1_ps(-INFINITY);
+    for (; p + 8 <= n; p += 8) vm = _mm256_max_ps(_mm256_loadu_ps(e + p), vm);
+    m = _mm256_cvtss_f32(attention::broadcast_max(vm));
+#endif
+    for (; p < n; ++p) m = e[p] > m ? e[p] : m;
+    p = 0;
+#if KVD_CPU_AVX2
+    const __m256 vmax = _mm256_set1_ps(m), zero = _mm256_setzero_ps();
+    for (; p + 8 <= n; p += 8) {
+      const __m256 x = _mm256_loadu_ps(e + p);
+      const __m256 v = _mm256_blendv_ps(_mm256_sub_ps(x, vmax), zero, _mm256_cmp_ps(x, vmax, _CMP_EQ_OQ));
+      _mm256_storeu_ps(out + p, _mm256_max_ps(v, _mm256_loadu_ps(out + p)));
+    }
+#endif
+    for (; p < n; ++p) {
       const float v = e[p] == m ? 0.0f : e[p] - m;
       out[p] = v > out[p] ? v : out[p];
     }
@@ -119,6 +136,34 @@ inline void top_pages_of(std::span<const float> score, std::span<const std::uint
   std::partial_sort(tied.begin(), tied.begin() + static_cast<std::ptrdiff_t>(need), tied.end());
   out.insert(out.end(), tied.begin(), tied.begin() + static_cast<std::ptrdiff_t>(need));
   std::sort(out.begin() + static_cast<std::ptrdiff_t>(at), out.end());
+}
+
+/// Which of n pages can still rank among the `keep` best by Decision 4's rule when head h's
+/// estimate of page i is only known to lie within [low[h * stride + i], low[h * stride + i] +
+/// width]: live[i] = 1 for those (at least `keep` of them), 0 for a page that `keep` others
+/// outrank whatever the estimates are. With g(i) = max_h (low_h(i) - max_j low_h(j)), a page's
+/// GQA score lies within [g(i) - width, g(i) + width], so it is dead when g(i) + width is below
+/// the keep-th largest g - width. Returns false, every page live, where keep covers them or a
+/// bound is not finite.
+inline bool gqa_live_pages(const float* low, int group, std::size_t n, std::size_t stride, float width, std::int64_t keep,
+                           std::vector<std::uint8_t>& live) {
+  live.assign(n, 1);
+  if (keep <= 0 || static_cast<std::size_t>(keep) >= n) return false;
+  thread_local std::vector<float> g;
+  g.assign(n, -INFINITY);
+  for (int h = 0; h < group; ++h) {
+    const float* l = low + static_cast<std::size_t>(h) * stride;
+    float top = -INFINITY;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (std::isnan(l[i]) || l[i] == INFINITY) return false;
+      top = l[i] > top ? l[i] : top;
+    }
+    if (top == -INFINITY) return false;
+    for (std::size_t i = 0; i < n; ++i) g[i] = std::max(g[i], l[i] - top);
+  }
+  const float cut = detail::kth_largest(g, static_cast<std::size_t>(keep)) - 2.0f * width;
+  for (std::size_t i = 0; i < n; ++i) live[i] = g[i] >= cut;
+  return true;
 }
 
 /// The start of a select() that does not score every candidate: when the budget covers them
