@@ -249,68 +249,6 @@ TEST_CASE("TokenRescore's own pool is the best candidates by the first look, the
   }
 }
 
-TEST_CASE("gqa_live_pages keeps every page that can rank among the best for any estimates within the bounds") {
-  std::mt19937 rng(77);
-  std::uniform_real_distribution<float> u(0.0f, 1.0f);
-  for (int trial = 0; trial < 200; ++trial) {
-    const int group = 1 + trial % 4;
-    const std::size_t n = 20 + static_cast<std::size_t>(trial % 50);
-    const float width = 0.5f + 2.0f * u(rng);
-    const std::int64_t keep = 1 + static_cast<std::int64_t>(trial % 9);
-    std::vector<float> low(static_cast<std::size_t>(group) * n), est(low.size());
-    for (float& x : low) x = 12.0f * u(rng) * u(rng);
-    std::vector<std::uint8_t> live;
-    REQUIRE(index::gqa_live_pages(low.data(), group, n, n, width, keep, live));
-    CHECK(std::count(live.begin(), live.end(), 1) >= keep);
-    for (int draw = 0; draw < 20; ++draw) {  // any estimates within the bounds: the best keep are live
-      for (std::size_t i = 0; i < est.size(); ++i) est[i] = low[i] + width * (draw == 0 ? 1.0f : draw == 1 ? 0.0f : u(rng));
-      std::vector<float> score(n);
-      index::gqa_scores(est.data(), group, n, score.data());
-      std::vector<std::uint32_t> top;
-      index::top_pages(score, 0, keep, top);
-      for (std::uint32_t p : top) CHECK(live[p] == 1);
-    }
-  }
-  std::vector<std::uint8_t> live;
-  const std::vector<float> nan_low = {1.0f, NAN, 0.0f, 2.0f};
-  CHECK_FALSE(index::gqa_live_pages(nan_low.data(), 1, 4, 4, 1.0f, 1, live));
-  CHECK(std::count(live.begin(), live.end(), 1) == 4);
-  CHECK_FALSE(index::gqa_live_pages(nan_low.data(), 1, 4, 4, 1.0f, 4, live));
-}
-
-TEST_CASE("token_page_estimates with a keep gives the same top pages by the GQA rule, and -inf only to pages outside them") {
-  for (int group : {1, 3, 4}) {
-    for (std::int64_t keep : {1, 4, 16, 60}) {
-      CAPTURE(group);
-      CAPTURE(keep);
-      Stream s = make_stream(200, 8, 64, group, 900 + static_cast<std::uint64_t>(group * 100 + keep));
-      for (std::size_t i = 0; i < s.q.size(); ++i) s.q[i] *= 4.0f;  // sharp attention: most pages provably out
-      index::TokenKeys k;
-      k.append(s.all());
-      index::TokenQuery tq;
-      k.fold_query(test::query_for(s, 0, s.pages, keep), tq);
-      std::vector<const std::uint8_t*> rows;
-      for (std::int64_t p = 0; p < s.pages; ++p) rows.push_back(k.row(p));
-      const std::size_t n = rows.size();
-      std::vector<float> all(static_cast<std::size_t>(group) * n), kept(all.size()), sa(n), sk(n);
-      index::token_page_estimates(tq, group, rows.data(), n, 8, 64, false, all.data(), n);
-      index::token_page_estimates(tq, group, rows.data(), n, 8, 64, false, kept.data(), n, nullptr, keep);
-      index::gqa_scores(all.data(), group, n, sa.data());
-      index::gqa_scores(kept.data(), group, n, sk.data());
-      std::vector<std::uint32_t> ta, tk;
-      index::top_pages(sa, 0, keep, ta);
-      index::top_pages(sk, 0, keep, tk);
-      CHECK(ta == tk);
-      for (std::size_t i = 0; i < kept.size(); ++i)
-        if (kept[i] != -INFINITY) CHECK(kept[i] == all[i]);  // the live pages' estimates are the same numbers
-      for (std::uint32_t p : ta) CHECK(sk[p] == sa[p]);
-#if KVD_CPU_AVX2
-      if (keep <= 16) CHECK(std::count(kept.begin(), kept.end(), -INFINITY) > 0);  // the AVX2 loop did skip pages
-#endif
-    }
-  }
-}
-
 TEST_CASE("TokenRescore keeps the best pages of its pool by the token estimate, under either group rule, within the budget") {
   const Stream s = make_stream(64, 8, 64, 3, 99);
   for (const auto& [sum_mass, share] : {std::pair{false, 0.0}, {true, 0.0}, {false, 0.25}}) {

@@ -138,34 +138,6 @@ inline void top_pages_of(std::span<const float> score, std::span<const std::uint
   std::sort(out.begin() + static_cast<std::ptrdiff_t>(at), out.end());
 }
 
-/// Which of n pages can still rank among the `keep` best by Decision 4's rule when head h's
-/// estimate of page i is only known to lie within [low[h * stride + i], low[h * stride + i] +
-/// width]: live[i] = 1 for those (at least `keep` of them), 0 for a page that `keep` others
-/// outrank whatever the estimates are. With g(i) = max_h (low_h(i) - max_j low_h(j)), a page's
-/// GQA score lies within [g(i) - width, g(i) + width], so it is dead when g(i) + width is below
-/// the keep-th largest g - width. Returns false, every page live, where keep covers them or a
-/// bound is not finite.
-inline bool gqa_live_pages(const float* low, int group, std::size_t n, std::size_t stride, float width, std::int64_t keep,
-                           std::vector<std::uint8_t>& live) {
-  live.assign(n, 1);
-  if (keep <= 0 || static_cast<std::size_t>(keep) >= n) return false;
-  thread_local std::vector<float> g;
-  g.assign(n, -INFINITY);
-  for (int h = 0; h < group; ++h) {
-    const float* l = low + static_cast<std::size_t>(h) * stride;
-    float top = -INFINITY;
-    for (std::size_t i = 0; i < n; ++i) {
-      if (std::isnan(l[i]) || l[i] == INFINITY) return false;
-      top = l[i] > top ? l[i] : top;
-    }
-    if (top == -INFINITY) return false;
-    for (std::size_t i = 0; i < n; ++i) g[i] = std::max(g[i], l[i] - top);
-  }
-  const float cut = detail::kth_largest(g, static_cast<std::size_t>(keep)) - 2.0f * width;
-  for (std::size_t i = 0; i < n; ++i) live[i] = g[i] >= cut;
-  return true;
-}
-
 /// The start of a select() that does not score every candidate: when the budget covers them
 /// all, appends every candidate (ascending) to out and returns true.
 inline bool select_all_within_budget(const IndexQuery& q, std::vector<std::uint32_t>& out) {

@@ -352,13 +352,11 @@ inline void token_first_looks(const TokenQuery& q, int group, const std::uint8_t
 /// est[h * stride + i] = token_page_estimate(head h of q, rows[i], ...) for the group's heads
 /// and n page rows, from the means' scores mean[h * stride + i] where given (token_first_looks'),
 /// else computing them: AVX2 where the compiler targets it and d is a multiple of 64 (the same
-/// token scores; the log-sum-exp equal within rounding), else the KVD_HOST_DEVICE loop. With
-/// keep > 0 the AVX2 loop may give -inf to pages that cannot rank among the `keep` best by
-/// Decision 4's rule (token_page_estimates_avx2): the same top-keep either way.
+/// token scores; the log-sum-exp equal within rounding), else the KVD_HOST_DEVICE loop.
 inline void token_page_estimates(const TokenQuery& q, int group, const std::uint8_t* const* rows, std::size_t n, int tokens, int d,
-                                 bool max_token, float* est, std::size_t stride, const float* mean = nullptr, std::int64_t keep = 0) {
+                                 bool max_token, float* est, std::size_t stride, const float* mean = nullptr) {
 #if KVD_CPU_AVX2
-  if (d % 64 == 0) return token_page_estimates_avx2(q.view(group, d), rows, n, tokens, max_token, est, stride, mean, keep);
+  if (d % 64 == 0) return token_page_estimates_avx2(q.view(group, d), rows, n, tokens, max_token, est, stride, mean);
 #endif
   for (std::size_t i = 0; i < n; ++i)
     for (int h = 0; h < group; ++h) {

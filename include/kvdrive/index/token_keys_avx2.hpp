@@ -18,7 +18,6 @@
 
 #include "kvdrive/attention/cpu_kernels.hpp"
 #include "kvdrive/attention/math.hpp"
-#include "kvdrive/index/selection.hpp"
 
 namespace kvdrive::index {
 
@@ -176,21 +175,20 @@ inline void page_token_scores_avx2(const TokenQueryView& q, int h0, const std::u
   }
 }
 
-/// The largest of a page's scores x (rows of them, -inf padded) for one head.
-inline float page_max_avx2(const float* x, int rows) {
+/// One head's statistics over a page's scores x (rows of them, -inf padded): the largest score,
+/// and the sum of exp(score - largest) (1 with max_token, or when every score is -inf).
+inline void page_stats_avx2(const float* x, int rows, bool max_token, float& top, float& sum) {
   __m256 vm = _mm256_loadu_ps(x);
   for (int t = 8; t < rows; t += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(x + t));
-  return _mm256_cvtss_f32(attention::broadcast_max(vm));
-}
-
-/// The sum of exp(x - top) over a page's scores for one head, top their largest (1 when every
-/// score is -inf).
-inline float page_expsum_avx2(const float* x, int rows, float top) {
-  if (top == -INFINITY) return 1.0f;
-  const __m256 vm = _mm256_set1_ps(top);
+  vm = attention::broadcast_max(vm);
+  top = _mm256_cvtss_f32(vm);
+  if (max_token || top == -INFINITY) {
+    sum = 1.0f;
+    return;
+  }
   __m256 e = attention::exp_shifted8(_mm256_sub_ps(_mm256_loadu_ps(x), vm));
   for (int t = 8; t < rows; t += 8) e = _mm256_add_ps(e, attention::exp_shifted8(_mm256_sub_ps(_mm256_loadu_ps(x + t), vm)));
-  return attention::horizontal_sum(e);
+  sum = attention::horizontal_sum(e);
 }
 
 /// Brings a page row's bytes towards the cache ahead of its turn.
@@ -269,46 +267,32 @@ inline void token_first_looks_avx2(const TokenQueryView& q, const std::uint8_t* 
 
 /// est[h * stride + i]: head h's estimate of page rows[i] (q.d a multiple of 64): the log-sum-exp
 /// of its tokens' scores, or with max_token the largest; the means' scores from mean[h * stride +
-/// i] where given. With keep > 0, a page that cannot rank among the `keep` best by Decision 4's
-/// rule gets -inf instead (gqa_live_pages on its tokens' largest scores, which bound the
-/// log-sum-exp within log(tokens)), so only the others pay for their exps: what the GQA rule and a
-/// top-keep select from est is the same either way.
+/// i] where given.
 inline void token_page_estimates_avx2(const TokenQueryView& q, const std::uint8_t* const* rows, std::size_t n, int tokens, bool max_token,
-                                      float* est, std::size_t stride, const float* mean, std::int64_t keep = 0) {
+                                      float* est, std::size_t stride, const float* mean) {
   const int padded = attention::padded_rows(tokens);
   const std::size_t row_bytes = static_cast<std::size_t>(tokens) * (q.d / 2) + static_cast<std::size_t>(q.d) + (tokens + 3) * sizeof(float);
-  const std::size_t per_page = static_cast<std::size_t>(q.group) * padded;
   thread_local std::vector<float> s, sums;
-  thread_local std::vector<std::uint8_t> live;
-  s.resize(n * per_page);
+  s.resize(static_cast<std::size_t>(q.group) * padded);
   sums.resize(static_cast<std::size_t>(q.group) * n);
-  for (std::size_t i = 0; i < n; ++i) {  // every page's token scores, and each head's largest
+  for (std::size_t i = 0; i < n; ++i) {
     if (i + 1 < n) detail::prefetch_row(rows[i + 1], row_bytes);
     const float* given = mean ? mean + i : nullptr;
-    float* si = s.data() + i * per_page;
     int h0 = 0;
-    for (; h0 + 4 <= q.group; h0 += 4) detail::page_token_scores_avx2<4>(q, h0, rows[i], tokens, padded, si, given, stride);
-    for (; h0 + 2 <= q.group; h0 += 2) detail::page_token_scores_avx2<2>(q, h0, rows[i], tokens, padded, si, given, stride);
-    for (; h0 < q.group; ++h0) detail::page_token_scores_avx2<1>(q, h0, rows[i], tokens, padded, si, given, stride);
-    for (int h = 0; h < q.group; ++h) est[static_cast<std::size_t>(h) * stride + i] = detail::page_max_avx2(si + static_cast<std::size_t>(h) * padded, padded);
+    for (; h0 + 4 <= q.group; h0 += 4) detail::page_token_scores_avx2<4>(q, h0, rows[i], tokens, padded, s.data(), given, stride);
+    for (; h0 + 2 <= q.group; h0 += 2) detail::page_token_scores_avx2<2>(q, h0, rows[i], tokens, padded, s.data(), given, stride);
+    for (; h0 < q.group; ++h0) detail::page_token_scores_avx2<1>(q, h0, rows[i], tokens, padded, s.data(), given, stride);
+    for (int h = 0; h < q.group; ++h)
+      detail::page_stats_avx2(s.data() + static_cast<std::size_t>(h) * padded, padded, max_token, est[static_cast<std::size_t>(h) * stride + i],
+                              sums[static_cast<std::size_t>(h) * n + i]);
   }
   if (max_token) return;
-  const float width = std::log(static_cast<float>(tokens)) + 1e-3f;  // a log-sum-exp is within log(tokens) of its largest term
-  const bool pruned = keep > 0 && gqa_live_pages(est, q.group, n, stride, width, keep, live);
-  for (std::size_t i = 0; i < n; ++i)
-    for (int h = 0; h < q.group; ++h) {
-      const std::size_t at = static_cast<std::size_t>(h) * n + i;
-      sums[at] = pruned && !live[i] ? 1.0f : detail::page_expsum_avx2(s.data() + i * per_page + static_cast<std::size_t>(h) * padded, padded,
-                                                                       est[static_cast<std::size_t>(h) * stride + i]);
-    }
   for (int h = 0; h < q.group; ++h) {  // + log(sum), eight pages at a time
     float* e = est + static_cast<std::size_t>(h) * stride;
     const float* u = sums.data() + static_cast<std::size_t>(h) * n;
     std::size_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(e + i, _mm256_add_ps(_mm256_loadu_ps(e + i), attention::log_positive8(_mm256_loadu_ps(u + i))));
     for (; i < n; ++i) e[i] += attention::log_positive(u[i]);
-    if (pruned)
-      for (i = 0; i < n; ++i) e[i] = live[i] ? e[i] : -INFINITY;
   }
 }
 #endif

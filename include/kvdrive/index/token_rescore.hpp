@@ -180,9 +180,7 @@ struct TokenRescore {
     for (std::size_t i = 0; i < n; ++i) rows[i] = keys.row(pool[i]);
     est.resize(static_cast<std::size_t>(q.group) * n);
     score.resize(n);
-    // Decision 4's rule keeps the budget's best, so pages that cannot rank there skip their exps.
-    const std::int64_t keep = params.sum_mass ? 0 : q.budget_pages;
-    token_page_estimates(tq, q.group, rows.data(), n, keys.page_tokens(), keys.head_dim(), params.max_token, est.data(), n, means, keep);
+    token_page_estimates(tq, q.group, rows.data(), n, keys.page_tokens(), keys.head_dim(), params.max_token, est.data(), n, means);
     if (params.sum_mass) summed_mass(keys, q, tq, est.data(), n, score.data());
     else gqa_scores(est.data(), q.group, n, score.data());
     top_pages_of(score, pool, q.budget_pages, out);
