@@ -479,7 +479,7 @@ int main(int argc, char** argv) {
   app.add_option("--pair-radii", o.pair_radii, "hierarchical: rotary-pair radii per page in a member's score (0: its mean alone)")
       ->check(CLI::Range(0, 128));
   app.add_option("--pair-weight", o.pair_weight, "hierarchical: weight of the pair radii in a member's score");
-  app.add_option("--rescore-pool", o.rescore.pool, "rescored-*: the inner index proposes this many times the budget, rescored token by token")
+  app.add_option("--rescore-pool", o.rescore.pool, "rescored-*: a first look (or the inner index, --rescore-inner 1) proposes this many times the budget, rescored token by token")
       ->check(CLI::Range(1.0, 1e9));
   app.add_option("--rescore-share", o.rescore.pool_share, "rescored-*: ... and at least this share of the candidates")->check(CLI::Range(0.0, 1.0));
   app.add_option("--rescore-inner", o.rescore.inner_pool, "rescored-*: pool the inner index's selection (1) or the key copies' first look (0, the default)");

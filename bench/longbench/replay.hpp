@@ -14,7 +14,7 @@
 //   INDEX{codec_bits=4}@B         any index with cold pages coded (codec_bits 8 or 4: INT8 or
 //                                 INT4, Config::cold_codec; 0: none)
 //   INDEX{rescore_pool=4}@B       hierarchical, quest or mean-key wrapped by token-level
-//                                 rescoring (index::TokenRescore: the index proposes 4 x B, 4-bit
+//                                 rescoring (index::TokenRescore: a first look proposes 4 x B, 4-bit
 //                                 key copies keep B; rescore_share=0.5 proposes at least half
 //                                 the candidates (the default; 0: pool x B alone);
 //                                 rescore_inner=1 takes the pool from the index's own selection

@@ -128,7 +128,7 @@ void add_attention_options(CLI::App& app, RunOptions& o, std::string& weights) {
   app.add_option("--pin-share", o.pins.share, "sparse and tiered: the budget's share that the pages the prompt's last --warm-up "
                  "queries attended most may take at every step (observation pins, SnapKV's window); 0 turns it off")
       ->check(CLI::Range(0.0, 0.999999));
-  app.add_option("--rescore-pool", o.rescore_pool, "sparse and tiered: the index proposes this many times the budget (and at "
+  app.add_option("--rescore-pool", o.rescore_pool, "sparse and tiered: a first look at every page's coded mean and radii proposes this many times the budget (and at "
                  "least half the candidates) and 4-bit copies of the pages' keys, scored token by token, keep the budget's best "
                  "(index::TokenRescore); 0 turns it off; default: 8 for hierarchical, 0 for the others")
       ->check(CLI::Range(0.0, 1e9));

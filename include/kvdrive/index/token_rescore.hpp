@@ -39,7 +39,7 @@
 namespace kvdrive::index {
 
 struct TokenRescoreParams {
-  double pool = 8.0;         ///< the inner index proposes pool x budget pages (all candidates when that is more)
+  double pool = 8.0;         ///< the first look (or the inner index) proposes pool x budget pages (all candidates when that is more)
   double pool_share = 0.5;   ///< and at least this share of the candidates (a small budget's pool stays wide)
   /// Take the pool from the inner index's selection (true) rather than from the key copies' own
   /// first look (false): the same pages on real attention at several times the cost
