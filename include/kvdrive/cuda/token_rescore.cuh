@@ -63,11 +63,16 @@ __global__ void TokenFirstLookKernel(TokenFirstLookParams p) {
                                                p.pair_w + static_cast<std::size_t>(h) * index::kTokenRadii, row, p.page_tokens, p.head_dim);
 }
 
+/// Whether a launch over n pages of TokenKeys rows has a shape the kernels take: a grid's worth of
+/// heads, whole rows of the layout token_row_bytes gives.
+inline bool token_rows_shape_ok(int group, std::int64_t n, int page_tokens, int head_dim, std::size_t row_bytes) {
+  return group >= 1 && group <= 65535 && n >= 0 && page_tokens >= 1 && head_dim >= 2 && head_dim % 2 == 0 &&
+         row_bytes == index::token_row_bytes(page_tokens, head_dim);
+}
+
 /// The first look at pages [first, first + n) for every head of the group; checks its arguments.
 inline cudaError_t token_first_look(const TokenFirstLookParams& p, cudaStream_t stream = nullptr) {
-  if (p.group < 1 || p.group > 65535 || p.n < 0 || p.first < 0 || p.page_tokens < 1 || p.head_dim < 2 || p.head_dim % 2 != 0)
-    return cudaErrorInvalidValue;
-  if (p.row_bytes != index::token_row_bytes(p.page_tokens, p.head_dim)) return cudaErrorInvalidValue;
+  if (!token_rows_shape_ok(p.group, p.n, p.page_tokens, p.head_dim, p.row_bytes) || p.first < 0) return cudaErrorInvalidValue;
   if (p.n == 0) return cudaSuccess;
   if (!p.q8 || !p.q_scale || !p.q_sum || !p.pair_w || !p.rows || !p.est) return cudaErrorInvalidValue;
   constexpr int kThreads = 128;
@@ -78,9 +83,7 @@ inline cudaError_t token_first_look(const TokenFirstLookParams& p, cudaStream_t 
 
 /// Scores the pool's pages for every head of the group; checks its arguments.
 inline cudaError_t token_rescore(const TokenRescoreParams& p, cudaStream_t stream = nullptr) {
-  if (p.group < 1 || p.group > 65535 || p.n < 0 || p.page_tokens < 1 || p.head_dim < 2 || p.head_dim % 2 != 0)
-    return cudaErrorInvalidValue;
-  if (p.row_bytes != index::token_row_bytes(p.page_tokens, p.head_dim)) return cudaErrorInvalidValue;
+  if (!token_rows_shape_ok(p.group, p.n, p.page_tokens, p.head_dim, p.row_bytes)) return cudaErrorInvalidValue;
   if (p.n == 0) return cudaSuccess;
   if (!p.q8 || !p.q_scale || !p.q_sum || !p.rows || !p.pool || !p.est) return cudaErrorInvalidValue;
   constexpr int kThreads = 128;
