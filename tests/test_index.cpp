@@ -33,6 +33,27 @@ Stream make_stream(int pages, int pt, int d, int group, std::uint64_t seed) {
 
 }  // namespace
 
+TEST_CASE("kth_largest (radix selection) is the k-th of the rank keys sorted, at every k") {
+  std::mt19937 rng(23);
+  const float specials[] = {0.0f, -0.0f, NAN, -INFINITY, INFINITY, 1e-40f, -1e-40f, 3.0e38f};
+  std::uniform_real_distribution<float> wide(-30.0f, 30.0f);
+  for (int round = 0; round < 120; ++round) {
+    const std::size_t n = 1 + rng() % (round < 60 ? 64 : 5000);
+    std::vector<float> score(n);
+    for (float& x : score) {
+      const auto pick = static_cast<unsigned>(rng() % 10);
+      x = pick < 2 ? specials[rng() % 8] : pick < 5 ? static_cast<float>(static_cast<int>(rng() % 9) - 4) / 8.0f : std::exp(wide(rng)) - 1.0f;
+    }
+    std::vector<float> sorted(n);
+    std::transform(score.begin(), score.end(), sorted.begin(), [](float x) { return std::isnan(x) ? -INFINITY : x; });
+    std::sort(sorted.begin(), sorted.end(), std::greater<>());
+    for (std::size_t k = 1; k <= n; k += 1 + rng() % (1 + n / 16)) {
+      const float got = index::detail::kth_largest(score, k);
+      CHECK_MESSAGE(got == sorted[k - 1], "n = " << n << ", k = " << k);
+    }
+  }
+}
+
 TEST_CASE("selection_key: the k largest keys are top_pages' choice, ties, NaN and signed zeros included") {
   std::mt19937 rng(17);
   const float specials[] = {0.0f, -0.0f, NAN, -INFINITY, INFINITY, 1.5f, -1.5f};

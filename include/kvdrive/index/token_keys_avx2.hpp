@@ -10,6 +10,7 @@
 // KVD_HOST_DEVICE arithmetic.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -160,10 +161,10 @@ inline void page_token_scores_avx2(const TokenQueryView& q, int h0, const std::u
     const int nt = tokens - t0 < 8 ? tokens - t0 : 8;
     __m256i dots[HB];
     eight_token_dots_avx2<HB>(q8, row + static_cast<std::size_t>(t0) * half, half, nt, dots);
-    alignas(32) float scale[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    std::memcpy(scale, scales + static_cast<std::size_t>(t0) * sizeof(float), nt * sizeof(float));
-    const __m256 token_scales = _mm256_load_ps(scale);
     const __m256i valid = _mm256_cmpgt_epi32(_mm256_set1_epi32(nt), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    // the row's scales are read in place, a lane past nt as 0 (a copy to the stack first would
+    // stall each load on two smaller stores)
+    const __m256 token_scales = _mm256_maskload_ps(reinterpret_cast<const float*>(scales + static_cast<std::size_t>(t0) * sizeof(float)), valid);
     for (int h = 0; h < HB; ++h) {
       const int hh = h0 + h;
       const __m256i dot = _mm256_sub_epi32(dots[h], _mm256_set1_epi32(8 * q.sum[hh]));
@@ -175,20 +176,49 @@ inline void page_token_scores_avx2(const TokenQueryView& q, int h0, const std::u
   }
 }
 
-/// One head's statistics over a page's scores x (rows of them, -inf padded): the largest score,
-/// and the sum of exp(score - largest) (1 with max_token, or when every score is -inf).
-inline void page_stats_avx2(const float* x, int rows, bool max_token, float& top, float& sum) {
-  __m256 vm = _mm256_loadu_ps(x);
-  for (int t = 8; t < rows; t += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(x + t));
-  vm = attention::broadcast_max(vm);
-  top = _mm256_cvtss_f32(vm);
-  if (max_token || top == -INFINITY) {
-    sum = 1.0f;
-    return;
+/// Eight vectors transposed in place: lane j of r[t] becomes lane t of r[j].
+inline void transpose8_ps(__m256* r) {
+  const __m256 a0 = _mm256_unpacklo_ps(r[0], r[1]), a1 = _mm256_unpackhi_ps(r[0], r[1]), a2 = _mm256_unpacklo_ps(r[2], r[3]),
+               a3 = _mm256_unpackhi_ps(r[2], r[3]), a4 = _mm256_unpacklo_ps(r[4], r[5]), a5 = _mm256_unpackhi_ps(r[4], r[5]),
+               a6 = _mm256_unpacklo_ps(r[6], r[7]), a7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 b0 = _mm256_shuffle_ps(a0, a2, 0x44), b1 = _mm256_shuffle_ps(a0, a2, 0xee), b2 = _mm256_shuffle_ps(a1, a3, 0x44),
+               b3 = _mm256_shuffle_ps(a1, a3, 0xee), b4 = _mm256_shuffle_ps(a4, a6, 0x44), b5 = _mm256_shuffle_ps(a4, a6, 0xee),
+               b6 = _mm256_shuffle_ps(a5, a7, 0x44), b7 = _mm256_shuffle_ps(a5, a7, 0xee);
+  r[0] = _mm256_permute2f128_ps(b0, b4, 0x20), r[1] = _mm256_permute2f128_ps(b1, b5, 0x20), r[2] = _mm256_permute2f128_ps(b2, b6, 0x20);
+  r[3] = _mm256_permute2f128_ps(b3, b7, 0x20), r[4] = _mm256_permute2f128_ps(b0, b4, 0x31), r[5] = _mm256_permute2f128_ps(b1, b5, 0x31);
+  r[6] = _mm256_permute2f128_ps(b2, b6, 0x31), r[7] = _mm256_permute2f128_ps(b3, b7, 0x31);
+}
+
+/// One head's statistics over eight pages at once, page j's scores at x + j * page_stride (rows
+/// of them, -inf padded), lane j of top and sum: the largest score, and the sum of exp(score -
+/// largest) (1 with max_token, or when every score is -inf). The scores are transposed so that a
+/// lane is a page: the exps run eight pages wide with no horizontal step, and the sum is taken in
+/// attention::horizontal_sum's order, so each page's figures are bit for bit one page's alone.
+inline void eight_page_stats_avx2(const float* x, std::size_t page_stride, int rows, bool max_token, __m256& top, __m256& sum) {
+  thread_local std::vector<float> t;  // the transposed scores past the first eight rows, a lane per page
+  if (rows > 8) t.resize(static_cast<std::size_t>(rows - 8) * 8);
+  __m256 first[8], vm = _mm256_set1_ps(-INFINITY);
+  for (int c = 0; c < rows; c += 8) {
+    __m256 r[8];
+    for (int j = 0; j < 8; ++j) r[j] = _mm256_loadu_ps(x + static_cast<std::size_t>(j) * page_stride + c);
+    transpose8_ps(r);
+    for (int j = 0; j < 8; ++j) {
+      vm = _mm256_max_ps(vm, r[j]);
+      if (c == 0) first[j] = r[j];
+      else if (!max_token) _mm256_storeu_ps(t.data() + static_cast<std::size_t>(c - 8 + j) * 8, r[j]);
+    }
   }
-  __m256 e = attention::exp_shifted8(_mm256_sub_ps(_mm256_loadu_ps(x), vm));
-  for (int t = 8; t < rows; t += 8) e = _mm256_add_ps(e, attention::exp_shifted8(_mm256_sub_ps(_mm256_loadu_ps(x + t), vm)));
-  sum = attention::horizontal_sum(e);
+  top = vm;
+  sum = _mm256_set1_ps(1.0f);
+  if (max_token) return;
+  __m256 e[8];
+  for (int j = 0; j < 8; ++j) e[j] = attention::exp_shifted8(_mm256_sub_ps(first[j], vm));
+  for (int c = 8; c < rows; c += 8)
+    for (int j = 0; j < 8; ++j)
+      e[j] = _mm256_add_ps(e[j], attention::exp_shifted8(_mm256_sub_ps(_mm256_loadu_ps(t.data() + static_cast<std::size_t>(c - 8 + j) * 8), vm)));
+  const __m256 total = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(e[0], e[4]), _mm256_add_ps(e[2], e[6])),
+                                     _mm256_add_ps(_mm256_add_ps(e[1], e[5]), _mm256_add_ps(e[3], e[7])));
+  sum = _mm256_blendv_ps(total, sum, _mm256_cmp_ps(vm, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ));
 }
 
 /// Brings a page row's bytes towards the cache ahead of its turn.
@@ -273,18 +303,31 @@ inline void token_page_estimates_avx2(const TokenQueryView& q, const std::uint8_
   const int padded = attention::padded_rows(tokens);
   const std::size_t row_bytes = static_cast<std::size_t>(tokens) * (q.d / 2) + static_cast<std::size_t>(q.d) + (tokens + 3) * sizeof(float);
   thread_local std::vector<float> s, sums;
-  s.resize(static_cast<std::size_t>(q.group) * padded);
+  const std::size_t page_stride = static_cast<std::size_t>(q.group) * padded;  // s: [page of eight][head][row]
+  s.assign(8 * page_stride, -INFINITY);
   sums.resize(static_cast<std::size_t>(q.group) * n);
-  for (std::size_t i = 0; i < n; ++i) {
-    if (i + 1 < n) detail::prefetch_row(rows[i + 1], row_bytes);
-    const float* given = mean ? mean + i : nullptr;
-    int h0 = 0;
-    for (; h0 + 4 <= q.group; h0 += 4) detail::page_token_scores_avx2<4>(q, h0, rows[i], tokens, padded, s.data(), given, stride);
-    for (; h0 + 2 <= q.group; h0 += 2) detail::page_token_scores_avx2<2>(q, h0, rows[i], tokens, padded, s.data(), given, stride);
-    for (; h0 < q.group; ++h0) detail::page_token_scores_avx2<1>(q, h0, rows[i], tokens, padded, s.data(), given, stride);
-    for (int h = 0; h < q.group; ++h)
-      detail::page_stats_avx2(s.data() + static_cast<std::size_t>(h) * padded, padded, max_token, est[static_cast<std::size_t>(h) * stride + i],
-                              sums[static_cast<std::size_t>(h) * n + i]);
+  for (std::size_t i0 = 0; i0 < n; i0 += 8) {
+    const int np = n - i0 < 8 ? static_cast<int>(n - i0) : 8;
+    for (int j = 0; j < np; ++j) {
+      const std::size_t i = i0 + static_cast<std::size_t>(j);
+      if (i + 1 < n) detail::prefetch_row(rows[i + 1], row_bytes);
+      const float* given = mean ? mean + i : nullptr;
+      float* sj = s.data() + static_cast<std::size_t>(j) * page_stride;
+      int h0 = 0;
+      for (; h0 + 4 <= q.group; h0 += 4) detail::page_token_scores_avx2<4>(q, h0, rows[i], tokens, padded, sj, given, stride);
+      for (; h0 + 2 <= q.group; h0 += 2) detail::page_token_scores_avx2<2>(q, h0, rows[i], tokens, padded, sj, given, stride);
+      for (; h0 < q.group; ++h0) detail::page_token_scores_avx2<1>(q, h0, rows[i], tokens, padded, sj, given, stride);
+    }
+    for (int j = np; j < 8; ++j) std::fill_n(s.data() + static_cast<std::size_t>(j) * page_stride, page_stride, -INFINITY);
+    for (int h = 0; h < q.group; ++h) {
+      __m256 top, sum;
+      detail::eight_page_stats_avx2(s.data() + static_cast<std::size_t>(h) * padded, page_stride, padded, max_token, top, sum);
+      alignas(32) float tops[8], sum8[8];
+      _mm256_store_ps(tops, top);
+      _mm256_store_ps(sum8, sum);
+      std::memcpy(est + static_cast<std::size_t>(h) * stride + i0, tops, static_cast<std::size_t>(np) * sizeof(float));
+      std::memcpy(sums.data() + static_cast<std::size_t>(h) * n + i0, sum8, static_cast<std::size_t>(np) * sizeof(float));
+    }
   }
   if (max_token) return;
   for (int h = 0; h < q.group; ++h) {  // + log(sum), eight pages at a time
