@@ -197,15 +197,20 @@ inline void transpose8_ps(__m256* r) {
 inline void eight_page_stats_avx2(const float* x, std::size_t page_stride, int rows, bool max_token, __m256& top, __m256& sum) {
   thread_local std::vector<float> t;  // the transposed scores past the first eight rows, a lane per page
   if (rows > 8) t.resize(static_cast<std::size_t>(rows - 8) * 8);
-  __m256 first[8], vm = _mm256_set1_ps(-INFINITY);
-  for (int c = 0; c < rows; c += 8) {
-    __m256 r[8];
+  const auto transposed = [&](int c, __m256* r) {  // rows c..c+7 of the eight pages, a lane per page
     for (int j = 0; j < 8; ++j) r[j] = _mm256_loadu_ps(x + static_cast<std::size_t>(j) * page_stride + c);
     transpose8_ps(r);
+  };
+  __m256 first[8];
+  transposed(0, first);
+  __m256 vm = first[0];
+  for (int j = 1; j < 8; ++j) vm = _mm256_max_ps(vm, first[j]);
+  for (int c = 8; c < rows; c += 8) {
+    __m256 r[8];
+    transposed(c, r);
     for (int j = 0; j < 8; ++j) {
       vm = _mm256_max_ps(vm, r[j]);
-      if (c == 0) first[j] = r[j];
-      else if (!max_token) _mm256_storeu_ps(t.data() + static_cast<std::size_t>(c - 8 + j) * 8, r[j]);
+      if (!max_token) _mm256_storeu_ps(t.data() + static_cast<std::size_t>(c - 8 + j) * 8, r[j]);
     }
   }
   top = vm;
@@ -219,6 +224,13 @@ inline void eight_page_stats_avx2(const float* x, std::size_t page_stride, int r
   const __m256 total = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(e[0], e[4]), _mm256_add_ps(e[2], e[6])),
                                      _mm256_add_ps(_mm256_add_ps(e[1], e[5]), _mm256_add_ps(e[3], e[7])));
   sum = _mm256_blendv_ps(total, sum, _mm256_cmp_ps(vm, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ));
+}
+
+/// Stores the first np (1..8) lanes of v at p (a library memcpy of a run-time length per vector
+/// cost more than the arithmetic around it).
+inline void store_lanes(float* p, __m256 v, int np) {
+  if (np == 8) return _mm256_storeu_ps(p, v);
+  _mm256_maskstore_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(np), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), v);
 }
 
 /// Brings a page row's bytes towards the cache ahead of its turn.
@@ -243,18 +255,13 @@ inline void first_look_dots_avx2(const TokenQueryView& q, int h0, const std::uin
 inline void first_look_scores_avx2(const TokenQueryView& q, const __m256i (*acc)[8], const float* mean_scale, const float* r0, const float* r1,
                                    int np, float* est, std::size_t stride, float* mean) {
   const __m256 ms = _mm256_load_ps(mean_scale), rv0 = _mm256_load_ps(r0), rv1 = _mm256_load_ps(r1);
-  alignas(32) float out[8];
   for (int h = 0; h < q.group; ++h) {
     const __m256i dot = _mm256_sub_epi32(sum8_epi32(acc[h]), _mm256_set1_epi32(64 * q.sum[h]));
     __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(_mm256_set1_ps(q.scale[h]), ms));
-    if (mean) {
-      _mm256_store_ps(out, v);
-      std::memcpy(mean + static_cast<std::size_t>(h) * stride, out, static_cast<std::size_t>(np) * sizeof(float));
-    }
+    if (mean) store_lanes(mean + static_cast<std::size_t>(h) * stride, v, np);
     v = _mm256_fmadd_ps(_mm256_set1_ps(q.pair_w[2 * h]), rv0, v);
     v = _mm256_fmadd_ps(_mm256_set1_ps(q.pair_w[2 * h + 1]), rv1, v);
-    _mm256_store_ps(out, v);
-    std::memcpy(est + static_cast<std::size_t>(h) * stride, out, static_cast<std::size_t>(np) * sizeof(float));
+    store_lanes(est + static_cast<std::size_t>(h) * stride, v, np);
   }
 }
 }  // namespace detail
@@ -266,6 +273,7 @@ inline void token_first_looks_avx2(const TokenQueryView& q, const std::uint8_t* 
                                    std::size_t stride, float* mean) {
   constexpr int kHeads = 16;
   const std::size_t codes_at = static_cast<std::size_t>(tokens) * (q.d / 2), floats_at = codes_at + static_cast<std::size_t>(q.d);
+  const std::size_t tail_bytes = static_cast<std::size_t>(q.d) + (static_cast<std::size_t>(tokens) + 3) * sizeof(float);  // what a first look reads
   __m256i acc[kHeads][8];
   for (int hb = 0; hb < q.group; hb += kHeads) {
     const int heads = q.group - hb < kHeads ? q.group - hb : kHeads;
@@ -279,8 +287,11 @@ inline void token_first_looks_avx2(const TokenQueryView& q, const std::uint8_t* 
           continue;
         }
         const std::uint8_t* row = rows[i0 + static_cast<std::size_t>(j)];
-        if (i0 + 8 + static_cast<std::size_t>(j) < n)
-          _mm_prefetch(reinterpret_cast<const char*>(rows[i0 + 8 + static_cast<std::size_t>(j)] + codes_at), _MM_HINT_T0);
+        if (i0 + 8 + static_cast<std::size_t>(j) < n) {  // the mean, scales and radii of the page eight ahead
+          const char* ahead = reinterpret_cast<const char*>(rows[i0 + 8 + static_cast<std::size_t>(j)] + codes_at);
+          for (std::size_t at = 0; at < tail_bytes; at += 64) _mm_prefetch(ahead + at, _MM_HINT_T0);
+          _mm_prefetch(ahead + tail_bytes - 1, _MM_HINT_T0);
+        }
         int h0 = 0;
         for (; h0 + 4 <= heads; h0 += 4) detail::first_look_dots_avx2<4>(part, h0, row + codes_at, j, acc);
         for (; h0 + 2 <= heads; h0 += 2) detail::first_look_dots_avx2<2>(part, h0, row + codes_at, j, acc);
@@ -322,11 +333,8 @@ inline void token_page_estimates_avx2(const TokenQueryView& q, const std::uint8_
     for (int h = 0; h < q.group; ++h) {
       __m256 top, sum;
       detail::eight_page_stats_avx2(s.data() + static_cast<std::size_t>(h) * padded, page_stride, padded, max_token, top, sum);
-      alignas(32) float tops[8], sum8[8];
-      _mm256_store_ps(tops, top);
-      _mm256_store_ps(sum8, sum);
-      std::memcpy(est + static_cast<std::size_t>(h) * stride + i0, tops, static_cast<std::size_t>(np) * sizeof(float));
-      std::memcpy(sums.data() + static_cast<std::size_t>(h) * n + i0, sum8, static_cast<std::size_t>(np) * sizeof(float));
+      detail::store_lanes(est + static_cast<std::size_t>(h) * stride + i0, top, np);
+      detail::store_lanes(sums.data() + static_cast<std::size_t>(h) * n + i0, sum, np);
     }
   }
   if (max_token) return;
