@@ -81,46 +81,13 @@ namespace detail {
 /// NaN ranks lowest.
 inline float rank_key(float s) { return std::isnan(s) ? -std::numeric_limits<float>::infinity() : s; }
 
-/// A rank key's bits in an order that unsigned comparison keeps (a larger key, larger bits; -0
-/// as +0), and back.
-inline std::uint32_t rank_bits(float s) {
-  s = rank_key(s);
-  if (s == 0.0f) s = 0.0f;
-  std::uint32_t u;
-  std::memcpy(&u, &s, sizeof u);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-inline float rank_value(std::uint32_t u) {
-  u = (u & 0x80000000u) ? (u & 0x7FFFFFFFu) : ~u;
-  float s;
-  std::memcpy(&s, &u, sizeof s);
-  return s;
-}
-
-/// The k-th largest rank key of score (1 <= k <= n): the threshold a top-k keeps. A radix
-/// selection from the top digit of the keys' bits (11, 11 and 10 bits): each pass counts the
-/// remaining keys' digits and keeps the bucket that holds the k-th, so a pass costs a count and a
-/// copy of what remains, not a sort (several times nth_element's speed at thousands of pages).
+/// The k-th largest rank key of score (1 <= k <= n): the threshold a top-k keeps.
 inline float kth_largest(std::span<const float> score, std::size_t k) {
-  thread_local std::vector<std::uint32_t> keys, kept;
-  thread_local std::vector<std::uint32_t> count;
-  keys.resize(score.size());
-  for (std::size_t i = 0; i < score.size(); ++i) keys[i] = rank_bits(score[i]);
-  std::uint32_t prefix = 0;
-  for (const int shift : {21, 10, 0}) {
-    const std::uint32_t buckets = shift == 0 ? 1024u : 2048u;
-    count.assign(buckets, 0);
-    for (const std::uint32_t u : keys) ++count[(u >> shift) & (buckets - 1)];
-    std::uint32_t b = buckets - 1;  // the bucket of the k-th largest, counting down
-    for (; count[b] < k; --b) k -= count[b];
-    prefix |= b << shift;
-    if (shift == 0) break;
-    kept.clear();
-    for (const std::uint32_t u : keys)
-      if (((u >> shift) & (buckets - 1)) == b) kept.push_back(u);
-    keys.swap(kept);
-  }
-  return rank_value(prefix);
+  thread_local std::vector<float> tmp;
+  tmp.resize(score.size());
+  for (std::size_t i = 0; i < score.size(); ++i) tmp[i] = rank_key(score[i]);
+  std::nth_element(tmp.begin(), tmp.begin() + static_cast<std::ptrdiff_t>(k - 1), tmp.end(), std::greater<float>());
+  return tmp[k - 1];
 }
 }  // namespace detail
 
