@@ -253,6 +253,34 @@ TEST_CASE("merge_partial: two halves merge into the whole") {
   CHECK(l1 == l_before);
 }
 
+TEST_CASE("exp_rank (and exp_rank8 where built) is within 1e-5 of exp on x <= 0, and tiny below -87") {
+  double worst = 0;
+  std::vector<float> xs;
+  for (int i = 0; i <= 200000; ++i) xs.push_back(-87.0f * static_cast<float>(i) / 200000.0f);
+  for (const float x : xs) {
+    const double ref = std::exp(static_cast<double>(x));
+    worst = std::max(worst, std::fabs(attention::exp_rank(x) - ref) / ref);
+  }
+  CHECK(worst < 1e-5);  // 3e-6 from the polynomial, the rest from rounding x log2 e near -126
+  CHECK(worst > 1e-7);  // the cheap polynomial, not a copy of exp_shifted
+  for (const float x : {-88.0f, -1000.0f, -INFINITY, NAN}) {
+    CHECK(attention::exp_rank(x) >= 0.0f);
+    CHECK(attention::exp_rank(x) < 2e-38f);
+  }
+#if KVD_CPU_AVX2
+  xs.insert(xs.end(), {-88.0f, -1000.0f, -INFINITY, NAN, -0.5f * 0.693147f, -1.5f * 0.693147f});
+  while (xs.size() % 8) xs.push_back(-1.0f);
+  for (std::size_t i = 0; i < xs.size(); i += 8) {
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, attention::exp_rank8(_mm256_loadu_ps(xs.data() + i)));
+    for (int j = 0; j < 8; ++j) {
+      const float one = attention::exp_rank(xs[i + static_cast<std::size_t>(j)]);
+      CHECK(std::fabs(lanes[j] - one) <= 2e-7f * one);  // the same split; FMA contraction may differ in the last bit
+    }
+  }
+#endif
+}
+
 TEST_CASE("exp_shifted and log_positive are within a few ulp of the C library") {
   double worst_exp = 0;
   for (int i = 0; i <= 200000; ++i) {

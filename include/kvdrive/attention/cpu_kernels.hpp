@@ -172,6 +172,18 @@ inline __m256 exp_shifted8(__m256 x) {
   return _mm256_mul_ps(y, _mm256_castsi256_ps(scale));
 }
 
+/// exp_rank on eight lanes: the same split and polynomial (for -inf and NaN, 2^-126 too).
+inline __m256 exp_rank8(__m256 x) {
+  const __m256 t = _mm256_max_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _mm256_set1_ps(-126.0f));
+  const __m256i n = _mm256_cvttps_epi32(_mm256_sub_ps(t, _mm256_set1_ps(0.5f)));
+  const __m256 f = _mm256_sub_ps(t, _mm256_cvtepi32_ps(n));
+  __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(0.009582770988345146f), f, _mm256_set1_ps(0.05590623617172241f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0.24024099111557007f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0.6931242346763611f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23)));
+}
+
 /// log_positive on eight lanes (finite x > 0): the same reduction and polynomial.
 inline __m256 log_positive8(__m256 x) {
   const __m256i u = _mm256_castps_si256(x), frac = _mm256_and_si256(u, _mm256_set1_epi32(0x007fffff));

@@ -40,6 +40,22 @@ KVD_HOST_DEVICE float exp_shifted(float x) {
   return y * bits_float(scale);
 }
 
+/// exp(x) for x <= 0 at half exp_shifted's cost, for sums that only rank (an index's page
+/// estimates), never for attention itself: 2^(x log2 e) split at the nearest integer n, 2^f by a
+/// degree-4 polynomial on [-1/2, 1/2] (3e-6), times 2^n from the bits: within 1e-5 of exp. Below
+/// -87.3 (and for -inf or NaN) it gives 2^-126 instead of 0, which no sum of exps can tell.
+KVD_HOST_DEVICE float exp_rank(float x) {
+  float t = x * 1.44269504088896341f;
+  t = t > -126.0f ? t : -126.0f;                                  // -inf and NaN too
+  const int n = static_cast<int>(t - 0.5f);                       // t <= 0: rounds to nearest
+  const float f = t - static_cast<float>(n);                      // [-1/2, 1/2]
+  float p = 0.009582770988345146f * f + 0.05590623617172241f;
+  p = p * f + 0.24024099111557007f;
+  p = p * f + 0.6931242346763611f;
+  p = p * f + 1.0f;
+  return p * bits_float(static_cast<std::uint32_t>(n + 127) << 23);
+}
+
 /// log(x) for finite x > 0 (Cephes logf: mantissa in [sqrt(1/2), sqrt(2)), degree-8
 /// polynomial), within 2 ulp of log. Branch-free, so loops over it vectorise; shared with the GPU.
 KVD_HOST_DEVICE float log_positive(float x) {

@@ -135,10 +135,10 @@ KVD_HOST_DEVICE float token_page_estimate_from(float mean, const std::int8_t* q8
     const int dot = token_code_dot(q8, row + static_cast<std::size_t>(t) * (d / 2), d);
     const float s = token_score(dot, kTokenCodeMax + 1, q_sum, q_scale, token_scale(row, tokens, d, t)) + mean;
     if (s > m) {
-      sum = (m == -INFINITY ? 0.0f : sum * attention::exp_shifted(m - s)) + 1.0f;
+      sum = (m == -INFINITY ? 0.0f : sum * attention::exp_rank(m - s)) + 1.0f;
       m = s;
     } else {
-      sum += attention::exp_shifted(s - m);
+      sum += attention::exp_rank(s - m);
     }
   }
   return max_token || m == -INFINITY ? m : m + logf(sum);

@@ -5,7 +5,7 @@
 // then scaled and given their radii's bonus together. The page estimate: per page, eight tokens at
 // a time, each token's nibbles unpacked once for up to four heads and multiplied the same way, the
 // eight tokens' sums taken by one transpose; then per head the softmax statistics of the page's
-// token scores in registers (exp_shifted8), and the logs of all pages eight at a time
+// token scores eight pages wide (exp_rank8), and the logs of all pages eight at a time
 // (log_positive8) at the end. tests/test_index_rescore.cpp checks both against the
 // KVD_HOST_DEVICE arithmetic.
 #pragma once
@@ -217,10 +217,10 @@ inline void eight_page_stats_avx2(const float* x, std::size_t page_stride, int r
   sum = _mm256_set1_ps(1.0f);
   if (max_token) return;
   __m256 e[8];
-  for (int j = 0; j < 8; ++j) e[j] = attention::exp_shifted8(_mm256_sub_ps(first[j], vm));
+  for (int j = 0; j < 8; ++j) e[j] = attention::exp_rank8(_mm256_sub_ps(first[j], vm));
   for (int c = 8; c < rows; c += 8)
     for (int j = 0; j < 8; ++j)
-      e[j] = _mm256_add_ps(e[j], attention::exp_shifted8(_mm256_sub_ps(_mm256_loadu_ps(t.data() + static_cast<std::size_t>(c - 8 + j) * 8), vm)));
+      e[j] = _mm256_add_ps(e[j], attention::exp_rank8(_mm256_sub_ps(_mm256_loadu_ps(t.data() + static_cast<std::size_t>(c - 8 + j) * 8), vm)));
   const __m256 total = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(e[0], e[4]), _mm256_add_ps(e[2], e[6])),
                                      _mm256_add_ps(_mm256_add_ps(e[1], e[5]), _mm256_add_ps(e[3], e[7])));
   sum = _mm256_blendv_ps(total, sum, _mm256_cmp_ps(vm, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ));
