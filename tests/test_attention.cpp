@@ -263,12 +263,14 @@ TEST_CASE("exp_rank (and exp_rank8 where built) is within 1e-5 of exp on x <= 0,
   }
   CHECK(worst < 1e-5);  // 3e-6 from the polynomial, the rest from rounding x log2 e near -126
   CHECK(worst > 1e-7);  // the cheap polynomial, not a copy of exp_shifted
+  CHECK(attention::exp_rank(0.0f) == 1.0f);
+  CHECK(attention::exp_rank(2.0f) == 1.0f);  // x > 0 is clamped, as exp_shifted's: callers pass score - max
   for (const float x : {-88.0f, -1000.0f, -INFINITY, NAN}) {
     CHECK(attention::exp_rank(x) >= 0.0f);
     CHECK(attention::exp_rank(x) < 2e-38f);
   }
 #if KVD_CPU_AVX2
-  xs.insert(xs.end(), {-88.0f, -1000.0f, -INFINITY, NAN, -0.5f * 0.693147f, -1.5f * 0.693147f});
+  xs.insert(xs.end(), {-88.0f, -1000.0f, -INFINITY, NAN, -0.5f * 0.693147f, -1.5f * 0.693147f, 2.0f});
   while (xs.size() % 8) xs.push_back(-1.0f);
   for (std::size_t i = 0; i < xs.size(); i += 8) {
     alignas(32) float lanes[8];

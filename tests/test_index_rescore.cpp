@@ -119,7 +119,7 @@ TEST_CASE("TokenKeys codes every key within half a step of its channel and token
 TEST_CASE("token_page_estimates (AVX2 where built) equals the KVD_HOST_DEVICE estimate and a double reference") {
   for (int d : {64, 32, 48}) {
     for (int group : {1, 3, 8}) {
-      for (int pt : {8, 5, 16}) {
+      for (int pt : {8, 5, 16, 12}) {
         for (bool max_token : {false, true}) {
           CAPTURE(d);
           CAPTURE(group);

@@ -172,9 +172,10 @@ inline __m256 exp_shifted8(__m256 x) {
   return _mm256_mul_ps(y, _mm256_castsi256_ps(scale));
 }
 
-/// exp_rank on eight lanes: the same split and polynomial (for -inf and NaN, 2^-126 too).
+/// exp_rank on eight lanes: the same split, polynomial and clamps (for -inf and NaN, 2^-126 too).
 inline __m256 exp_rank8(__m256 x) {
-  const __m256 t = _mm256_max_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _mm256_set1_ps(-126.0f));
+  const __m256 t =  // max first: it gives its second operand, -126, for NaN
+      _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _mm256_set1_ps(-126.0f)), _mm256_setzero_ps());
   const __m256i n = _mm256_cvttps_epi32(_mm256_sub_ps(t, _mm256_set1_ps(0.5f)));
   const __m256 f = _mm256_sub_ps(t, _mm256_cvtepi32_ps(n));
   __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(0.009582770988345146f), f, _mm256_set1_ps(0.05590623617172241f));

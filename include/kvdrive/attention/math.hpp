@@ -43,10 +43,11 @@ KVD_HOST_DEVICE float exp_shifted(float x) {
 /// exp(x) for x <= 0 at half exp_shifted's cost, for sums that only rank (an index's page
 /// estimates), never for attention itself: 2^(x log2 e) split at the nearest integer n, 2^f by a
 /// degree-4 polynomial on [-1/2, 1/2] (3e-6), times 2^n from the bits: within 1e-5 of exp. Below
-/// -87.3 (and for -inf or NaN) it gives 2^-126 instead of 0, which no sum of exps can tell.
+/// -87.3 (and for -inf or NaN) it gives 2^-126 instead of 0, which no sum of exps can tell; x > 0
+/// is clamped to 0, as exp_shifted does.
 KVD_HOST_DEVICE float exp_rank(float x) {
   float t = x * 1.44269504088896341f;
-  t = t > -126.0f ? t : -126.0f;                                  // -inf and NaN too
+  t = t > -126.0f ? (t < 0.0f ? t : 0.0f) : -126.0f;              // -inf and NaN too; x > 0 as 0
   const int n = static_cast<int>(t - 0.5f);                       // t <= 0: rounds to nearest
   const float f = t - static_cast<float>(n);                      // [-1/2, 1/2]
   float p = 0.009582770988345146f * f + 0.05590623617172241f;
