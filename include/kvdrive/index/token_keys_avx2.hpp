@@ -135,6 +135,9 @@ inline int horizontal_sum_epi32(__m256i v) {
   return _mm_cvtsi128_si32(_mm_add_epi32(x, _mm_shuffle_epi32(x, 0xb1)));
 }
 
+/// A mask of the first n (0..8) of eight int32 lanes.
+inline __m256i first_lanes(int n) { return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)); }
+
 /// Token scores of heads [h0, h0 + HB) over one page into s[h * rows + t], rows past the page's
 /// tokens -inf: per coded row (the mean and each token's residual), (dot - the codes' offset x
 /// the head's code sum) x the head's scale x the row's scale; a token's score is its residual's
@@ -161,7 +164,7 @@ inline void page_token_scores_avx2(const TokenQueryView& q, int h0, const std::u
     const int nt = tokens - t0 < 8 ? tokens - t0 : 8;
     __m256i dots[HB];
     eight_token_dots_avx2<HB>(q8, row + static_cast<std::size_t>(t0) * half, half, nt, dots);
-    const __m256i valid = _mm256_cmpgt_epi32(_mm256_set1_epi32(nt), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256i valid = first_lanes(nt);
     // the row's scales are read in place, a lane past nt as 0 (a copy to the stack first would
     // stall each load on two smaller stores)
     const __m256 token_scales = _mm256_maskload_ps(reinterpret_cast<const float*>(scales + static_cast<std::size_t>(t0) * sizeof(float)), valid);
@@ -230,7 +233,7 @@ inline void eight_page_stats_avx2(const float* x, std::size_t page_stride, int r
 /// cost more than the arithmetic around it).
 inline void store_lanes(float* p, __m256 v, int np) {
   if (np == 8) return _mm256_storeu_ps(p, v);
-  _mm256_maskstore_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(np), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), v);
+  _mm256_maskstore_ps(p, first_lanes(np), v);
 }
 
 /// Brings a page row's bytes towards the cache ahead of its turn.
@@ -315,7 +318,7 @@ inline void token_page_estimates_avx2(const TokenQueryView& q, const std::uint8_
   const std::size_t row_bytes = static_cast<std::size_t>(tokens) * (q.d / 2) + static_cast<std::size_t>(q.d) + (tokens + 3) * sizeof(float);
   thread_local std::vector<float> s, sums;
   const std::size_t page_stride = static_cast<std::size_t>(q.group) * padded;  // s: [page of eight][head][row]
-  s.assign(8 * page_stride, -INFINITY);
+  s.resize(8 * page_stride);  // every row of a scored page is written (-inf past its tokens); the rest filled below
   sums.resize(static_cast<std::size_t>(q.group) * n);
   for (std::size_t i0 = 0; i0 < n; i0 += 8) {
     const int np = n - i0 < 8 ? static_cast<int>(n - i0) : 8;
