@@ -7,14 +7,15 @@
 //
 // - Files: one per page key, DIR/<model digest>-<page digest>.kvp, holding that page for every
 //   (layer, KV head): a 64-byte header (magic, page bytes, layers, heads, the model's and the
-//   page's digests, its own checksum), an xxh3-64 checksum per page, then the pages [layer][head].
-//   A file is written whole under a temporary name, synced, and renamed into place (then the
-//   folder is synced), so a crash leaves a whole file or none; temporaries left by a crash are
-//   deleted on open.
+//   page's digests, its own checksum), an xxh3-64 checksum per page, then the pages [layer][head]
+//   (prefix_store/file.hpp). A file is written whole under a temporary name, synced, and renamed
+//   into place (then the folder is synced), so a crash leaves a whole file or none; temporaries
+//   left by a crash are deleted on open (prefix_store/page_files.hpp, prefix_store/folder.hpp).
 // - A page key is stored once every layer and head of it has been published; until then its
 //   pages wait in memory (at most Params::max_pending_bytes; past that they are not stored).
 // - Checks: a file that is short, has a bad header, or a page that fails its checksum is a miss
-//   ("corrupt"), never data; the file is deleted so that the page is stored again.
+//   ("corrupt"), never data; the file is deleted so that the page is stored again
+//   (prefix_store/page_files.hpp).
 // - Retention: Params::capacity_bytes over the folder's .kvp files (any model's); a file that
 //   would pass it first deletes the least recently used ones. A file's mtime is its last use
 //   (written, or read by load_prefix), so the order survives restarts. A prompt never evicts
@@ -23,12 +24,11 @@
 //   A later page is useless without the pages before it, so a prompt's run is marked used last
 //   page first: its tail goes before its head.
 // - One process at a time: an exclusive flock on DIR/lock, taken by the constructor; the holder's
-//   pid is written in it so that the error names it. Thread-safe (one mutex); reads and writes
-//   run in the caller's thread.
+//   pid is written in it so that the error names it (prefix_store/folder.hpp). Thread-safe (one
+//   mutex); reads and writes run in the caller's thread.
 #pragma once
 
 #include <fcntl.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -37,7 +37,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -52,82 +51,11 @@
 
 #include "kvdrive/core/digest.hpp"
 #include "kvdrive/core/error.hpp"
-#include "kvdrive/core/xxhash.hpp"
 #include "kvdrive/tier/concept.hpp"
+#include "kvdrive/tier/prefix_store/file.hpp"
 #include "kvdrive/tier/remote.hpp"
 
 namespace kvdrive::tier {
-
-namespace prefix_store {
-
-/// The header of a .kvp file.
-struct FileHeader {
-  static constexpr char kMagic[8] = {'K', 'V', 'D', 'P', 'F', 'X', '0', '1'};
-  char magic[8];
-  std::uint32_t page_bytes, layers, heads, reserved;
-  std::uint64_t model_low, model_high, page_low, page_high;
-  std::uint64_t checksum;  ///< xxh3-64 of the bytes above
-
-  std::uint64_t sum() const { return XXH3_64bits(this, offsetof(FileHeader, checksum)); }
-};
-static_assert(sizeof(FileHeader) == 64);
-
-/// A page's checksum: xxh3-64 of its bytes, seeded with its page key and its (layer, head) slot.
-inline std::uint64_t page_sum(const PrefixDigest& key, std::size_t slot, const std::byte* page, std::size_t n) {
-  return XXH3_64bits_withSeed(page, n, key.low ^ (key.high * 0x9E3779B97F4A7C15ull) ^ slot);
-}
-
-/// An owned file descriptor.
-struct Fd {
-  int fd = -1;
-  explicit Fd(int f = -1) : fd(f) {}
-  Fd(Fd&& o) noexcept : fd(std::exchange(o.fd, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    std::swap(fd, o.fd);
-    return *this;
-  }
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
-inline bool pwrite_all(int fd, const void* buf, std::size_t n, off_t at) {
-  const auto* p = static_cast<const std::byte*>(buf);
-  while (n > 0) {
-    const ssize_t w = ::pwrite(fd, p, n, at);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w, n -= static_cast<std::size_t>(w), at += w;
-  }
-  return true;
-}
-
-inline bool pread_all(int fd, void* buf, std::size_t n, off_t at) {
-  auto* p = static_cast<std::byte*>(buf);
-  while (n > 0) {
-    const ssize_t r = ::pread(fd, p, n, at);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    p += r, n -= static_cast<std::size_t>(r), at += r;
-  }
-  return true;
-}
-
-inline std::int64_t now_ns() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-/// Sets a file's mtime (its last use) to `ns` exactly, so that the order read back on open is
-/// the order kept in memory (the kernel's own timestamps are coarser).
-inline void set_mtime(int fd, std::int64_t ns) {
-  const timespec t{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
-  const timespec times[2] = {t, t};
-  (void)::futimens(fd, times);
-}
-
-}  // namespace prefix_store
 
 class PrefixStore {
  public:
@@ -318,43 +246,11 @@ class PrefixStore {
     return stored_bytes_ + bytes <= p_.capacity_bytes;
   }
 
-  /// Writes a page key's file (temporary name, sync, rename); true if it was stored.
-  bool store(const PrefixDigest& key, const std::string& name, const Pending& pend, PageChain chain, std::set<std::string>& own) {
-    const std::uint64_t bytes = file_bytes();
-    if (!make_room(bytes, chain, own)) {
-      stats_.over_budget += streams();
-      return false;
-    }
-    prefix_store::FileHeader h{};
-    std::memcpy(h.magic, prefix_store::FileHeader::kMagic, 8);
-    h.page_bytes = static_cast<std::uint32_t>(g_.page_bytes), h.layers = g_.layers, h.heads = g_.kv_heads;
-    h.model_low = p_.model.low, h.model_high = p_.model.high, h.page_low = key.low, h.page_high = key.high;
-    h.checksum = h.sum();
-    std::vector<std::uint64_t> sums(streams());
-    for (std::size_t s = 0; s < sums.size(); ++s)
-      sums[s] = prefix_store::page_sum(key, s, pend.bytes.data() + s * g_.page_bytes, g_.page_bytes);
-    const std::string tmp = fmt::format("{}/.tmp-{}-{}", p_.dir, ::getpid(), ++temporaries_);
-    const std::int64_t now = next_stamp();
-    bool ok = false;
-    {
-      prefix_store::Fd f(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-      ok = f.fd >= 0 && prefix_store::pwrite_all(f.fd, &h, sizeof h, 0) &&
-           prefix_store::pwrite_all(f.fd, sums.data(), sums.size() * 8, sizeof h) &&
-           prefix_store::pwrite_all(f.fd, pend.bytes.data(), pend.bytes.size(), static_cast<off_t>(sizeof h + sums.size() * 8)) &&
-           (!p_.sync || ::fdatasync(f.fd) == 0);
-      if (ok) prefix_store::set_mtime(f.fd, now);
-    }
-    ok = ok && ::rename(tmp.c_str(), (p_.dir + "/" + name).c_str()) == 0;
-    if (!ok) {
-      (void)::unlink(tmp.c_str());
-      stats_.write_errors += streams();
-      return false;
-    }
-    add_entry(name, bytes, now);
-    stats_.written += streams();
-    stats_.bytes_written += pend.bytes.size();
-    return true;
-  }
+  // ---- the page files (prefix_store/page_files.hpp) ---------------------------------------
+
+  bool store(const PrefixDigest& key, const std::string& name, const Pending& pend, PageChain chain, std::set<std::string>& own);
+  bool read_file(const PrefixDigest& key, std::span<const ReadRequest> reads, const std::vector<std::size_t>& which,
+                 std::vector<RemoteRead>& out);
 
   /// How many leading page keys of the chain have files.
   std::uint32_t stored_run(PageChain chain) const {
@@ -381,60 +277,6 @@ class PrefixStore {
   /// Now, in ns, and later than every stamp given before (the clock may stand still or step back).
   std::int64_t next_stamp() { return last_stamp_ = std::max(prefix_store::now_ns(), last_stamp_ + 1); }
 
-  /// Reads the pages `which` of one page key's file into their buffers; true if all were read.
-  bool read_file(const PrefixDigest& key, std::span<const ReadRequest> reads, const std::vector<std::size_t>& which,
-                 std::vector<RemoteRead>& out) {
-    const std::string name = file_name(key);
-    const auto it = entries_.find(name);
-    if (it == entries_.end()) return false;  // missing
-    const std::string path = p_.dir + "/" + name;
-    prefix_store::Fd f(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (f.fd < 0) {
-      for (std::size_t i : which) out[i] = errno == ENOENT ? RemoteRead::missing : RemoteRead::error;
-      if (errno == ENOENT) drop_entry(name);
-      return false;
-    }
-    prefix_store::FileHeader h{};
-    struct stat st {};
-    const bool header_ok = ::fstat(f.fd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) == file_bytes() &&
-                           prefix_store::pread_all(f.fd, &h, sizeof h, 0) && std::memcmp(h.magic, prefix_store::FileHeader::kMagic, 8) == 0 &&
-                           h.checksum == h.sum() && h.page_bytes == g_.page_bytes && h.layers == g_.layers && h.heads == g_.kv_heads &&
-                           h.model_low == p_.model.low && h.model_high == p_.model.high && h.page_low == key.low && h.page_high == key.high;
-    // The page checksums, read once for the file.
-    sums_.resize(streams());
-    bool damaged = !header_ok || !prefix_store::pread_all(f.fd, sums_.data(), sums_.size() * 8, sizeof h);
-    for (std::size_t i : which) {
-      if (damaged) {
-        out[i] = RemoteRead::corrupt;
-        continue;
-      }
-      const PageKey& k = reads[i].key;
-      if (k.layer >= g_.layers || k.head >= g_.kv_heads) {
-        out[i] = RemoteRead::missing;
-        continue;
-      }
-      const std::size_t slot = static_cast<std::size_t>(k.layer) * g_.kv_heads + k.head;
-      page_.resize(g_.page_bytes);
-      const off_t at = static_cast<off_t>(sizeof h + streams() * 8 + slot * g_.page_bytes);
-      if (!prefix_store::pread_all(f.fd, page_.data(), g_.page_bytes, at) ||
-          prefix_store::page_sum(key, slot, page_.data(), g_.page_bytes) != sums_[slot]) {
-        damaged = true;
-        out[i] = RemoteRead::corrupt;
-        continue;
-      }
-      std::memcpy(reads[i].dst, page_.data(), g_.page_bytes);  // the caller's buffer only ever gets checked bytes
-      out[i] = RemoteRead::hit;
-    }
-    if (damaged) {  // never used; deleted so that the page is stored again
-      for (std::size_t i : which) out[i] = RemoteRead::corrupt;
-      f = prefix_store::Fd();
-      (void)::unlink(path.c_str());
-      drop_entry(name);
-      return false;
-    }
-    return true;
-  }
-
   void add_entry(const std::string& name, std::uint64_t bytes, std::int64_t used) {
     entries_[name] = {bytes, used};
     last_stamp_ = std::max(last_stamp_, used);
@@ -460,53 +302,11 @@ class PrefixStore {
     evicted_ += 1;
   }
 
-  void sync_dir() {
-    prefix_store::Fd d(::open(p_.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (d.fd >= 0) (void)::fsync(d.fd);
-  }
+  // ---- the folder (prefix_store/folder.hpp) -----------------------------------------------
 
-  void lock() {
-    const std::string name = p_.dir + "/lock";
-    lock_ = prefix_store::Fd(::open(name.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
-    KVD_EXPECT(lock_.fd >= 0, "PrefixStore {}: cannot open the lock file {}: {}", p_.dir, name, std::strerror(errno));
-    int rc;
-    while ((rc = ::flock(lock_.fd, LOCK_EX | LOCK_NB)) != 0 && errno == EINTR) {
-    }
-    if (rc != 0) {
-      const int error = errno;
-      char text[32] = {};
-      const ssize_t n = ::pread(lock_.fd, text, sizeof text - 1, 0);
-      const long pid = n > 0 ? std::strtol(text, nullptr, 10) : 0;
-      lock_ = prefix_store::Fd();
-      KVD_EXPECT(error == EWOULDBLOCK, "PrefixStore {}: cannot lock {}: {}", p_.dir, name, std::strerror(error));
-      fail("PrefixStore {}: the store is in use by {}; one process at a time may use a prefix store (lock file {})", p_.dir,
-           pid == ::getpid() ? fmt::format("this process (pid {}): another PrefixStore has it open", pid)
-                             : pid > 0 ? fmt::format("process {}", pid)
-                                       : std::string("another process"),
-           name);
-    }
-    const std::string pid = fmt::format("{}\n", ::getpid());
-    if (::ftruncate(lock_.fd, 0) == 0) (void)prefix_store::pwrite_all(lock_.fd, pid.data(), pid.size(), 0);
-  }
-
-  /// Lists the folder's .kvp files (their sizes and last uses) and deletes the temporaries a
-  /// crashed writer left (this process holds the lock, so no one is writing them).
-  void scan() {
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    for (const fs::directory_entry& e : fs::directory_iterator(p_.dir, ec)) {
-      const std::string name = e.path().filename().string();
-      if (name.starts_with(".tmp-")) {
-        fs::remove(e.path(), ec);
-        continue;
-      }
-      if (!name.ends_with(".kvp")) continue;
-      struct stat st {};
-      if (::stat(e.path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-      add_entry(name, static_cast<std::uint64_t>(st.st_size), static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec);
-    }
-    KVD_EXPECT(!ec, "PrefixStore: cannot list the folder {}: {}", p_.dir, ec.message());
-  }
+  void lock();
+  void scan();
+  void sync_dir();
 
   Params p_;
   TierGeometry g_{};
@@ -529,3 +329,7 @@ class PrefixStore {
 static_assert(RemoteTier<PrefixStore>);
 
 }  // namespace kvdrive::tier
+
+// PrefixStore's members defined outside the class, one header per purpose.
+#include "kvdrive/tier/prefix_store/folder.hpp"
+#include "kvdrive/tier/prefix_store/page_files.hpp"

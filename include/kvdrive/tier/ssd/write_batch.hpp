@@ -144,7 +144,8 @@ void BasicSsdTier<File, Verify>::write_data(std::span<const WriteRequest> pages,
 /// The batch is durable: its pages become visible, and the slots it replaced or that erases
 /// freed are durable garbage now, to be reused.
 template <SsdFile File, class Verify>
-void BasicSsdTier<File, Verify>::make_visible(std::span<const WriteRequest> pages, const std::vector<std::uint64_t>& slots, const std::vector<std::uint64_t>& hashes) {
+void BasicSsdTier<File, Verify>::make_visible(std::span<const WriteRequest> pages, const std::vector<std::uint64_t>& slots,
+                                              const std::vector<std::uint64_t>& hashes) {
   next_sequence_ += pending_erases_.size() + pages.size();
   pending_erases_.clear();
   slots_.free_deferred();
