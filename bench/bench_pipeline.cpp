@@ -58,13 +58,22 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-nlohmann::json run_case(const Options& o, std::int64_t context, int batch) {
-  const eval::SyntheticPreset preset = eval::synthetic_preset("default");
-  const int kvh = o.kv_heads, d = preset.shape.head_dim, g = preset.shape.q_heads / preset.shape.kv_heads, qh = g * kvh;
-  Config c;
-  c.shape = {1, qh, kvh, d};
-  c.budget = Budget::fraction(0.0625);
-  using Ssd = Tiers<HostTier, SsdTier>;
+using SsdTiers = Tiers<HostTier, SsdTier>;
+using SerialKv = KvManager<index::Hierarchical, eviction::Lookahead, SsdTiers, pipeline::Serial>;
+using ElasticKv = KvManager<index::Hierarchical, eviction::Lookahead, SsdTiers, pipeline::Elastic>;
+using DramKv = KvManager<index::Hierarchical, eviction::Lookahead, Tiers<HostTier>, pipeline::Serial>;
+
+/// The three managers of one case, each holding the batch's sequences (in the batch's order).
+struct Managers {
+  SerialKv serial;
+  ElasticKv elastic;
+  DramKv dram;
+  std::vector<SeqId> ids_s, ids_e, ids_d;
+};
+
+/// The managers of a case: Serial and Elastic over their own SsdTier stores (in --dir, removed when
+/// they close), and DRAM only.
+Managers make_managers(const Options& o, const Config& c) {
   auto store = [&](const char* name) {
     SsdTier::Params p;
     p.path = (std::filesystem::path(o.dir) / fmt::format("kvd_bench_pipeline_{}.store", name)).string();
@@ -73,73 +82,123 @@ nlohmann::json run_case(const Options& o, std::int64_t context, int batch) {
     return p;
   };
   const SsdTier::Params serial_store = store("serial"), elastic_store = store("elastic");
-  KvManager<index::Hierarchical, eviction::Lookahead, Ssd, pipeline::Serial> serial(c, {}, eviction::Lookahead{3},
-                                                                                     Ssd(HostTier{}, SsdTier(serial_store)));
-  KvManager<index::Hierarchical, eviction::Lookahead, Ssd, pipeline::Elastic> elastic(
-      c, {}, eviction::Lookahead{3}, Ssd(HostTier{}, SsdTier(elastic_store)), pipeline::Elastic({o.micro_batch}));
-  KvManager<index::Hierarchical, eviction::Lookahead, Tiers<HostTier>, pipeline::Serial> dram(c, {}, eviction::Lookahead{3});
+  return Managers{SerialKv(c, {}, eviction::Lookahead{3}, SsdTiers(HostTier{}, SsdTier(serial_store))),
+                  ElasticKv(c, {}, eviction::Lookahead{3}, SsdTiers(HostTier{}, SsdTier(elastic_store)), pipeline::Elastic({o.micro_batch})),
+                  DramKv(c, {}, eviction::Lookahead{3}),
+                  {},
+                  {},
+                  {}};
+}
 
-  std::vector<SeqId> ids_s, ids_e, ids_d;
+/// The batch's sequences (the trace `default`, seed 1, 2, ...) prefilled into every manager and
+/// warmed up; returns each one's decode steps (the prompt is in the managers now).
+std::vector<eval::LayerInputs> load_batch(const Options& o, std::int64_t context, int batch, Managers& m) {
+  const eval::SyntheticPreset preset = eval::synthetic_preset("default");
   std::vector<eval::LayerInputs> inputs;
   for (int b = 0; b < batch; ++b) {
     const eval::SyntheticTrace trace(preset, static_cast<std::uint64_t>(b + 1), context, o.steps);
-    eval::LayerInputs& in = inputs.emplace_back(eval::layer_inputs(trace, 0, kvh));
+    eval::LayerInputs& in = inputs.emplace_back(eval::layer_inputs(trace, 0, o.kv_heads));
     auto load = [&](auto& kv, std::vector<SeqId>& ids) {
       ids.push_back(kv.add_sequence());
       kv.prefill(ids.back(), 0, in.prompt_k(), in.prompt_v());
       kv.warm_up(ids.back(), 0, in.observation_queries());
     };
-    load(serial, ids_s);
-    load(elastic, ids_e);
-    load(dram, ids_d);
+    load(m.serial, m.ids_s);
+    load(m.elastic, m.ids_e);
+    load(m.dram, m.ids_d);
     in.k = {};  // the prompt is in the managers now
     in.v = {};
   }
+  return inputs;
+}
 
-  std::vector<float> q(static_cast<std::size_t>(batch) * qh * d), k(static_cast<std::size_t>(batch) * kvh * d), v(k.size()), out(q.size());
-  auto inputs_of_step = [&](int s) { eval::batch_step(inputs, s, q, k, v); };
-  // Elastic's micro-batch: given, or tuned on dry runs of the first step.
-  if (o.micro_batch == 0) {
-    inputs_of_step(0);
-    elastic.tune(0, ids_e, make_view(q, batch, qh, d), make_view(k, batch, kvh, d), make_view(v, batch, kvh, d), make_view(out, batch, qh, d));
+/// One step's queries, keys, values and outputs for the whole batch.
+struct StepBuffers {
+  int batch, qh, kvh, d;
+  std::vector<float> q, k, v, out;
+
+  StepBuffers(int batch_, int qh_, int kvh_, int d_)
+      : batch(batch_), qh(qh_), kvh(kvh_), d(d_), q(static_cast<std::size_t>(batch) * qh * d), k(static_cast<std::size_t>(batch) * kvh * d),
+        v(k.size()), out(q.size()) {}
+  /// f(q, k, v, out) on the step's views: KvManager::attend's or tune's arguments after the sequences.
+  template <class F>
+  decltype(auto) with_views(F&& f) {
+    return f(make_view(q, batch, qh, d), make_view(k, batch, kvh, d), make_view(v, batch, kvh, d), make_view(out, batch, qh, d));
   }
-  const std::size_t streams = static_cast<std::size_t>(batch * kvh), mb = elastic.pipeline_policy().micro_batch_for(streams);
+};
+
+/// Per-step figures of one case: each manager's wall time, the ideal step and the select + fetch
+/// share of Serial's wall time, both from Serial's stage times; the stage times summed.
+struct Measured {
   std::vector<double> t_serial, t_elastic, t_dram, ideal, share;
   StageTimes es, ss;
+};
+
+/// Every decode step through the three managers, in turns.
+Measured measure_steps(const Options& o, Managers& m, const std::vector<eval::LayerInputs>& inputs, StepBuffers& b, std::size_t streams,
+                       std::size_t mb) {
+  Measured r;
   for (int s = 0; s < o.steps; ++s) {
-    inputs_of_step(s);
+    eval::batch_step(inputs, s, b.q, b.k, b.v);
     auto timed = [&](auto& kv, const std::vector<SeqId>& ids) {
       const auto t0 = std::chrono::steady_clock::now();
-      kv.attend(0, ids, make_view(q, batch, qh, d), make_view(k, batch, kvh, d), make_view(v, batch, kvh, d), make_view(out, batch, qh, d));
+      b.with_views([&](auto q, auto k, auto v, auto out) { kv.attend(0, ids, q, k, v, out); });
       return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     };
-    t_serial.push_back(timed(serial, ids_s));
-    t_elastic.push_back(timed(elastic, ids_e));
-    t_dram.push_back(timed(dram, ids_d));
-    const StageTimes& st = serial.last_stats().time;
+    r.t_serial.push_back(timed(m.serial, m.ids_s));
+    r.t_elastic.push_back(timed(m.elastic, m.ids_e));
+    r.t_dram.push_back(timed(m.dram, m.ids_d));
+    const StageTimes& st = m.serial.last_stats().time;
     const double micro = static_cast<double>((streams + mb - 1) / mb);
-    ideal.push_back(std::max({st.select_ms, st.classify_ms, st.fetch_ms}) + st.compute_ms + st.commit_ms + (st.select_ms + st.classify_ms) / micro);
-    share.push_back((st.select_ms + st.fetch_ms) / std::max(1e-9, st.wall_ms));
-    es += elastic.last_stats().time;
-    ss += st;
+    r.ideal.push_back(std::max({st.select_ms, st.classify_ms, st.fetch_ms}) + st.compute_ms + st.commit_ms + (st.select_ms + st.classify_ms) / micro);
+    r.share.push_back((st.select_ms + st.fetch_ms) / std::max(1e-9, st.wall_ms));
+    r.es += m.elastic.last_stats().time;
+    r.ss += st;
   }
-  const double ms_s = median(t_serial), ms_e = median(t_elastic), ms_d = median(t_dram), ms_i = median(ideal);
+  return r;
+}
+
+/// The case's row of the table and its two lines of stage times; returns its JSON row.
+nlohmann::json print_case(const Options& o, std::int64_t context, int batch, const Managers& m, const Measured& r, std::size_t streams,
+                          std::size_t mb) {
+  const StageTimes &es = r.es, &ss = r.ss;
+  const double ms_s = median(r.t_serial), ms_e = median(r.t_elastic), ms_d = median(r.t_dram), ms_i = median(r.ideal);
   std::printf("%8lld %6d %5zu/%-3zu %7.1f%% %9.3f %9.3f %9.3f %9.3f %8.2fx %8.2f %8.0f%% %8.2f   %.2f/%.2f/%.2f\n", static_cast<long long>(context), batch,
-              streams, mb, 100 * elastic.total_stats().hit_rate(), ms_s, ms_e, ms_i, ms_d, ms_s / ms_e, ms_e / ms_i,
-              100 * median(share), ms_e / ms_d, es.select_bubble(), es.classify_bubble(), es.fetch_bubble());
+              streams, mb, 100 * m.elastic.total_stats().hit_rate(), ms_s, ms_e, ms_i, ms_d, ms_s / ms_e, ms_e / ms_i,
+              100 * median(r.share), ms_e / ms_d, es.select_bubble(), es.classify_bubble(), es.fetch_bubble());
   const double n_steps = o.steps;
   std::printf("%26s serial stages (mean ms): select %.3f, classify %.3f, fetch %.3f, compute %.3f, commit %.3f; misses/step %.1f\n", "",
               ss.select_ms / n_steps, ss.classify_ms / n_steps, ss.fetch_ms / n_steps, ss.compute_ms / n_steps, ss.commit_ms / n_steps,
-              static_cast<double>(serial.total_stats().misses) / n_steps);
+              static_cast<double>(m.serial.total_stats().misses) / n_steps);
   std::printf("%26s elastic stages (mean ms): select %.3f, classify %.3f, fetch %.3f (waited %.3f), compute %.3f, commit %.3f; "
               "overlapped phase %.3f, wall %.3f\n", "",
               es.select_ms / n_steps, es.classify_ms / n_steps, es.fetch_ms / n_steps, es.fetch_wait_ms / n_steps, es.compute_ms / n_steps,
               es.commit_ms / n_steps, es.overlap_ms / n_steps, es.wall_ms / n_steps);
   std::fflush(stdout);
-  for (SeqId id : ids_s) serial.release(id);
-  for (SeqId id : ids_e) elastic.release(id);
-  return {{"context", context}, {"batch", batch}, {"streams", streams}, {"micro_batch", mb}, {"hit_rate", elastic.total_stats().hit_rate()},
-          {"serial_ms", ms_s}, {"elastic_ms", ms_e}, {"ideal_ms", ms_i}, {"dram_ms", ms_d}, {"select_fetch_share", median(share)}};
+  return {{"context", context}, {"batch", batch}, {"streams", streams}, {"micro_batch", mb}, {"hit_rate", m.elastic.total_stats().hit_rate()},
+          {"serial_ms", ms_s}, {"elastic_ms", ms_e}, {"ideal_ms", ms_i}, {"dram_ms", ms_d}, {"select_fetch_share", median(r.share)}};
+}
+
+nlohmann::json run_case(const Options& o, std::int64_t context, int batch) {
+  const eval::SyntheticPreset preset = eval::synthetic_preset("default");
+  const int kvh = o.kv_heads, d = preset.shape.head_dim, g = preset.shape.q_heads / preset.shape.kv_heads, qh = g * kvh;
+  Config c;
+  c.shape = {1, qh, kvh, d};
+  c.budget = Budget::fraction(0.0625);
+  Managers m = make_managers(o, c);
+  const std::vector<eval::LayerInputs> inputs = load_batch(o, context, batch, m);
+  StepBuffers b(batch, qh, kvh, d);
+  // Elastic's micro-batch: given, or tuned on dry runs of the first step.
+  if (o.micro_batch == 0) {
+    eval::batch_step(inputs, 0, b.q, b.k, b.v);
+    b.with_views([&](auto q, auto k, auto v, auto out) { m.elastic.tune(0, m.ids_e, q, k, v, out); });
+  }
+  const std::size_t streams = static_cast<std::size_t>(batch * kvh), mb = m.elastic.pipeline_policy().micro_batch_for(streams);
+  const Measured r = measure_steps(o, m, inputs, b, streams, mb);
+  nlohmann::json row = print_case(o, context, batch, m, r, streams, mb);
+  for (SeqId id : m.ids_s) m.serial.release(id);
+  for (SeqId id : m.ids_e) m.elastic.release(id);
+  return row;
 }
 
 }  // namespace
