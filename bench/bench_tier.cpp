@@ -13,11 +13,12 @@
 // MmapTier's sequential bandwidth against O_DIRECT 1 MiB reads of the same bytes.
 //
 // Then the remote tier (RedisTier) over loopback, against redis-benchmark's GET at the same
-// value size, pipeline depth and one connection, in the same run (see remote_report); it starts
-// a private redis-server (or uses --redis URL) and is skipped where Redis is not installed.
+// value size, pipeline depth and one connection, in the same run (see remote_report in
+// tier_remote.hpp); it starts a private redis-server (or uses --redis URL) and is skipped where
+// Redis is not installed.
 //
 // Last, semantic packing against seal order on the misses of a Lookahead W=3 cache (see
-// packing_report).
+// packing_report in tier_packing.hpp).
 //
 //   bench_tier [--dir PATH] [--pages N] [--batch N] [--qd N] [--rounds N]
 //              [--pack-layers N] [--pack-context TOKENS] [--pack-steps N] [--json FILE]
