@@ -87,16 +87,12 @@ inline LlamaConfig parse_hf_config(const std::filesystem::path& path) {
   return c;
 }
 
-/// Loads a Hugging Face Llama folder.
-inline Model load_hf(const std::filesystem::path& dir) {
-  Model m;
-  m.source = dir.string();
-  m.config = parse_hf_config(dir / "config.json");
-  const LlamaConfig& c = m.config;
+namespace hf_loader_detail {
 
-  // The files and which one holds each tensor.
+/// The safetensors files of a folder: the shards model.safetensors.index.json names (each once,
+/// in the order first named), else model.safetensors.
+inline std::vector<SafetensorsFile> open_safetensors(const std::filesystem::path& dir) {
   std::vector<SafetensorsFile> files;
-  std::map<std::string, std::pair<const TensorInfo*, std::string>> where;  // tensor -> (info, file)
   auto open = [&](const std::filesystem::path& p) {
     files.emplace_back(p.string());
   };
@@ -120,64 +116,96 @@ inline Model load_hf(const std::filesystem::path& dir) {
     files.reserve(1);
     open(dir / "model.safetensors");
   }
-  for (const auto& f : files)
-    for (const auto& [name, info] : f.tensors()) where[name] = {&info, f.path()};
+  return files;
+}
 
-  // Each tensor: checked against config.json, then used in place (fp32) or converted.
-  const std::string torch_dtype = read_json(dir / "config.json").value("torch_dtype", std::string());
-  const std::string want_dtype = torch_dtype == "float32" ? "F32" : torch_dtype == "float16" ? "F16"
-                                 : torch_dtype == "bfloat16" ? "BF16" : "";
-  std::vector<std::shared_ptr<MappedFile>> keep;
-  for (const auto& f : files) keep.push_back(f.file());
-  auto tensor = [&](const std::string& name, std::vector<std::int64_t> shape) -> const float* {
-    auto it = where.find(name);
-    KVD_EXPECT(it != where.end(), "{}: tensor '{}' is missing", dir.string(), name);
+/// Takes a model's tensors from a folder's safetensors files, each checked against config.json
+/// (its torch_dtype and the shape the sizes imply), then used in place (fp32) or converted.
+class TensorReader {
+ public:
+  TensorReader(const std::filesystem::path& dir, const std::vector<SafetensorsFile>& files, Model& m) : dir_(dir), m_(m) {
+    for (const auto& f : files)
+      for (const auto& [name, info] : f.tensors()) where_[name] = {&info, f.path()};
+    torch_dtype_ = read_json(dir / "config.json").value("torch_dtype", std::string());
+    want_dtype_ = torch_dtype_ == "float32" ? "F32" : torch_dtype_ == "float16" ? "F16"
+                  : torch_dtype_ == "bfloat16" ? "BF16" : "";
+  }
+
+  std::size_t size() const { return where_.size(); }
+  bool has(const std::string& name) const { return where_.count(name) != 0; }
+
+  const float* tensor(const std::string& name, std::vector<std::int64_t> shape) {
+    auto it = where_.find(name);
+    KVD_EXPECT(it != where_.end(), "{}: tensor '{}' is missing", dir_.string(), name);
     const TensorInfo& t = *it->second.first;
     const std::string& file = it->second.second;
-    KVD_EXPECT(want_dtype.empty() || t.dtype == want_dtype, "{}: tensor '{}' has dtype {} but config.json says torch_dtype {}",
-               file, name, t.dtype, torch_dtype);
+    KVD_EXPECT(want_dtype_.empty() || t.dtype == want_dtype_, "{}: tensor '{}' has dtype {} but config.json says torch_dtype {}",
+               file, name, t.dtype, torch_dtype_);
     KVD_EXPECT(t.shape == shape, "{}: tensor '{}' has shape [{}], config.json implies [{}]", file, name, fmt::join(t.shape, ", "),
                fmt::join(shape, ", "));
     const auto n = static_cast<std::size_t>(t.elements());
     if (t.dtype == "F32") {
       if (reinterpret_cast<std::uintptr_t>(t.data) % alignof(float) == 0) return reinterpret_cast<const float*>(t.data);
-      auto& v = m.owned.emplace_back(n);
+      auto& v = m_.owned.emplace_back(n);
       std::memcpy(v.data(), t.data, n * sizeof(float));
       return v.data();
     }
     KVD_EXPECT(t.dtype == "F16" || t.dtype == "BF16", "{}: tensor '{}' has dtype {}, expected F32, F16 or BF16", file, name, t.dtype);
-    auto& v = m.owned.emplace_back(n);
+    auto& v = m_.owned.emplace_back(n);
     for (std::size_t i = 0; i < n; ++i) {
       std::uint16_t b;
       std::memcpy(&b, t.data + 2 * i, 2);
       v[i] = t.dtype == "F16" ? half_bits_to_float(b) : bf16_bits_to_float(b);
     }
     return v.data();
-  };
-  // owned vectors must not move while pointers into them are handed out
-  m.owned.reserve(where.size() + 1);
-  const std::int64_t D = c.dim, H = c.hidden_dim, KV = c.kv_dim(), V = c.vocab;
-  const auto matrix = [&](const std::string& name, std::int64_t rows, std::int64_t cols) {
+  }
+  Matrix matrix(const std::string& name, std::int64_t rows, std::int64_t cols) {
     return Matrix::f32(tensor(name, {rows, cols}), rows, cols);
-  };
-  m.token_embedding = matrix("model.embed_tokens.weight", V, D);
+  }
+
+ private:
+  const std::filesystem::path& dir_;
+  Model& m_;
+  std::map<std::string, std::pair<const TensorInfo*, std::string>> where_;  // tensor -> (info, file)
+  std::string torch_dtype_, want_dtype_;
+};
+
+}  // namespace hf_loader_detail
+
+/// Loads a Hugging Face Llama folder.
+inline Model load_hf(const std::filesystem::path& dir) {
+  Model m;
+  m.source = dir.string();
+  m.config = parse_hf_config(dir / "config.json");
+  const LlamaConfig& c = m.config;
+
+  // The files and which one holds each tensor.
+  const std::vector<SafetensorsFile> files = hf_loader_detail::open_safetensors(dir);
+  // Each tensor: checked against config.json, then used in place (fp32) or converted.
+  hf_loader_detail::TensorReader r(dir, files, m);
+  std::vector<std::shared_ptr<MappedFile>> keep;
+  for (const auto& f : files) keep.push_back(f.file());
+  // owned vectors must not move while pointers into them are handed out
+  m.owned.reserve(r.size() + 1);
+  const std::int64_t D = c.dim, H = c.hidden_dim, KV = c.kv_dim(), V = c.vocab;
+  m.token_embedding = r.matrix("model.embed_tokens.weight", V, D);
   for (int l = 0; l < c.layers; ++l) {
     const std::string pre = "model.layers." + std::to_string(l) + ".";
     LayerWeights w;
-    w.rms_att = tensor(pre + "input_layernorm.weight", {D});
-    w.wq = matrix(pre + "self_attn.q_proj.weight", D, D);
-    w.wk = matrix(pre + "self_attn.k_proj.weight", KV, D);
-    w.wv = matrix(pre + "self_attn.v_proj.weight", KV, D);
-    w.wo = matrix(pre + "self_attn.o_proj.weight", D, D);
-    w.rms_ffn = tensor(pre + "post_attention_layernorm.weight", {D});
-    w.w1 = matrix(pre + "mlp.gate_proj.weight", H, D);
-    w.w2 = matrix(pre + "mlp.down_proj.weight", D, H);
-    w.w3 = matrix(pre + "mlp.up_proj.weight", H, D);
+    w.rms_att = r.tensor(pre + "input_layernorm.weight", {D});
+    w.wq = r.matrix(pre + "self_attn.q_proj.weight", D, D);
+    w.wk = r.matrix(pre + "self_attn.k_proj.weight", KV, D);
+    w.wv = r.matrix(pre + "self_attn.v_proj.weight", KV, D);
+    w.wo = r.matrix(pre + "self_attn.o_proj.weight", D, D);
+    w.rms_ffn = r.tensor(pre + "post_attention_layernorm.weight", {D});
+    w.w1 = r.matrix(pre + "mlp.gate_proj.weight", H, D);
+    w.w2 = r.matrix(pre + "mlp.down_proj.weight", D, H);
+    w.w3 = r.matrix(pre + "mlp.up_proj.weight", H, D);
     m.layers.push_back(w);
   }
-  m.rms_final = tensor("model.norm.weight", {D});
-  m.classifier = c.tied_embeddings || !where.count("lm_head.weight") ? m.token_embedding : matrix("lm_head.weight", V, D);
-  KVD_EXPECT(c.tied_embeddings || where.count("lm_head.weight"),
+  m.rms_final = r.tensor("model.norm.weight", {D});
+  m.classifier = c.tied_embeddings || !r.has("lm_head.weight") ? m.token_embedding : r.matrix("lm_head.weight", V, D);
+  KVD_EXPECT(c.tied_embeddings || r.has("lm_head.weight"),
              "{}: tensor 'lm_head.weight' is missing (tie_word_embeddings is false)", dir.string());
   m.files = std::move(keep);
   m.weight_types = "F32";
