@@ -4,6 +4,7 @@
 // tier, so pages stored in it always go through the cache and fetch path. Batched writes are
 // passed on as batches, all or nothing. Faults below a tier (bit flips on the medium, power
 // loss, any failing file operation of SsdTier) are the File seam's: tests/fault_file.hpp.
+// A test tool, not a product tier: it lives with the tests, out of kvdrive/kvdrive.hpp.
 #pragma once
 
 #include <chrono>

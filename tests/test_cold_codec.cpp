@@ -17,6 +17,7 @@
 #include "device_emulation.hpp"
 #include "kvdrive/kvdrive.hpp"
 #include "kvdrive/tier/ssd.hpp"
+#include "fault_tier.hpp"
 #include "support.hpp"
 #include "workload.hpp"
 

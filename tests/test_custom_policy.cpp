@@ -12,6 +12,7 @@
 #include "fifo_eviction.hpp"
 #include "first_key_index.hpp"
 #include "kvdrive/kvdrive.hpp"
+#include "fault_tier.hpp"
 #include "support.hpp"
 #include "workload.hpp"
 

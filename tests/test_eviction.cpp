@@ -14,6 +14,7 @@
 
 #include "kvdrive/kvdrive.hpp"
 #include "kvdrive/eval/synthetic.hpp"
+#include "fault_tier.hpp"
 #include "support.hpp"
 
 using namespace kvdrive;

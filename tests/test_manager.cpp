@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kvdrive/kvdrive.hpp"
+#include "fault_tier.hpp"
 #include "support.hpp"
 
 using namespace kvdrive;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kvdrive/kvdrive.hpp"
+#include "fault_tier.hpp"
 #include "support.hpp"
 #include "workload.hpp"
 

@@ -30,6 +30,7 @@
 #include "kvdrive/tier/mmap.hpp"
 #include "kvdrive/tier/ssd.hpp"
 #include "fault_file.hpp"
+#include "fault_tier.hpp"
 #include "ssd_mutants.hpp"
 #include "support.hpp"
 

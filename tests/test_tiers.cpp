@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kvdrive/kvdrive.hpp"
+#include "fault_tier.hpp"
 
 using namespace kvdrive;
 using namespace kvdrive::tier;

@@ -58,7 +58,6 @@
 #include "kvdrive/pipeline/elastic.hpp"
 #include "kvdrive/pipeline/serial.hpp"
 #include "kvdrive/tier/concept.hpp"
-#include "kvdrive/tier/fault.hpp"
 #include "kvdrive/tier/host.hpp"
 #include "kvdrive/tier/page_key.hpp"
 #include "kvdrive/tier/page_pool.hpp"

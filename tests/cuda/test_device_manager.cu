@@ -20,6 +20,7 @@
 #include "kvdrive/cuda/device_tier.cuh"
 #include "kvdrive/kvdrive.hpp"
 #include "kvdrive/tier/ssd.hpp"
+#include "../fault_tier.hpp"
 #include "../support.hpp"
 #include "../workload.hpp"
 
