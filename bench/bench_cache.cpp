@@ -27,7 +27,7 @@
 #include "kvdrive/eval/recorded.hpp"
 #include "kvdrive/eval/synthetic.hpp"
 #include "kvdrive/eval/trace_stats.hpp"
-#include "kvdrive/kvdrive.hpp"
+#include "kvdrive/research.hpp"
 
 using namespace kvdrive;
 

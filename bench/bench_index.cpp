@@ -27,7 +27,7 @@
 #include "kvdrive/eval/trace_stats.hpp"
 #include "kvdrive/index/product_quant.hpp"
 #include "kvdrive/index/simhash.hpp"
-#include "kvdrive/kvdrive.hpp"
+#include "kvdrive/research.hpp"
 #include "memcpy_rate.hpp"
 #include "support.hpp"
 

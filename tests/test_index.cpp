@@ -11,7 +11,7 @@
 #include <tuple>
 #include <vector>
 
-#include "kvdrive/kvdrive.hpp"
+#include "kvdrive/research.hpp"
 #include "index_support.hpp"
 #include "support.hpp"
 

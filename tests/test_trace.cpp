@@ -10,7 +10,7 @@
 
 #include "decoder.hpp"
 #include "kvdrive/eval/recorded.hpp"
-#include "kvdrive/kvdrive.hpp"
+#include "kvdrive/research.hpp"
 #include "llama2c.hpp"
 #include "support.hpp"
 
