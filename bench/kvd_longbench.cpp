@@ -2,34 +2,33 @@
 // attention configuration on the same work. Each sample (a RULER-style task, longbench/tasks.hpp)
 // is prefilled once, densely; its K/V then start every configuration (longbench/replay.hpp):
 // dense, each sparse index at each budget, and tiered Hierarchical (DRAM cache + SSD), which must
-// give sparse Hierarchical's tokens exactly (Decision 2: the tool checks it and fails otherwise).
+// give sparse Hierarchical's tokens exactly (Decision 2: the tool checks it and fails otherwise;
+// longbench/sample.hpp).
 // Per cell (task, haystack, context, configuration): accuracy with its 95% interval, agreement
 // with dense's answer on the same samples, N, and decode time. --fidelity measures instead how far
 // each configuration's next-token distributions depart from dense's on long documents
-// (longbench/fidelity.hpp). Tables on stdout, everything in --json.
+// (longbench/fidelity.hpp). Tables on stdout (longbench/tables.hpp), everything in --json.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <filesystem>
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "chat.hpp"
 #include "gguf_loader.hpp"
 #include "longbench/fidelity.hpp"
 #include "longbench/replay.hpp"
+#include "longbench/sample.hpp"
 #include "longbench/stats.hpp"
+#include "longbench/tables.hpp"
 #include "longbench/tasks.hpp"
 #include "model_cache.hpp"
 #include "run.hpp"
-#include "tokenizer.hpp"
 
 using namespace kvdrive;
 using namespace kvdrive::longbench;
@@ -61,25 +60,6 @@ struct Options {
   std::string record_traces;  ///< a folder: each sample's dense trace, kept where a configuration scored below dense
 };
 
-/// One configuration's result on one sample.
-struct Answer {
-  std::vector<int> ids;
-  std::string text;
-  double score = 0;
-  bool same_tokens = false;  ///< the same tokens as dense's reply
-  bool same_bits = false;    ///< the same logits as dense's, bit for bit, at every step
-  double ms_per_token = 0;
-  double pages_per_step = 0;  ///< index-selected pages per stream and step
-};
-
-struct Sample {
-  TaskSpec spec;
-  std::int64_t prompt_tokens = 0, document_tokens = 0;
-  double prefill_ms = 0;
-  std::vector<std::string> answers;
-  std::vector<Answer> by_config;  ///< in the order of the run's configurations
-};
-
 std::vector<TaskKind> chosen_tasks(const Options& o) {
   if (o.tasks.size() == 1 && o.tasks[0] == "all") return {kAllTasks.begin(), kAllTasks.end()};
   std::vector<TaskKind> out;
@@ -92,266 +72,6 @@ std::vector<ConfigSpec> chosen_configs(const Options& o) {
   std::vector<ConfigSpec> out;
   for (const auto& c : o.configs) out.push_back(parse_config(c));
   KVD_EXPECT(!out.empty() && out.front() == ConfigSpec{}, "--configs: the first configuration must be dense (the others are compared with it)");
-  return out;
-}
-
-/// The model's tokenizer and chat template, and the prompt of a task as token ids.
-struct Prompter {
-  llama::Tokenizer tok;
-  llama::ChatTemplate chat;
-
-  explicit Prompter(const llama::Model& m) : tok(*m.vocab), chat(llama::ChatTemplate::from_gguf(m.vocab->chat_template)) {}
-  std::vector<int> ids(const std::string& user, const std::string& reply_prefix) const {
-    const std::string text = chat.render({{"user", user}}, reply_prefix);
-    return tok.encode(text, tok.adds_bos(text), true);
-  }
-  std::string text(const std::vector<int>& ids, int before) const {
-    std::string s;
-    for (std::size_t i = 0; i < ids.size(); ++i) s += tok.decode(i ? ids[i - 1] : before, ids[i]);
-    return s;
-  }
-};
-
-/// Where --record-traces puts a sample's trace.
-std::filesystem::path trace_path(const std::string& dir, const TaskSpec& spec) {
-  return std::filesystem::path(dir) / fmt::format("{}-{}-{}-{}.trace", task_name(spec.kind), haystack_name(spec.haystack), spec.context, spec.seed);
-}
-
-/// Every configuration on one sample. With a trace folder, the dense prefill and dense's reply are
-/// recorded (eval::TraceWriter; scripts/analysis/page-summaries/misses.py reads them); the trace
-/// is kept only where some configuration scored below dense.
-Sample run_sample(const ReplayContext& cx, const Prompter& pr, const TaskSpec& spec, const std::vector<ConfigSpec>& configs,
-                  const std::string& trace_dir = {}) {
-  const Task task = make_task(spec, [&](const std::string& u, const std::string& r) { return static_cast<std::int64_t>(pr.ids(u, r).size()); },
-                              [&](const std::string& s) { return static_cast<std::int64_t>(pr.tok.encode(s, false).size()); });
-  const std::vector<int> ids = pr.ids(task.user, task.reply_prefix);
-  Sample s;
-  s.spec = spec;
-  s.prompt_tokens = static_cast<std::int64_t>(ids.size());
-  s.document_tokens = task.document_tokens;
-  s.answers = task.answers;
-  const std::vector<int> stops = pr.tok.stops();
-  ReplayPlan plan;
-  plan.max_new = reply_tokens(spec.kind);
-  plan.stops = stops;
-  llama::PrefillSnapshot snap;
-  {
-    const auto t0 = std::chrono::steady_clock::now();
-    const Config cfg = llama::manager_config(cx.layout, cx.model->config);
-    KvManager<index::Dense, eviction::None> kv(cfg);
-    llama::Decoder<decltype(kv)> dec(*cx.model, kv, *cx.pool, cx.layout.prefill_chunk);
-    std::optional<eval::TraceWriter> trace;
-    if (!trace_dir.empty()) {
-      trace.emplace(trace_path(trace_dir, spec).string(), cfg.shape, cfg.dtype);
-      dec.record(&*trace);
-    }
-    dec.warm_up_after_prefill(cx.layout.warm_up);  // the queries tiered placement ranks pages by
-    dec.keep_prefill(&snap);
-    const std::vector<float>& first = dec.prefill(ids);
-    s.prefill_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (trace) {
-      ReplayPlan dense_reply = plan;
-      dense_reply.keep_logits = false;
-      (void)detail::decode(dec, first, dense_reply);
-      trace->close();
-    }
-  }
-  Replay dense;
-  for (const auto& c : configs) {
-    Replay r = replay(cx, c, snap, plan);
-    if (c == ConfigSpec{}) dense = r;
-    Answer a;
-    a.text = task.reply_prefix + pr.text(r.ids, ids.back());
-    a.score = score(task, a.text.substr(task.reply_prefix.size()));
-    a.same_tokens = r.ids == dense.ids;
-    a.same_bits = same_bits(r, dense);
-    a.ms_per_token = r.decode_ms / static_cast<double>(std::max<std::int64_t>(1, r.steps));
-    a.pages_per_step = r.selected_per_stream;
-    a.ids = std::move(r.ids);
-    s.by_config.push_back(std::move(a));
-  }
-  if (!trace_dir.empty() &&
-      std::none_of(s.by_config.begin(), s.by_config.end(), [&](const Answer& a) { return a.score < s.by_config[0].score; }))
-    std::filesystem::remove(trace_path(trace_dir, spec));
-  return s;
-}
-
-/// Decision 2 and the bit-for-bit oracle, checked on every sample: tiered Hierarchical gives
-/// sparse Hierarchical's tokens, OracleMass at budget 1 gives dense's logits; with
-/// --require-dense-correct, dense answers every sample. Returns the failures, each said on stderr.
-int check_sample(const Sample& s, const std::vector<ConfigSpec>& configs, bool require_dense) {
-  int failures = 0;
-  const auto where = [&] { return fmt::format("{} {} {} tokens seed {}", task_name(s.spec.kind), haystack_name(s.spec.haystack), s.spec.context, s.spec.seed); };
-  for (std::size_t i = 0; i < configs.size(); ++i) {
-    const ConfigSpec& c = configs[i];
-    if (c.tiered)
-      for (std::size_t j = 0; j < configs.size(); ++j)
-        if (!configs[j].tiered && configs[j].index == c.index && configs[j].params == c.params && configs[j].budget == c.budget &&
-            s.by_config[i].ids != s.by_config[j].ids) {
-          fmt::print(stderr, "kvd-longbench: FAILED: {} decoded other tokens than {} ({})\n", c.name(), configs[j].name(), where());
-          ++failures;
-        }
-    if (c.index == "oracle-mass" && c.budget == 1.0 && !s.by_config[i].same_bits) {
-      fmt::print(stderr, "kvd-longbench: FAILED: oracle-mass@1 is not dense bit for bit ({})\n", where());
-      ++failures;
-    }
-  }
-  if (require_dense && s.by_config[0].score < 1.0) {
-    fmt::print(stderr, "kvd-longbench: FAILED: dense did not answer ({}): '{}', expected {}\n", where(), s.by_config[0].text,
-               fmt::join(s.answers, ", "));
-    ++failures;
-  }
-  return failures;
-}
-
-/// A cell's figures: the samples of one (task, haystack, context) under one configuration.
-struct Cell {
-  Interval accuracy;
-  double agreement = 0;    ///< samples whose score equals dense's
-  double same_tokens = 0;  ///< samples whose reply is dense's, token for token
-  double ms_per_token = 0;
-  double pages_per_step = 0;
-};
-
-Cell cell_of(const std::vector<const Sample*>& samples, std::size_t config) {
-  Cell c;
-  std::vector<double> scores;
-  for (const Sample* s : samples) {
-    const Answer& a = s->by_config[config];
-    scores.push_back(a.score);
-    c.agreement += a.score == s->by_config[0].score;
-    c.same_tokens += a.same_tokens;
-    c.ms_per_token += a.ms_per_token;
-    c.pages_per_step += a.pages_per_step;
-  }
-  const double n = static_cast<double>(std::max<std::size_t>(1, samples.size()));
-  c.accuracy = interval95(scores);
-  c.agreement /= n, c.same_tokens /= n, c.ms_per_token /= n, c.pages_per_step /= n;
-  return c;
-}
-
-std::string cell_text(const Interval& i) { return fmt::format("{:.2f} [{:.2f},{:.2f}]", i.mean, i.low, i.high); }
-
-using Key = std::tuple<int, int, std::int64_t>;  // task, haystack, context
-
-std::map<Key, std::vector<const Sample*>> by_cell(const std::vector<Sample>& samples) {
-  std::map<Key, std::vector<const Sample*>> m;
-  for (const auto& s : samples) m[{static_cast<int>(s.spec.kind), static_cast<int>(s.spec.haystack), s.spec.context}].push_back(&s);
-  return m;
-}
-
-/// Per (haystack, context): a row per configuration, accuracy per task with its interval, then
-/// the pooled accuracy, agreement with dense and decode time.
-void print_tables(const std::vector<Sample>& samples, const std::vector<ConfigSpec>& configs, const std::vector<TaskKind>& tasks) {
-  const auto cells = by_cell(samples);
-  std::map<std::pair<int, std::int64_t>, std::vector<const Sample*>> blocks;
-  for (const auto& s : samples) blocks[{static_cast<int>(s.spec.haystack), s.spec.context}].push_back(&s);
-  for (const auto& [hc, all] : blocks) {
-    fmt::print("\n{} haystack, {} tokens: accuracy [95% interval] per task ({} samples per task)\n", haystack_name(static_cast<Haystack>(hc.first)),
-               hc.second, all.size() / tasks.size());
-    fmt::print("{:<26}", "configuration");
-    for (TaskKind t : tasks) fmt::print(" {:>18}", task_name(t));
-    fmt::print(" {:>18} {:>7} {:>7} {:>8} {:>8}\n", "pooled", "agree", "tokens", "ms/tok", "pages");
-    for (std::size_t c = 0; c < configs.size(); ++c) {
-      fmt::print("{:<26}", configs[c].name());
-      for (TaskKind t : tasks) {
-        const auto it = cells.find({static_cast<int>(t), hc.first, hc.second});
-        fmt::print(" {:>18}", it == cells.end() ? "-" : cell_text(cell_of(it->second, c).accuracy));
-      }
-      const Cell p = cell_of(all, c);
-      fmt::print(" {:>18} {:>7.2f} {:>7.2f} {:>8.1f} {:>8.2f}\n", cell_text(p.accuracy), p.agreement, p.same_tokens, p.ms_per_token,
-                 p.pages_per_step);
-    }
-  }
-}
-
-/// Pooled over the cells where dense scores above 0.5 (the tasks the model can do at that
-/// length): each configuration's accuracy, its difference from dense, and agreement.
-nlohmann::json pooled_where_dense_works(const std::vector<Sample>& samples, const std::vector<ConfigSpec>& configs) {
-  std::vector<const Sample*> kept;
-  std::size_t cells_kept = 0;
-  for (const auto& [key, ss] : by_cell(samples))
-    if (cell_of(ss, 0).accuracy.mean > 0.5) kept.insert(kept.end(), ss.begin(), ss.end()), ++cells_kept;
-  fmt::print("\npooled over the {} cells where dense scores above 0.5 ({} samples); '- dense' is the paired difference "
-             "with its 95% interval:\n", cells_kept, kept.size());
-  fmt::print("{:<26} {:>18} {:>24} {:>7}\n", "configuration", "accuracy", "- dense [95%]", "agree");
-  nlohmann::json out = nlohmann::json::array();
-  const auto scores = [&](std::size_t c) {
-    std::vector<double> v;
-    for (const Sample* s : kept) v.push_back(s->by_config[c].score);
-    return v;
-  };
-  const std::vector<double> dense = scores(0);
-  for (std::size_t c = 0; c < configs.size(); ++c) {
-    const Cell p = cell_of(kept, c);
-    const Interval d = paired_difference95(scores(c), dense);
-    fmt::print("{:<26} {:>18} {:>24} {:>7.3f}\n", configs[c].name(), cell_text(p.accuracy),
-               fmt::format("{:+.3f} [{:+.3f},{:+.3f}]", d.mean, d.low, d.high), p.agreement);
-    out.push_back({{"config", configs[c].name()}, {"accuracy", p.accuracy.mean}, {"low", p.accuracy.low}, {"high", p.accuracy.high},
-                   {"n", p.accuracy.n}, {"agreement", p.agreement}, {"minus_dense", d.mean}, {"minus_dense_low", d.low},
-                   {"minus_dense_high", d.high}});
-  }
-  return out;
-}
-
-/// Per haystack: accuracy pooled over the tasks, per context and depth band of the needle (where
-/// the needle, or vt's first statement, stands in the document), with N per band.
-nlohmann::json print_depth_bands(const std::vector<Sample>& samples, const std::vector<ConfigSpec>& configs) {
-  using BandKey = std::tuple<int, std::int64_t, int>;  // haystack, context, band
-  std::map<BandKey, std::vector<const Sample*>> bands;
-  for (const auto& s : samples) bands[{static_cast<int>(s.spec.haystack), s.spec.context, depth_band(s.spec.depth)}].push_back(&s);
-  nlohmann::json out = nlohmann::json::array();
-  std::map<int, std::vector<BandKey>> by_haystack;
-  for (const auto& [key, ss] : bands) by_haystack[std::get<0>(key)].push_back(key);
-  for (const auto& [h, keys] : by_haystack) {
-    fmt::print("\n{} haystack: accuracy pooled over the tasks, per context and needle depth band (N)\n", haystack_name(static_cast<Haystack>(h)));
-    fmt::print("{:<26}", "configuration");
-    for (const auto& k : keys)
-      fmt::print(" {:>16}", fmt::format("{} {} ({})", std::get<1>(k), depth_band_name(std::get<2>(k)), bands[k].size()));
-    fmt::print("\n");
-    for (std::size_t c = 0; c < configs.size(); ++c) {
-      fmt::print("{:<26}", configs[c].name());
-      for (const auto& k : keys) {
-        const Cell x = cell_of(bands[k], c);
-        fmt::print(" {:>16.3f}", x.accuracy.mean);
-        out.push_back({{"haystack", haystack_name(static_cast<Haystack>(h))}, {"context", std::get<1>(k)},
-                       {"band", depth_band_name(std::get<2>(k))}, {"config", configs[c].name()}, {"accuracy", x.accuracy.mean},
-                       {"low", x.accuracy.low}, {"high", x.accuracy.high}, {"n", x.accuracy.n}, {"agreement", x.agreement}});
-      }
-      fmt::print("\n");
-    }
-  }
-  return out;
-}
-
-nlohmann::json samples_json(const std::vector<Sample>& samples, const std::vector<ConfigSpec>& configs) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const auto& s : samples) {
-    nlohmann::json j = {{"task", task_name(s.spec.kind)}, {"haystack", haystack_name(s.spec.haystack)}, {"context", s.spec.context},
-                        {"depth", s.spec.depth}, {"seed", s.spec.seed}, {"prompt_tokens", s.prompt_tokens},
-                        {"document_tokens", s.document_tokens}, {"prefill_ms", s.prefill_ms}, {"answers", s.answers}};
-    for (std::size_t c = 0; c < configs.size(); ++c) {
-      const Answer& a = s.by_config[c];
-      j["configs"][configs[c].name()] = {{"reply", a.text}, {"ids", a.ids}, {"score", a.score}, {"same_tokens", a.same_tokens},
-                                         {"same_bits", a.same_bits}, {"ms_per_token", a.ms_per_token},
-                                         {"pages_per_step", a.pages_per_step}};
-    }
-    out.push_back(std::move(j));
-  }
-  return out;
-}
-
-nlohmann::json cells_json(const std::vector<Sample>& samples, const std::vector<ConfigSpec>& configs) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const auto& [key, ss] : by_cell(samples))
-    for (std::size_t c = 0; c < configs.size(); ++c) {
-      const Cell x = cell_of(ss, c);
-      out.push_back({{"task", task_name(static_cast<TaskKind>(std::get<0>(key)))}, {"haystack", haystack_name(static_cast<Haystack>(std::get<1>(key)))},
-                     {"context", std::get<2>(key)}, {"config", configs[c].name()}, {"accuracy", x.accuracy.mean},
-                     {"low", x.accuracy.low}, {"high", x.accuracy.high}, {"n", x.accuracy.n}, {"agreement", x.agreement},
-                     {"same_tokens", x.same_tokens}, {"ms_per_token", x.ms_per_token},
-                     {"pages_per_step", x.pages_per_step}});
-    }
   return out;
 }
 
