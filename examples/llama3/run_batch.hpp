@@ -18,7 +18,13 @@
 #include <vector>
 
 #include "decoder.hpp"
-#include "run.hpp"
+#include "kvdrive/kvdrive.hpp"
+#include "linear.hpp"
+#include "model.hpp"
+#include "run_manager.hpp"
+#include "run_options.hpp"
+#include "run_prompt.hpp"
+#include "run_summary.hpp"
 #include "summary.hpp"
 
 namespace kvdrive::llama {
