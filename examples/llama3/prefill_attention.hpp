@@ -1,14 +1,15 @@
 // Causal attention for a chunk of prompt tokens, on the CPU, blocked over query tiles: the
-// queries of kTile consecutive tokens (x the GQA group) attend together over the keys before the
-// tile, so each block of keys is loaded once per tile rather than once per query; the keys
+// queries of kCausalTile (16) consecutive tokens (x the GQA group) attend together over the keys
+// before the tile, so each block of keys is loaded once per tile rather than once per query; the keys
 // inside the tile (the causal diagonal) are attended per token, and the two partial results are
 // merged by log-sum-exp. Tasks are (tile, KV head) pairs on the thread pool. The arithmetic is
-// kvdrive's attention kernel (attention::sparse_decode) over 64-key blocks.
+// kvdrive's attention kernel (attention::sparse_decode) over 64-key blocks (kCausalKeyBlock).
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "kvdrive/attention/sparse_decode.hpp"
@@ -35,68 +36,81 @@ inline double causal_attention_flops(std::int64_t p0, std::int64_t tokens, int h
   return 4.0 * keys * heads * head_dim;
 }
 
-inline void causal_attention(ThreadPool& pool, const CausalAttentionArgs& a) {
-  constexpr std::int64_t kTile = 16, kBlock = 64;
-  const int g = a.heads / a.kv_heads, d = a.head_dim;
-  const std::int64_t tiles = (a.tokens + kTile - 1) / kTile;
-  const auto row = static_cast<std::size_t>(a.heads) * d;  // floats per token in q and out
-  pool.parallel_for(static_cast<std::size_t>(tiles * a.kv_heads), [&](std::size_t task) {
-    const std::int64_t tile = static_cast<std::int64_t>(task) / a.kv_heads;
-    const int h = static_cast<int>(static_cast<std::int64_t>(task) % a.kv_heads);
-    const std::int64_t t0 = tile * kTile, n = std::min(kTile, a.tokens - t0);
-    const float* k = (*a.keys)[a.head_offset + static_cast<std::size_t>(h)].data();
-    const float* v = (*a.values)[a.head_offset + static_cast<std::size_t>(h)].data();
-    const std::int64_t prefix = a.p0 + t0;  // keys every query of the tile sees in full
+namespace detail {
 
-    thread_local std::vector<float> qt, out_a, lse_a, out_b, lse_b;
-    thread_local std::vector<attention::PageRef> blocks;
-    const auto rows = static_cast<std::size_t>(n) * g;
-    qt.resize(rows * d);
-    for (std::int64_t i = 0; i < n; ++i)  // the tile's queries of this KV head's group, contiguous
-      std::copy_n(a.q + static_cast<std::size_t>(t0 + i) * row + static_cast<std::size_t>(h) * g * d, static_cast<std::size_t>(g) * d,
-                  qt.data() + static_cast<std::size_t>(i) * g * d);
-    out_a.assign(rows * d, 0.0f);
-    lse_a.assign(rows, -INFINITY);
-    if (prefix > 0) {
-      blocks.clear();
-      for (std::int64_t b = 0; b < prefix; b += kBlock)
-        blocks.push_back({k + b * d, v + b * d, static_cast<int>(std::min(kBlock, prefix - b))});
-      attention::DecodeArgs da;
-      da.q = qt.data();
-      da.group = static_cast<int>(rows);
-      da.head_dim = d;
-      da.scale = a.scale;
-      da.pages = blocks;
-      da.out = out_a.data();
-      da.lse = lse_a.data();
-      attention::sparse_decode<float>(da);
+inline constexpr std::int64_t kCausalTile = 16, kCausalKeyBlock = 64;
+
+/// `rows` query rows of head_dim d attending over `pages` with kvdrive's decode kernel: their
+/// outputs and log-sum-exps.
+inline void attend_pages(const float* q, int rows, int d, float scale, std::span<const attention::PageRef> pages, float* out, float* lse) {
+  attention::DecodeArgs da;
+  da.q = q;
+  da.group = rows;
+  da.head_dim = d;
+  da.scale = scale;
+  da.pages = pages;
+  da.out = out;
+  da.lse = lse;
+  attention::sparse_decode<float>(da);
+}
+
+/// dst[d] = two partial attentions over disjoint keys merged: outputs pa and pb with the
+/// log-sum-exps la and lb.
+inline void merge_by_lse(const float* pa, float la, const float* pb, float lb, int d, float* dst) {
+  const float mx = std::max(la, lb);
+  const float wa = attention::exp_shifted(la - mx), wb = attention::exp_shifted(lb - mx);
+  const float inv = 1.0f / (wa + wb);
+  for (int e = 0; e < d; ++e) dst[e] = (wa * pa[e] + wb * pb[e]) * inv;
+}
+
+/// One task of causal_attention: the queries of tile `tile` in KV head h's group over the keys
+/// before the tile, then each over the tile's keys up to itself, the two merged.
+inline void causal_tile(const CausalAttentionArgs& a, std::int64_t tile, int h) {
+  const int g = a.heads / a.kv_heads, d = a.head_dim;
+  const auto row = static_cast<std::size_t>(a.heads) * d;  // floats per token in q and out
+  const std::int64_t t0 = tile * kCausalTile, n = std::min(kCausalTile, a.tokens - t0);
+  const float* k = (*a.keys)[a.head_offset + static_cast<std::size_t>(h)].data();
+  const float* v = (*a.values)[a.head_offset + static_cast<std::size_t>(h)].data();
+  const std::int64_t prefix = a.p0 + t0;  // keys every query of the tile sees in full
+
+  thread_local std::vector<float> qt, out_a, lse_a, out_b, lse_b;
+  thread_local std::vector<attention::PageRef> blocks;
+  const auto rows = static_cast<std::size_t>(n) * g;
+  qt.resize(rows * d);
+  for (std::int64_t i = 0; i < n; ++i)  // the tile's queries of this KV head's group, contiguous
+    std::copy_n(a.q + static_cast<std::size_t>(t0 + i) * row + static_cast<std::size_t>(h) * g * d, static_cast<std::size_t>(g) * d,
+                qt.data() + static_cast<std::size_t>(i) * g * d);
+  out_a.assign(rows * d, 0.0f);
+  lse_a.assign(rows, -INFINITY);
+  if (prefix > 0) {
+    blocks.clear();
+    for (std::int64_t b = 0; b < prefix; b += kCausalKeyBlock)
+      blocks.push_back({k + b * d, v + b * d, static_cast<int>(std::min(kCausalKeyBlock, prefix - b))});
+    attend_pages(qt.data(), static_cast<int>(rows), d, a.scale, blocks, out_a.data(), lse_a.data());
+  }
+  out_b.resize(static_cast<std::size_t>(g) * d);
+  lse_b.resize(static_cast<std::size_t>(g));
+  for (std::int64_t i = 0; i < n; ++i) {
+    // The diagonal: token i of the tile sees the tile's keys up to itself.
+    const attention::PageRef diag{k + prefix * d, v + prefix * d, static_cast<int>(i + 1)};
+    attend_pages(qt.data() + static_cast<std::size_t>(i) * g * d, g, d, a.scale, std::span<const attention::PageRef>(&diag, 1), out_b.data(),
+                 lse_b.data());
+    for (int j = 0; j < g; ++j) {
+      const std::size_t r = static_cast<std::size_t>(i) * g + j;
+      merge_by_lse(out_a.data() + r * d, lse_a[r], out_b.data() + static_cast<std::size_t>(j) * d, lse_b[static_cast<std::size_t>(j)], d,
+                   a.out + static_cast<std::size_t>(t0 + i) * row + (static_cast<std::size_t>(h) * g + j) * d);
     }
-    out_b.resize(static_cast<std::size_t>(g) * d);
-    lse_b.resize(static_cast<std::size_t>(g));
-    for (std::int64_t i = 0; i < n; ++i) {
-      // The diagonal: token i of the tile sees the tile's keys up to itself.
-      const attention::PageRef diag{k + prefix * d, v + prefix * d, static_cast<int>(i + 1)};
-      attention::DecodeArgs da;
-      da.q = qt.data() + static_cast<std::size_t>(i) * g * d;
-      da.group = g;
-      da.head_dim = d;
-      da.scale = a.scale;
-      da.pages = std::span<const attention::PageRef>(&diag, 1);
-      da.out = out_b.data();
-      da.lse = lse_b.data();
-      attention::sparse_decode<float>(da);
-      for (int j = 0; j < g; ++j) {
-        const std::size_t r = static_cast<std::size_t>(i) * g + j;
-        const float la = lse_a[r], lb = lse_b[static_cast<std::size_t>(j)];
-        const float mx = std::max(la, lb);
-        const float wa = attention::exp_shifted(la - mx), wb = attention::exp_shifted(lb - mx);
-        const float inv = 1.0f / (wa + wb);
-        float* dst = a.out + static_cast<std::size_t>(t0 + i) * row + (static_cast<std::size_t>(h) * g + j) * d;
-        const float* pa = out_a.data() + r * d;
-        const float* pb = out_b.data() + static_cast<std::size_t>(j) * d;
-        for (int e = 0; e < d; ++e) dst[e] = (wa * pa[e] + wb * pb[e]) * inv;
-      }
-    }
+  }
+}
+
+}  // namespace detail
+
+/// a.out = the chunk's causal attention over the prompt so far; tasks are (tile, KV head) pairs
+/// on `pool`.
+inline void causal_attention(ThreadPool& pool, const CausalAttentionArgs& a) {
+  const std::int64_t tiles = (a.tokens + detail::kCausalTile - 1) / detail::kCausalTile;
+  pool.parallel_for(static_cast<std::size_t>(tiles * a.kv_heads), [&](std::size_t task) {
+    detail::causal_tile(a, static_cast<std::int64_t>(task) / a.kv_heads, static_cast<int>(static_cast<std::int64_t>(task) % a.kv_heads));
   });
 }
 

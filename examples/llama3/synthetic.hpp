@@ -50,10 +50,10 @@ inline const SyntheticPreset& synthetic_preset(std::string_view name) {
   fail("unknown synthetic model '{}' (known: {})", name, known);
 }
 
-inline Model make_synthetic(const SyntheticSpec& spec, const ShapeOverrides& o, ThreadPool& pool) {
-  const SyntheticPreset& p = synthetic_preset(spec.preset);
-  Model m;
-  LlamaConfig& c = m.config;
+/// A preset's shape with the overrides applied, and what every synthetic model shares: Llama-3's
+/// RoPE theta in the Hugging Face layout, tied embeddings, a context of 4M tokens.
+inline LlamaConfig synthetic_config(const SyntheticPreset& p, const ShapeOverrides& o) {
+  LlamaConfig c;
   c.heads = o.heads.value_or(p.heads);
   c.kv_heads = o.kv_heads.value_or(p.kv_heads);
   const int head_dim = o.head_dim.value_or(p.dim / p.heads);
@@ -66,6 +66,13 @@ inline Model make_synthetic(const SyntheticSpec& spec, const ShapeOverrides& o, 
   c.rope_layout = RopeLayout::half;
   c.rms_eps = 1e-5f;
   c.tied_embeddings = true;
+  return c;
+}
+
+inline Model make_synthetic(const SyntheticSpec& spec, const ShapeOverrides& o, ThreadPool& pool) {
+  Model m;
+  m.config = synthetic_config(synthetic_preset(spec.preset), o);
+  LlamaConfig& c = m.config;
   m.source = fmt::format("synthetic:{}:seed={}", spec.preset, spec.seed);
   c.validate(m.source);
 
