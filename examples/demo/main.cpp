@@ -84,6 +84,134 @@ class Synthetic {
   std::vector<float> dirs_;
 };
 
+using Sparse = KvManager<index::Oracle, eviction::Lru>;
+using Dense = KvManager<index::Dense, eviction::Lru>;
+
+Config demo_config(const Options& o) {
+  Config cfg;
+  cfg.shape = {o.layers, 32, 8, 128};  // Llama-3-8B's attention shape
+  cfg.page_tokens = o.page_tokens;
+  cfg.dtype = o.dtype == "f32" ? DType::f32 : o.dtype == "bf16" ? DType::bf16 : DType::f16;
+  cfg.budget = Budget::fraction(o.budget);
+  return cfg;
+}
+
+/// Both managers' statistics over the decode steps, and the sparse output's error against dense.
+struct Totals {
+  Stats sparse, dense;
+  double worst_error = 0, sum_error = 0;
+};
+
+/// The two managers fed the same synthetic stream: one sparse, one dense.
+class Demo {
+ public:
+  explicit Demo(const Options& o)
+      : o_(o), cfg_(demo_config(o)), sparse_(cfg_, {}, {}, {}, {}, backend::Cpu({o.threads})),
+        dense_(cfg_, {}, {}, {}, {}, backend::Cpu({o.threads})), gen_(cfg_.shape, 64, o.seed) {}
+
+  void print_header() const {
+    const auto& sh = cfg_.shape;
+    fmt::print("kvd-demo: {} layers x {} query heads / {} KV heads x head_dim {}, {} KV, {}-token pages\n",
+               sh.layers, sh.q_heads, sh.kv_heads, sh.head_dim, dtype_name(cfg_.dtype), cfg_.page_tokens);
+    fmt::print("context {} tokens, budget {:.2f}% of candidate pages (+{} sink, {} local tokens), {} threads\n",
+               o_.context, 100 * o_.budget, cfg_.sink_tokens, cfg_.local_tokens, backend::Cpu({o_.threads}).threads());
+  }
+
+  /// The whole context into both managers, layer by layer in chunks.
+  void prefill() {
+    const auto& sh = cfg_.shape;
+    const auto t_prefill = std::chrono::steady_clock::now();
+    s_id_ = sparse_.add_sequence(), d_id_ = dense_.add_sequence();
+    const std::int64_t chunk = 4096;
+    for (int l = 0; l < sh.layers; ++l)
+      for (std::int64_t t0 = 0; t0 < o_.context; t0 += chunk) {
+        const std::int64_t n = std::min<std::int64_t>(chunk, o_.context - t0);
+        gen_.kv(l, t0, n, k_, v_, rng_);
+        sparse_.prefill(s_id_, l, make_view(k_, n, sh.kv_heads, sh.head_dim), make_view(v_, n, sh.kv_heads, sh.head_dim));
+        dense_.prefill(d_id_, l, make_view(k_, n, sh.kv_heads, sh.head_dim), make_view(v_, n, sh.kv_heads, sh.head_dim));
+      }
+    const double prefill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_prefill).count();
+    const double kv_mib = static_cast<double>(o_.context) * sh.layers * sh.kv_heads * static_cast<double>(cfg_.page_bytes()) / cfg_.page_tokens / (1 << 20);
+    fmt::print("prefill: {:.1f} s (generating and storing {:.0f} MiB of KV per manager)\n\n", prefill_s, kv_mib);
+  }
+
+  /// --steps decode steps, a line of the table each.
+  Totals decode() {
+    fmt::print("{:>4}  {:>9} {:>9} {:>9} {:>9}  {:>10} {:>9}  {:>9}  {:>10}\n", "step", "select", "compute",
+               "other", "sparse", "pages/strm", "attended", "dense", "rel. error");
+    fmt::print("{:>4}  {:>9} {:>9} {:>9} {:>9}  {:>10} {:>9}  {:>9}  {:>10}\n", "", "ms", "ms", "ms", "ms", "selected",
+               "tokens", "ms", "vs dense");
+    const auto& sh = cfg_.shape;
+    out_s_.resize(static_cast<std::size_t>(sh.q_heads) * sh.head_dim);
+    out_d_.resize(out_s_.size());
+    Totals total;
+    for (int step = 0; step < o_.steps; ++step) {
+      Stats ss, ds;
+      const double step_error = decode_step(step, ss, ds);
+      const double other = ss.time.classify_ms + ss.time.fetch_ms + ss.time.commit_ms;
+      fmt::print("{:>4}  {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f}  {:>10.1f} {:>9.0f}  {:>9.2f}  {:>10.2e}\n", step,
+                 ss.time.select_ms, ss.time.compute_ms, other, ss.time.total_ms(),
+                 static_cast<double>(ss.selected) / static_cast<double>(ss.streams),
+                 static_cast<double>(ss.attended_tokens) / static_cast<double>(ss.streams), ds.time.total_ms(), step_error);
+      total.sparse += ss;
+      total.dense += ds;
+      total.worst_error = std::max(total.worst_error, step_error);
+      total.sum_error += step_error;
+    }
+    return total;
+  }
+
+  void print_summary(const Totals& t) const {
+    const Stats& sparse_total = t.sparse;
+    const Stats& dense_total = t.dense;
+    fmt::print("\nsummary over {} steps x {} layers:\n", o_.steps, cfg_.shape.layers);
+    fmt::print("  pages selected per stream: {:.1f} of {:.1f} candidates ({:.2f}%)\n",
+               static_cast<double>(sparse_total.selected) / static_cast<double>(sparse_total.streams),
+               static_cast<double>(sparse_total.candidates) / static_cast<double>(sparse_total.streams),
+               100.0 * static_cast<double>(sparse_total.selected) / static_cast<double>(sparse_total.candidates));
+    fmt::print("  tokens attended per stream: {:.0f} sparse vs {:.0f} dense\n",
+               static_cast<double>(sparse_total.attended_tokens) / static_cast<double>(sparse_total.streams),
+               static_cast<double>(dense_total.attended_tokens) / static_cast<double>(dense_total.streams));
+    fmt::print("  attention compute: {:.2f} ms sparse vs {:.2f} ms dense per step ({:.1f}x less)\n",
+               sparse_total.time.compute_ms / o_.steps, dense_total.time.compute_ms / o_.steps,
+               dense_total.time.compute_ms / std::max(1e-9, sparse_total.time.compute_ms));
+    fmt::print("  selection (exact oracle, scans every key): {:.2f} ms per step\n", sparse_total.time.select_ms / o_.steps);
+    fmt::print("  sparse vs dense relative output error: mean {:.2e}, worst {:.2e}\n", t.sum_error / o_.steps, t.worst_error);
+    fmt::print("  index size: {:.1f} MiB (the oracle keeps every key in float)\n",
+               static_cast<double>(sparse_.index_bytes()) / (1 << 20));
+  }
+
+ private:
+  /// One decode step through every layer of both managers: their statistics into ss and ds; returns
+  /// the step's worst relative error of the sparse output against the dense one.
+  double decode_step(int step, Stats& ss, Stats& ds) {
+    const auto& sh = cfg_.shape;
+    const SeqId sb[] = {s_id_}, db[] = {d_id_};
+    double step_error = 0;
+    for (int l = 0; l < sh.layers; ++l) {
+      gen_.queries(l, step, q_, rng_);
+      gen_.kv(l, o_.context + step, 1, k_, v_, rng_);
+      const auto qv = make_view(q_, 1, sh.q_heads, sh.head_dim);
+      const auto kv1 = make_view(k_, 1, sh.kv_heads, sh.head_dim), vv1 = make_view(v_, 1, sh.kv_heads, sh.head_dim);
+      sparse_.attend(l, sb, qv, kv1, vv1, make_view(out_s_, 1, sh.q_heads, sh.head_dim));
+      dense_.attend(l, db, qv, kv1, vv1, make_view(out_d_, 1, sh.q_heads, sh.head_dim));
+      ss += sparse_.last_stats();
+      ds += dense_.last_stats();
+      step_error = std::max(step_error, eval::relative_error(out_s_, out_d_));
+    }
+    return step_error;
+  }
+
+  Options o_;
+  Config cfg_;
+  Sparse sparse_;
+  Dense dense_;
+  Synthetic gen_;
+  std::mt19937_64 rng_{o_.seed + 1};
+  SeqId s_id_ = 0, d_id_ = 0;
+  std::vector<float> k_, v_, q_, out_s_, out_d_;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -100,88 +228,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    Config cfg;
-    cfg.shape = {o.layers, 32, 8, 128};  // Llama-3-8B's attention shape
-    cfg.page_tokens = o.page_tokens;
-    cfg.dtype = o.dtype == "f32" ? DType::f32 : o.dtype == "bf16" ? DType::bf16 : DType::f16;
-    cfg.budget = Budget::fraction(o.budget);
-    Config dense_cfg = cfg;
-
-    using Sparse = KvManager<index::Oracle, eviction::Lru>;
-    using Dense = KvManager<index::Dense, eviction::Lru>;
-    Sparse sparse(cfg, {}, {}, {}, {}, backend::Cpu({o.threads}));
-    Dense dense(dense_cfg, {}, {}, {}, {}, backend::Cpu({o.threads}));
-    const auto& sh = cfg.shape;
-    Synthetic gen(sh, 64, o.seed);
-
-    fmt::print("kvd-demo: {} layers x {} query heads / {} KV heads x head_dim {}, {} KV, {}-token pages\n",
-               sh.layers, sh.q_heads, sh.kv_heads, sh.head_dim, dtype_name(cfg.dtype), cfg.page_tokens);
-    fmt::print("context {} tokens, budget {:.2f}% of candidate pages (+{} sink, {} local tokens), {} threads\n",
-               o.context, 100 * o.budget, cfg.sink_tokens, cfg.local_tokens, backend::Cpu({o.threads}).threads());
-
-    const auto t_prefill = std::chrono::steady_clock::now();
-    const SeqId s_id = sparse.add_sequence(), d_id = dense.add_sequence();
-    std::mt19937_64 rng(o.seed + 1);
-    std::vector<float> k, v;
-    const std::int64_t chunk = 4096;
-    for (int l = 0; l < sh.layers; ++l)
-      for (std::int64_t t0 = 0; t0 < o.context; t0 += chunk) {
-        const std::int64_t n = std::min<std::int64_t>(chunk, o.context - t0);
-        gen.kv(l, t0, n, k, v, rng);
-        sparse.prefill(s_id, l, make_view(k, n, sh.kv_heads, sh.head_dim), make_view(v, n, sh.kv_heads, sh.head_dim));
-        dense.prefill(d_id, l, make_view(k, n, sh.kv_heads, sh.head_dim), make_view(v, n, sh.kv_heads, sh.head_dim));
-      }
-    const double prefill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_prefill).count();
-    const double kv_mib = static_cast<double>(o.context) * sh.layers * sh.kv_heads * static_cast<double>(cfg.page_bytes()) / cfg.page_tokens / (1 << 20);
-    fmt::print("prefill: {:.1f} s (generating and storing {:.0f} MiB of KV per manager)\n\n", prefill_s, kv_mib);
-
-    fmt::print("{:>4}  {:>9} {:>9} {:>9} {:>9}  {:>10} {:>9}  {:>9}  {:>10}\n", "step", "select", "compute",
-               "other", "sparse", "pages/strm", "attended", "dense", "rel. error");
-    fmt::print("{:>4}  {:>9} {:>9} {:>9} {:>9}  {:>10} {:>9}  {:>9}  {:>10}\n", "", "ms", "ms", "ms", "ms", "selected",
-               "tokens", "ms", "vs dense");
-    std::vector<float> q, out_s(static_cast<std::size_t>(sh.q_heads) * sh.head_dim), out_d(out_s.size());
-    Stats sparse_total, dense_total;
-    double worst_error = 0, sum_error = 0;
-    const SeqId sb[] = {s_id}, db[] = {d_id};
-    for (int step = 0; step < o.steps; ++step) {
-      Stats ss, ds;
-      double step_error = 0;
-      for (int l = 0; l < sh.layers; ++l) {
-        gen.queries(l, step, q, rng);
-        gen.kv(l, o.context + step, 1, k, v, rng);
-        const auto qv = make_view(q, 1, sh.q_heads, sh.head_dim);
-        const auto kv1 = make_view(k, 1, sh.kv_heads, sh.head_dim), vv1 = make_view(v, 1, sh.kv_heads, sh.head_dim);
-        sparse.attend(l, sb, qv, kv1, vv1, make_view(out_s, 1, sh.q_heads, sh.head_dim));
-        dense.attend(l, db, qv, kv1, vv1, make_view(out_d, 1, sh.q_heads, sh.head_dim));
-        ss += sparse.last_stats();
-        ds += dense.last_stats();
-        step_error = std::max(step_error, eval::relative_error(out_s, out_d));
-      }
-      const double other = ss.time.classify_ms + ss.time.fetch_ms + ss.time.commit_ms;
-      fmt::print("{:>4}  {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f}  {:>10.1f} {:>9.0f}  {:>9.2f}  {:>10.2e}\n", step,
-                 ss.time.select_ms, ss.time.compute_ms, other, ss.time.total_ms(),
-                 static_cast<double>(ss.selected) / static_cast<double>(ss.streams),
-                 static_cast<double>(ss.attended_tokens) / static_cast<double>(ss.streams), ds.time.total_ms(), step_error);
-      sparse_total += ss;
-      dense_total += ds;
-      worst_error = std::max(worst_error, step_error);
-      sum_error += step_error;
-    }
-    fmt::print("\nsummary over {} steps x {} layers:\n", o.steps, sh.layers);
-    fmt::print("  pages selected per stream: {:.1f} of {:.1f} candidates ({:.2f}%)\n",
-               static_cast<double>(sparse_total.selected) / static_cast<double>(sparse_total.streams),
-               static_cast<double>(sparse_total.candidates) / static_cast<double>(sparse_total.streams),
-               100.0 * static_cast<double>(sparse_total.selected) / static_cast<double>(sparse_total.candidates));
-    fmt::print("  tokens attended per stream: {:.0f} sparse vs {:.0f} dense\n",
-               static_cast<double>(sparse_total.attended_tokens) / static_cast<double>(sparse_total.streams),
-               static_cast<double>(dense_total.attended_tokens) / static_cast<double>(dense_total.streams));
-    fmt::print("  attention compute: {:.2f} ms sparse vs {:.2f} ms dense per step ({:.1f}x less)\n",
-               sparse_total.time.compute_ms / o.steps, dense_total.time.compute_ms / o.steps,
-               dense_total.time.compute_ms / std::max(1e-9, sparse_total.time.compute_ms));
-    fmt::print("  selection (exact oracle, scans every key): {:.2f} ms per step\n", sparse_total.time.select_ms / o.steps);
-    fmt::print("  sparse vs dense relative output error: mean {:.2e}, worst {:.2e}\n", sum_error / o.steps, worst_error);
-    fmt::print("  index size: {:.1f} MiB (the oracle keeps every key in float)\n",
-               static_cast<double>(sparse.index_bytes()) / (1 << 20));
+    Demo demo(o);
+    demo.print_header();
+    demo.prefill();
+    demo.print_summary(demo.decode());
   } catch (const Error& e) {
     fmt::print(stderr, "kvd-demo: error: {}\n", e.what());
     return 1;
