@@ -45,9 +45,12 @@
 #include "kvdrive/cuda/page_gather.cuh"
 #include "kvdrive/cuda/sparse_decode.cuh"
 #include "kvdrive/cuda/stream.cuh"
+#include "kernel_setups.cuh"
 
 namespace kc = kvdrive::cuda;
 using kvdrive::half;
+using kvdrive::bench_gpu::GatherSetup;
+using kvdrive::bench_gpu::SparseSetup;
 
 namespace {
 
@@ -95,121 +98,30 @@ double copy_bandwidth(cudaStream_t s, std::size_t bytes) {
   return 2.0 * static_cast<double>(bytes) / (ms * 1e-3);
 }
 
-/// The page lists of `streams` streams attending `pages_per_stream` pages each, every stream its
-/// own distinct pages, at random slots of a pool that holds exactly them.
-struct SparseSetup {
-  int streams, group, d, page_tokens;
-  kc::DeviceBuffer<half> k, v;
-  kc::DeviceBuffer<float> q, out, lse, split_out, split_lse;
-  int max_splits = 0;
-  kc::DeviceBuffer<const half*> pk, pv;
-  kc::DeviceBuffer<int> rows;
-  kc::DeviceBuffer<std::int64_t> offsets;
-  std::size_t attended_bytes = 0;
 
-  SparseSetup(int streams_, int group_, int d_, int page_tokens_, std::int64_t pages_per_stream, std::mt19937& rng)
-      : streams(streams_), group(group_), d(d_), page_tokens(page_tokens_) {
-    const std::int64_t pool_pages = static_cast<std::int64_t>(streams) * pages_per_stream;
-    const std::size_t page_elems = static_cast<std::size_t>(page_tokens) * d;
-    k = kc::DeviceBuffer<half>(static_cast<std::size_t>(pool_pages) * page_elems);
-    v = kc::DeviceBuffer<half>(k.size());
-    KVD_CUDA_CHECK(cudaMemset(k.data(), 0x22, k.bytes()));
-    KVD_CUDA_CHECK(cudaMemset(v.data(), 0x11, v.bytes()));
-    std::vector<float> hq(static_cast<std::size_t>(streams) * group * d);
-    std::normal_distribution<float> dist;
-    for (auto& x : hq) x = dist(rng) * 0.1f;
-    q = kc::DeviceBuffer<float>(std::span<const float>(hq));
-    out = kc::DeviceBuffer<float>(hq.size());
-    lse = kc::DeviceBuffer<float>(static_cast<std::size_t>(streams) * group);
-    max_splits = static_cast<int>(kvdrive::attention::split_count(static_cast<std::size_t>(pages_per_stream)));
-    split_out = kc::DeviceBuffer<float>(static_cast<std::size_t>(streams) * max_splits * group * d);
-    split_lse = kc::DeviceBuffer<float>(static_cast<std::size_t>(streams) * max_splits * group);
-    std::vector<const half*> hk, hv;
-    std::vector<int> hr;
-    std::vector<std::int64_t> ho{0};
-    std::vector<std::int64_t> pool(static_cast<std::size_t>(pool_pages));
-    std::iota(pool.begin(), pool.end(), 0);
-    std::shuffle(pool.begin(), pool.end(), rng);  // a cache holds pages in any order
-    for (int s = 0; s < streams; ++s) {
-      for (std::int64_t j = 0; j < pages_per_stream; ++j) {
-        const std::int64_t sl = pool[static_cast<std::size_t>(s * pages_per_stream + j)];
-        hk.push_back(k.data() + static_cast<std::size_t>(sl) * page_elems);
-        hv.push_back(v.data() + static_cast<std::size_t>(sl) * page_elems);
-        hr.push_back(page_tokens);
-      }
-      ho.push_back(ho.back() + pages_per_stream);
-    }
-    pk = kc::DeviceBuffer<const half*>(std::span<const half* const>(hk));
-    pv = kc::DeviceBuffer<const half*>(std::span<const half* const>(hv));
-    rows = kc::DeviceBuffer<int>(std::span<const int>(hr));
-    offsets = kc::DeviceBuffer<std::int64_t>(std::span<const std::int64_t>(ho));
-    attended_bytes = static_cast<std::size_t>(streams) * static_cast<std::size_t>(pages_per_stream) * page_elems * sizeof(half) * 2;
-  }
+// The kernels' workload: a Llama-3-8B-shaped layer (8 KV heads, group 4, head_dim 128, f16,
+// 16-token pages), batch 8, at a 6.25% budget.
+constexpr int kKvHeads = 8, kGroup = 4, kHeadDim = 128, kPageTokens = 16, kBatch = 8;
+constexpr double kBudget = 0.0625;
 
-  int stage_pages = 0;  ///< SparseDecodeParams::stage_pages: 0, as many as fit; 1, page by page
+/// Pages selected at kBudget of `pages` candidates, plus a sink page and the local window's.
+std::int64_t selected_pages(std::int64_t pages) {
+  return static_cast<std::int64_t>(std::ceil(kBudget * static_cast<double>(pages))) + 1 + 64 / kPageTokens;
+}
 
-  void launch(cudaStream_t s) {
-    kc::SparseDecodeParams<half> p;
-    p.q = q.data();
-    p.page_k = pk.data();
-    p.page_v = pv.data();
-    p.page_tokens = rows.data();
-    p.page_offsets = offsets.data();
-    p.out = out.data();
-    p.lse = lse.data();
-    p.split_out = split_out.data();
-    p.split_lse = split_lse.data();
-    p.max_splits = max_splits;
-    p.max_page_tokens = page_tokens;
-    p.stage_pages = stage_pages;
-    p.streams = streams;
-    p.group = group;
-    p.head_dim = d;
-    p.scale = 1.0f / std::sqrt(static_cast<float>(d));
-    KVD_CUDA_CHECK(kc::sparse_decode(p, s));
-  }
+struct DecodeRow {
+  std::int64_t context;
+  double dense_ms, sparse_ms, tiered_ms;
+  double dense_split_ms;  ///< every page through the split-KV kernel, as index::Dense runs in KvManager
 };
 
-/// Pinned, mapped host pages and scattered device slots for gathering `pages` pages.
-struct GatherSetup {
-  std::size_t page_bytes;
-  int pages;
-  std::byte* host = nullptr;
-  kc::DeviceBuffer<std::byte> slots;
-  std::vector<const std::byte*> src_host;
-  std::vector<std::byte*> dst;
-  kc::DeviceBuffer<const std::byte*> d_src;
-  kc::DeviceBuffer<std::byte*> d_dst;
-
-  GatherSetup(std::size_t page_bytes_, int pages_, std::mt19937& rng) : page_bytes(page_bytes_), pages(pages_) {
-    const std::size_t pool = static_cast<std::size_t>(pages) * 4;
-    KVD_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host), pool * page_bytes, cudaHostAllocMapped));
-    std::memset(host, 0x5a, pool * page_bytes);
-    std::byte* host_dev = nullptr;
-    KVD_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&host_dev), host, 0));
-    slots = kc::DeviceBuffer<std::byte>(pool * page_bytes);
-    std::vector<const std::byte*> src_dev;
-    std::vector<std::size_t> from(pool), to(pool);
-    std::iota(from.begin(), from.end(), 0);
-    std::iota(to.begin(), to.end(), 0);
-    std::shuffle(from.begin(), from.end(), rng);
-    std::shuffle(to.begin(), to.end(), rng);
-    for (int i = 0; i < pages; ++i) {
-      src_host.push_back(host + from[static_cast<std::size_t>(i)] * page_bytes);
-      src_dev.push_back(host_dev + from[static_cast<std::size_t>(i)] * page_bytes);
-      dst.push_back(slots.data() + to[static_cast<std::size_t>(i)] * page_bytes);
-    }
-    d_src = kc::DeviceBuffer<const std::byte*>(std::span<const std::byte* const>(src_dev));
-    d_dst = kc::DeviceBuffer<std::byte*>(std::span<std::byte* const>(dst));
-  }
-  ~GatherSetup() {
-    if (host) cudaFreeHost(host);
-  }
-  void kernel(cudaStream_t s) { KVD_CUDA_CHECK(kc::gather_pages({d_src.data(), d_dst.data(), page_bytes, pages}, s)); }
-  void memcpys(cudaStream_t s) { KVD_CUDA_CHECK(kc::gather_pages_memcpy(src_host.data(), dst.data(), pages, page_bytes, s)); }
-  void contiguous(cudaStream_t s) {
-    KVD_CUDA_CHECK(cudaMemcpyAsync(slots.data(), host, static_cast<std::size_t>(pages) * page_bytes, cudaMemcpyHostToDevice, s));
-  }
+/// Everything but the KvManager part, in the JSON's order.
+struct KernelFigures {
+  double copy_bps = 0, att_bps = 0, att_one_bps = 0;
+  std::size_t page_bytes = 0;
+  int gather_pages = 0;
+  double g_kernel = 0, g_memcpy = 0, g_contig = 0;
+  std::vector<DecodeRow> decode;
 };
 
 struct PipelineRow {
@@ -225,6 +137,67 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+using Gpu = kvdrive::Tiers<kc::DeviceTier, kvdrive::tier::SsdTier>;
+using GpuSerial = kvdrive::KvManager<kc::DeviceHierarchical, kvdrive::eviction::Lookahead, Gpu, kvdrive::pipeline::Serial, kvdrive::backend::Cuda>;
+using GpuElastic = kvdrive::KvManager<kc::DeviceHierarchical, kvdrive::eviction::Lookahead, Gpu, kvdrive::pipeline::Elastic, kvdrive::backend::Cuda>;
+
+/// Serial and Elastic KvManagers on the GPU, each holding the batch's sequences.
+struct GpuPair {
+  GpuSerial serial;
+  GpuElastic elastic;
+  std::vector<kvdrive::SeqId> ids_s, ids_e;
+};
+
+/// The batch's sequences (the trace `default`, seed 1, 2, ...; one layer) prefilled into both
+/// managers and warmed up; returns their decode steps (the prompt is in the managers now).
+std::vector<kvdrive::eval::LayerInputs> load_batch(GpuPair& m, std::int64_t context, int batch, int steps) {
+  using namespace kvdrive;
+  const eval::SyntheticPreset preset = eval::synthetic_preset("default");
+  std::vector<eval::LayerInputs> inputs;
+  for (int b = 0; b < batch; ++b) {
+    const eval::SyntheticTrace trace(preset, static_cast<std::uint64_t>(b + 1), context, steps);
+    eval::LayerInputs& in = inputs.emplace_back(eval::layer_inputs(trace, 0, preset.shape.kv_heads));
+    auto load = [&](auto& kv, std::vector<SeqId>& ids) {
+      ids.push_back(kv.add_sequence());
+      kv.prefill(ids.back(), 0, in.prompt_k(), in.prompt_v());
+      kv.warm_up(ids.back(), 0, in.observation_queries());
+    };
+    load(m.serial, m.ids_s);
+    load(m.elastic, m.ids_e);
+    in.k = {};
+    in.v = {};
+  }
+  return inputs;
+}
+
+/// Elastic tuned on the first step, then both managers through every step, in turns: the row's
+/// step times (medians), micro-batch, hit rate and Serial's stage times.
+void time_pipelines(GpuPair& m, const std::vector<kvdrive::eval::LayerInputs>& inputs, const kvdrive::ModelShape& shape, int batch, int steps,
+                    PipelineRow& row) {
+  using namespace kvdrive;
+  const int qh = shape.q_heads, kvh = shape.kv_heads, d = shape.head_dim;
+  std::vector<float> q(static_cast<std::size_t>(batch) * qh * d), k(static_cast<std::size_t>(batch) * kvh * d), v(k.size()), out(q.size());
+  auto fill = [&](int s) { eval::batch_step(inputs, s, q, k, v); };
+  fill(0);
+  m.elastic.tune(0, m.ids_e, make_view(q, batch, qh, d), make_view(k, batch, kvh, d), make_view(v, batch, kvh, d), make_view(out, batch, qh, d));
+  row.micro_batch = m.elastic.pipeline_policy().micro_batch_for(static_cast<std::size_t>(batch * kvh));
+  std::vector<double> ts, te;
+  for (int s = 0; s < steps; ++s) {
+    fill(s);
+    auto timed = [&](auto& kv, const std::vector<SeqId>& ids) {
+      const auto t0 = std::chrono::steady_clock::now();
+      kv.attend(0, ids, make_view(q, batch, qh, d), make_view(k, batch, kvh, d), make_view(v, batch, kvh, d), make_view(out, batch, qh, d));
+      return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    };
+    ts.push_back(timed(m.serial, m.ids_s));
+    te.push_back(timed(m.elastic, m.ids_e));
+    row.serial_stages += m.serial.last_stats().time;
+  }
+  row.serial_ms = median(ts);
+  row.elastic_ms = median(te);
+  row.hit_rate = m.serial.total_stats().hit_rate();
+}
+
 /// Serial and Elastic KvManagers on the GPU decoding the same steps, in turns.
 PipelineRow pipeline_case(std::int64_t context, int batch, int steps) {
   using namespace kvdrive;
@@ -233,7 +206,6 @@ PipelineRow pipeline_case(std::int64_t context, int batch, int steps) {
   Config c;
   c.shape = {1, qh, kvh, d};
   c.budget = Budget::fraction(0.0625);
-  using Gpu = Tiers<kc::DeviceTier, tier::SsdTier>;
   const auto dir = std::filesystem::temp_directory_path();
   auto store = [&](const char* name) {
     tier::SsdTier::Params p;
@@ -244,56 +216,147 @@ PipelineRow pipeline_case(std::int64_t context, int batch, int steps) {
   const tier::SsdTier::Params sp = store("serial"), ep = store("elastic");
   PipelineRow row{context, batch};
   {
-    KvManager<kc::DeviceHierarchical, eviction::Lookahead, Gpu, pipeline::Serial, backend::Cuda> serial(
-        c, {}, eviction::Lookahead{3}, Gpu(kc::DeviceTier{}, tier::SsdTier(sp)));
-    KvManager<kc::DeviceHierarchical, eviction::Lookahead, Gpu, pipeline::Elastic, backend::Cuda> elastic(
-        c, {}, eviction::Lookahead{3}, Gpu(kc::DeviceTier{}, tier::SsdTier(ep)), pipeline::Elastic{});
-    std::vector<SeqId> ids_s, ids_e;
-    std::vector<eval::LayerInputs> inputs;
-    for (int b = 0; b < batch; ++b) {
-      const eval::SyntheticTrace trace(preset, static_cast<std::uint64_t>(b + 1), context, steps);
-      eval::LayerInputs& in = inputs.emplace_back(eval::layer_inputs(trace, 0, kvh));
-      auto load = [&](auto& kv, std::vector<SeqId>& ids) {
-        ids.push_back(kv.add_sequence());
-        kv.prefill(ids.back(), 0, in.prompt_k(), in.prompt_v());
-        kv.warm_up(ids.back(), 0, in.observation_queries());
-      };
-      load(serial, ids_s);
-      load(elastic, ids_e);
-      in.k = {};
-      in.v = {};
-    }
-    std::vector<float> q(static_cast<std::size_t>(batch) * qh * d), k(static_cast<std::size_t>(batch) * kvh * d), v(k.size()), out(q.size());
-    auto fill = [&](int s) { eval::batch_step(inputs, s, q, k, v); };
-    fill(0);
-    elastic.tune(0, ids_e, make_view(q, batch, qh, d), make_view(k, batch, kvh, d), make_view(v, batch, kvh, d), make_view(out, batch, qh, d));
-    row.micro_batch = elastic.pipeline_policy().micro_batch_for(static_cast<std::size_t>(batch * kvh));
-    std::vector<double> ts, te;
-    for (int s = 0; s < steps; ++s) {
-      fill(s);
-      auto timed = [&](auto& kv, const std::vector<SeqId>& ids) {
-        const auto t0 = std::chrono::steady_clock::now();
-        kv.attend(0, ids, make_view(q, batch, qh, d), make_view(k, batch, kvh, d), make_view(v, batch, kvh, d), make_view(out, batch, qh, d));
-        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      };
-      ts.push_back(timed(serial, ids_s));
-      te.push_back(timed(elastic, ids_e));
-      row.serial_stages += serial.last_stats().time;
-    }
-    row.serial_ms = median(ts);
-    row.elastic_ms = median(te);
-    row.hit_rate = serial.total_stats().hit_rate();
+    GpuPair m{GpuSerial(c, {}, eviction::Lookahead{3}, Gpu(kc::DeviceTier{}, tier::SsdTier(sp))),
+              GpuElastic(c, {}, eviction::Lookahead{3}, Gpu(kc::DeviceTier{}, tier::SsdTier(ep)), pipeline::Elastic{}),
+              {},
+              {}};
+    const std::vector<eval::LayerInputs> inputs = load_batch(m, context, batch, steps);
+    time_pipelines(m, inputs, c.shape, batch, steps, row);
   }
   tier::SsdTier::remove_files(sp.path);
   tier::SsdTier::remove_files(ep.path);
   return row;
 }
 
-}  // namespace
+/// Attention: batch 8 x 8 KV heads at 128K tokens, 6.25% of the pages (plus sink and local).
+void attention_report(cudaStream_t stream, std::mt19937& rng, KernelFigures& f) {
+  const std::int64_t ctx = 131072, pages_ctx = ctx / kPageTokens;
+  const auto sel_pages = selected_pages(pages_ctx);
+  SparseSetup att(kBatch * kKvHeads, kGroup, kHeadDim, kPageTokens, sel_pages, rng);
+  att.stage_pages = 1;  // the first kernel's way, side by side with the split staged together
+  const double ms_one = time_ms(stream, [&] { att.launch(stream); });
+  att.stage_pages = 0;
+  const double ms = time_ms(stream, [&] { att.launch(stream); });
+  f.att_bps = static_cast<double>(att.attended_bytes) / (ms * 1e-3);
+  f.att_one_bps = static_cast<double>(att.attended_bytes) / (ms_one * 1e-3);
+  std::printf("sparse attention: %lld pages x %d streams, %.3f ms, %.1f GB/s of K+V = %.2f of copy bandwidth (goal 0.7); "
+              "pages staged one at a time: %.3f ms, %.2f of copy (staged together: %.2fx faster)\n",
+              static_cast<long long>(sel_pages), kBatch * kKvHeads, ms, f.att_bps / 1e9, f.att_bps / f.copy_bps, ms_one, f.att_one_bps / f.copy_bps,
+              ms_one / ms);
+}
 
-int main(int argc, char** argv) {
-  std::string json = "bench_gpu.json";
-  bool quick = false;
+/// Gather: 4 KiB blocks (the keys or the values of a 16-token page of head_dim 128, f16).
+void gather_report(cudaStream_t stream, std::mt19937& rng, KernelFigures& f) {
+  GatherSetup g(f.page_bytes, f.gather_pages, rng);
+  const double bytes = static_cast<double>(f.gather_pages) * static_cast<double>(f.page_bytes);
+  f.g_kernel = bytes / (time_ms(stream, [&] { g.kernel(stream); }) * 1e-3);
+  f.g_memcpy = bytes / (time_ms(stream, [&] { g.memcpys(stream); }) * 1e-3);
+  f.g_contig = bytes / (time_ms(stream, [&] { g.contiguous(stream); }) * 1e-3);
+  std::printf("gather %d pages of %zu B: kernel %.1f GB/s, per-page memcpy %.1f GB/s, contiguous memcpy %.1f GB/s; best/contiguous %.2f (goal 0.8)\n",
+              f.gather_pages, f.page_bytes, f.g_kernel / 1e9, f.g_memcpy / 1e9, f.g_contig / 1e9, std::max(f.g_kernel, f.g_memcpy) / f.g_contig);
+}
+
+/// DenseDecodeKernel over every token of `context`, one layer, batch 1: ms per launch.
+double dense_decode_ms(cudaStream_t stream, std::int64_t context) {
+  const int kvh = kKvHeads, d = kHeadDim;
+  kc::DeviceBuffer<half> k(static_cast<std::size_t>(kvh) * context * d), v(k.size());
+  KVD_CUDA_CHECK(cudaMemset(k.data(), 0x22, k.bytes()));
+  KVD_CUDA_CHECK(cudaMemset(v.data(), 0x11, v.bytes()));
+  std::vector<float> hq(static_cast<std::size_t>(kvh) * kGroup * d, 0.01f);
+  kc::DeviceBuffer<float> q{std::span<const float>(hq)}, out(hq.size());
+  std::vector<int> tok(static_cast<std::size_t>(kvh), static_cast<int>(context));
+  kc::DeviceBuffer<int> dt{std::span<const int>(tok)};
+  kc::DenseDecodeParams<half> p;
+  p.q = q.data();
+  p.k = k.data();
+  p.v = v.data();
+  p.tokens = dt.data();
+  p.kv_stride = context * d;
+  p.out = out.data();
+  p.streams = kvh;
+  p.group = kGroup;
+  p.head_dim = d;
+  p.page_tokens = kPageTokens;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(d));
+  return time_ms(stream, [&] { KVD_CUDA_CHECK(kc::dense_decode(p, stream)); });
+}
+
+/// Decode step of one layer, batch 1: dense vs sparse vs tiered.
+DecodeRow decode_row(cudaStream_t stream, std::mt19937& rng, std::int64_t context, std::size_t page_bytes) {
+  const std::int64_t pages = context / kPageTokens;
+  DecodeRow row{context, 0, 0, 0, 0};
+  row.dense_ms = dense_decode_ms(stream, context);
+  {
+    SparseSetup all(kKvHeads, kGroup, kHeadDim, kPageTokens, pages, rng);
+    row.dense_split_ms = time_ms(stream, [&] { all.launch(stream); });
+  }
+  const auto sel = selected_pages(pages);
+  SparseSetup sp(kKvHeads, kGroup, kHeadDim, kPageTokens, sel, rng);
+  row.sparse_ms = time_ms(stream, [&] { sp.launch(stream); });
+  // 20% of the selected pages missed: their keys and values, 2 blocks of page_bytes each.
+  GatherSetup g(page_bytes, static_cast<int>(std::max<std::int64_t>(1, 2 * (kKvHeads * sel / 5))), rng);
+  row.tiered_ms = time_ms(stream, [&] {
+    g.kernel(stream);
+    sp.launch(stream);
+  });
+  std::printf("decode step (one layer, batch 1) at %lld tokens: dense %.3f ms (DenseDecodeKernel; every page by the split-KV "
+              "kernel %.3f ms), sparse %.3f ms, tiered %.3f ms; dense (split-KV) / sparse %.1fx\n",
+              static_cast<long long>(context), row.dense_ms, row.dense_split_ms, row.sparse_ms, row.tiered_ms,
+              row.dense_split_ms / row.sparse_ms);
+  return row;
+}
+
+/// The JSON file: the kernel figures, the KvManager rows so far, and whether they are all there.
+void write_json(const std::string& json, const cudaDeviceProp& prop, const KernelFigures& k, const std::vector<PipelineRow>& pipeline_rows,
+                bool pipeline_done) {
+  FILE* f = std::fopen(json.c_str(), "w");
+  KVD_EXPECT(f != nullptr, "bench_gpu: cannot write {}", json);
+  std::fprintf(f, "{\n  \"device\": \"%s\",\n  \"sm\": %d%d,\n  \"repeats\": %d,\n", prop.name, prop.major, prop.minor, g_repeats);
+  std::fprintf(f, "  \"copy_bytes_per_s\": %.6g,\n", k.copy_bps);
+  std::fprintf(f, "  \"attention\": {\"bytes_per_s\": %.6g, \"vs_copy\": %.4f, \"goal\": 0.7, \"page_by_page_bytes_per_s\": %.6g},\n",
+               k.att_bps, k.att_bps / k.copy_bps, k.att_one_bps);
+  std::fprintf(f, "  \"gather\": {\"page_bytes\": %zu, \"pages\": %d, \"kernel_bytes_per_s\": %.6g, \"memcpy_bytes_per_s\": %.6g, "
+                  "\"contiguous_bytes_per_s\": %.6g, \"best_vs_contiguous\": %.4f, \"goal\": 0.8},\n",
+               k.page_bytes, k.gather_pages, k.g_kernel, k.g_memcpy, k.g_contig, std::max(k.g_kernel, k.g_memcpy) / k.g_contig);
+  std::fprintf(f, "  \"decode\": [");
+  for (std::size_t i = 0; i < k.decode.size(); ++i)
+    std::fprintf(f, "%s\n    {\"context\": %lld, \"dense_ms\": %.4f, \"dense_split_ms\": %.4f, \"sparse_ms\": %.4f, \"tiered_ms\": %.4f}",
+                 i ? "," : "", static_cast<long long>(k.decode[i].context), k.decode[i].dense_ms, k.decode[i].dense_split_ms,
+                 k.decode[i].sparse_ms, k.decode[i].tiered_ms);
+  std::fprintf(f, "\n  ],\n  \"pipeline\": [");
+  for (std::size_t i = 0; i < pipeline_rows.size(); ++i) {
+    const PipelineRow& r = pipeline_rows[i];
+    std::fprintf(f, "%s\n    {\"context\": %lld, \"batch\": %d, \"micro_batch\": %zu, \"serial_ms\": %.4f, \"elastic_ms\": %.4f, "
+                    "\"serial_over_elastic\": %.4f, \"hit_rate\": %.4f}",
+                 i ? "," : "", static_cast<long long>(r.context), r.batch, r.micro_batch, r.serial_ms, r.elastic_ms, r.serial_ms / r.elastic_ms,
+                 r.hit_rate);
+  }
+  std::fprintf(f, "\n  ],\n  \"pipeline_complete\": %s\n}\n", pipeline_done ? "true" : "false");
+  std::fclose(f);
+}
+
+/// KvManager on the GPU: Elastic against Serial. The JSON is written before the KvManager part
+/// and again after each row, so a run cut short still leaves the kernel figures.
+void pipeline_report(const std::string& json, const cudaDeviceProp& prop, const KernelFigures& k, bool quick) {
+  std::vector<PipelineRow> pipeline_rows;
+  write_json(json, prop, k, pipeline_rows, false);
+  const int pipeline_steps = quick ? 8 : 16;
+  for (int batch : {1, 4}) {
+    const PipelineRow r = pipeline_case(32768, batch, pipeline_steps);
+    const double n = pipeline_steps;
+    std::printf("KvManager step (one layer, 8 KV heads, 32K, batch %d, micro-batch %zu): serial %.3f ms, elastic %.3f ms, serial/elastic %.2f; "
+                "hit rate %.1f%%; serial stages (mean ms) select %.3f classify %.3f fetch %.3f compute %.3f commit %.3f\n",
+                batch, r.micro_batch, r.serial_ms, r.elastic_ms, r.serial_ms / r.elastic_ms, 100 * r.hit_rate, r.serial_stages.select_ms / n,
+                r.serial_stages.classify_ms / n, r.serial_stages.fetch_ms / n, r.serial_stages.compute_ms / n, r.serial_stages.commit_ms / n);
+    std::fflush(stdout);
+    pipeline_rows.push_back(r);
+    write_json(json, prop, k, pipeline_rows, false);
+  }
+  write_json(json, prop, k, pipeline_rows, true);
+}
+
+/// Reads the command line; false, said on stderr, at an unknown option.
+bool parse_options(int argc, char** argv, std::string& json, bool& quick) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--json" && i + 1 < argc) json = argv[++i];
@@ -301,9 +364,18 @@ int main(int argc, char** argv) {
     else if (a == "--quick") quick = true;
     else {
       std::fprintf(stderr, "bench_gpu: unknown option %s\n", a.c_str());
-      return 2;
+      return false;
     }
   }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json = "bench_gpu.json";
+  bool quick = false;
+  if (!parse_options(argc, argv, json, quick)) return 2;
   if (kc::device_count() == 0) {
     std::printf("SKIPPED: no CUDA device\n");
     return 77;
@@ -315,140 +387,15 @@ int main(int argc, char** argv) {
     std::mt19937 rng(1);
     g_flush_bytes = 2 * static_cast<std::size_t>(std::max(prop.l2CacheSize, 1 << 20));
     KVD_CUDA_CHECK(cudaMalloc(&g_flush, g_flush_bytes));
-    const int kvh = 8, group = 4, d = 128, pt = 16, batch = 8;
-    const double budget = 0.0625;
-
-    const double copy_bps = copy_bandwidth(stream, quick ? (256u << 20) : (1u << 30));
-    std::printf("copy kernel: %.1f GB/s (read + write)\n", copy_bps / 1e9);
-
-    // Attention: batch 8 x 8 KV heads at 128K tokens, 6.25% of the pages (plus sink and local).
-    const std::int64_t ctx = 131072, pages_ctx = ctx / pt;
-    const auto sel_pages = static_cast<std::int64_t>(std::ceil(budget * static_cast<double>(pages_ctx))) + 1 + 64 / pt;
-    double att_bps = 0, att_one_bps = 0;
-    {
-      SparseSetup att(batch * kvh, group, d, pt, sel_pages, rng);
-      att.stage_pages = 1;  // the first kernel's way, side by side with the split staged together
-      const double ms_one = time_ms(stream, [&] { att.launch(stream); });
-      att.stage_pages = 0;
-      const double ms = time_ms(stream, [&] { att.launch(stream); });
-      att_bps = static_cast<double>(att.attended_bytes) / (ms * 1e-3);
-      att_one_bps = static_cast<double>(att.attended_bytes) / (ms_one * 1e-3);
-      std::printf("sparse attention: %lld pages x %d streams, %.3f ms, %.1f GB/s of K+V = %.2f of copy bandwidth (goal 0.7); "
-                  "pages staged one at a time: %.3f ms, %.2f of copy (staged together: %.2fx faster)\n",
-                  static_cast<long long>(sel_pages), batch * kvh, ms, att_bps / 1e9, att_bps / copy_bps, ms_one, att_one_bps / copy_bps,
-                  ms_one / ms);
-    }
-
-    // Gather: 4 KiB blocks (the keys or the values of a 16-token page of head_dim 128, f16).
-    const std::size_t page_bytes = static_cast<std::size_t>(pt) * d * sizeof(half);
-    const int gather_pages = quick ? 2048 : 8192;
-    double g_kernel = 0, g_memcpy = 0, g_contig = 0;
-    {
-      GatherSetup g(page_bytes, gather_pages, rng);
-      const double bytes = static_cast<double>(gather_pages) * static_cast<double>(page_bytes);
-      g_kernel = bytes / (time_ms(stream, [&] { g.kernel(stream); }) * 1e-3);
-      g_memcpy = bytes / (time_ms(stream, [&] { g.memcpys(stream); }) * 1e-3);
-      g_contig = bytes / (time_ms(stream, [&] { g.contiguous(stream); }) * 1e-3);
-      std::printf("gather %d pages of %zu B: kernel %.1f GB/s, per-page memcpy %.1f GB/s, contiguous memcpy %.1f GB/s; best/contiguous %.2f (goal 0.8)\n",
-                  gather_pages, page_bytes, g_kernel / 1e9, g_memcpy / 1e9, g_contig / 1e9, std::max(g_kernel, g_memcpy) / g_contig);
-    }
-
-    // Decode step of one layer, batch 1: dense vs sparse vs tiered.
-    struct DecodeRow {
-      std::int64_t context;
-      double dense_ms, sparse_ms, tiered_ms;
-      double dense_split_ms;  ///< every page through the split-KV kernel, as index::Dense runs in KvManager
-    };
-    std::vector<DecodeRow> decode;
-    for (std::int64_t context : {std::int64_t{32768}, std::int64_t{131072}}) {
-      const std::int64_t pages = context / pt;
-      DecodeRow row{context, 0, 0, 0, 0};
-      {
-        kc::DeviceBuffer<half> k(static_cast<std::size_t>(kvh) * context * d), v(k.size());
-        KVD_CUDA_CHECK(cudaMemset(k.data(), 0x22, k.bytes()));
-        KVD_CUDA_CHECK(cudaMemset(v.data(), 0x11, v.bytes()));
-        std::vector<float> hq(static_cast<std::size_t>(kvh) * group * d, 0.01f);
-        kc::DeviceBuffer<float> q{std::span<const float>(hq)}, out(hq.size());
-        std::vector<int> tok(static_cast<std::size_t>(kvh), static_cast<int>(context));
-        kc::DeviceBuffer<int> dt{std::span<const int>(tok)};
-        kc::DenseDecodeParams<half> p;
-        p.q = q.data();
-        p.k = k.data();
-        p.v = v.data();
-        p.tokens = dt.data();
-        p.kv_stride = context * d;
-        p.out = out.data();
-        p.streams = kvh;
-        p.group = group;
-        p.head_dim = d;
-        p.page_tokens = pt;
-        p.scale = 1.0f / std::sqrt(static_cast<float>(d));
-        row.dense_ms = time_ms(stream, [&] { KVD_CUDA_CHECK(kc::dense_decode(p, stream)); });
-      }
-      {
-        SparseSetup all(kvh, group, d, pt, pages, rng);
-        row.dense_split_ms = time_ms(stream, [&] { all.launch(stream); });
-      }
-      const auto sel = static_cast<std::int64_t>(std::ceil(budget * static_cast<double>(pages))) + 1 + 64 / pt;
-      SparseSetup sp(kvh, group, d, pt, sel, rng);
-      row.sparse_ms = time_ms(stream, [&] { sp.launch(stream); });
-      // 20% of the selected pages missed: their keys and values, 2 blocks of page_bytes each.
-      GatherSetup g(page_bytes, static_cast<int>(std::max<std::int64_t>(1, 2 * (kvh * sel / 5))), rng);
-      row.tiered_ms = time_ms(stream, [&] {
-        g.kernel(stream);
-        sp.launch(stream);
-      });
-      std::printf("decode step (one layer, batch 1) at %lld tokens: dense %.3f ms (DenseDecodeKernel; every page by the split-KV "
-                  "kernel %.3f ms), sparse %.3f ms, tiered %.3f ms; dense (split-KV) / sparse %.1fx\n",
-                  static_cast<long long>(context), row.dense_ms, row.dense_split_ms, row.sparse_ms, row.tiered_ms,
-                  row.dense_split_ms / row.sparse_ms);
-      decode.push_back(row);
-    }
-
-    // The JSON is written before the KvManager part and again after it, so a run cut short
-    // still leaves the kernel figures.
-    std::vector<PipelineRow> pipeline_rows;
-    const auto write_json = [&](bool pipeline_done) {
-      FILE* f = std::fopen(json.c_str(), "w");
-      KVD_EXPECT(f != nullptr, "bench_gpu: cannot write {}", json);
-      std::fprintf(f, "{\n  \"device\": \"%s\",\n  \"sm\": %d%d,\n  \"repeats\": %d,\n", prop.name, prop.major, prop.minor, g_repeats);
-      std::fprintf(f, "  \"copy_bytes_per_s\": %.6g,\n", copy_bps);
-      std::fprintf(f, "  \"attention\": {\"bytes_per_s\": %.6g, \"vs_copy\": %.4f, \"goal\": 0.7, \"page_by_page_bytes_per_s\": %.6g},\n",
-                   att_bps, att_bps / copy_bps, att_one_bps);
-      std::fprintf(f, "  \"gather\": {\"page_bytes\": %zu, \"pages\": %d, \"kernel_bytes_per_s\": %.6g, \"memcpy_bytes_per_s\": %.6g, "
-                      "\"contiguous_bytes_per_s\": %.6g, \"best_vs_contiguous\": %.4f, \"goal\": 0.8},\n",
-                   page_bytes, gather_pages, g_kernel, g_memcpy, g_contig, std::max(g_kernel, g_memcpy) / g_contig);
-      std::fprintf(f, "  \"decode\": [");
-      for (std::size_t i = 0; i < decode.size(); ++i)
-        std::fprintf(f, "%s\n    {\"context\": %lld, \"dense_ms\": %.4f, \"dense_split_ms\": %.4f, \"sparse_ms\": %.4f, \"tiered_ms\": %.4f}",
-                     i ? "," : "", static_cast<long long>(decode[i].context), decode[i].dense_ms, decode[i].dense_split_ms,
-                     decode[i].sparse_ms, decode[i].tiered_ms);
-      std::fprintf(f, "\n  ],\n  \"pipeline\": [");
-      for (std::size_t i = 0; i < pipeline_rows.size(); ++i) {
-        const PipelineRow& r = pipeline_rows[i];
-        std::fprintf(f, "%s\n    {\"context\": %lld, \"batch\": %d, \"micro_batch\": %zu, \"serial_ms\": %.4f, \"elastic_ms\": %.4f, "
-                        "\"serial_over_elastic\": %.4f, \"hit_rate\": %.4f}",
-                     i ? "," : "", static_cast<long long>(r.context), r.batch, r.micro_batch, r.serial_ms, r.elastic_ms, r.serial_ms / r.elastic_ms,
-                     r.hit_rate);
-      }
-      std::fprintf(f, "\n  ],\n  \"pipeline_complete\": %s\n}\n", pipeline_done ? "true" : "false");
-      std::fclose(f);
-    };
-    write_json(false);
-    // KvManager on the GPU: Elastic against Serial.
-    const int pipeline_steps = quick ? 8 : 16;
-    for (int batch : {1, 4}) {
-      const PipelineRow r = pipeline_case(32768, batch, pipeline_steps);
-      const double n = pipeline_steps;
-      std::printf("KvManager step (one layer, 8 KV heads, 32K, batch %d, micro-batch %zu): serial %.3f ms, elastic %.3f ms, serial/elastic %.2f; "
-                  "hit rate %.1f%%; serial stages (mean ms) select %.3f classify %.3f fetch %.3f compute %.3f commit %.3f\n",
-                  batch, r.micro_batch, r.serial_ms, r.elastic_ms, r.serial_ms / r.elastic_ms, 100 * r.hit_rate, r.serial_stages.select_ms / n,
-                  r.serial_stages.classify_ms / n, r.serial_stages.fetch_ms / n, r.serial_stages.compute_ms / n, r.serial_stages.commit_ms / n);
-      std::fflush(stdout);
-      pipeline_rows.push_back(r);
-      write_json(false);
-    }
-    write_json(true);
+    KernelFigures k;
+    k.copy_bps = copy_bandwidth(stream, quick ? (256u << 20) : (1u << 30));
+    std::printf("copy kernel: %.1f GB/s (read + write)\n", k.copy_bps / 1e9);
+    attention_report(stream, rng, k);
+    k.page_bytes = static_cast<std::size_t>(kPageTokens) * kHeadDim * sizeof(half);
+    k.gather_pages = quick ? 2048 : 8192;
+    gather_report(stream, rng, k);
+    for (std::int64_t context : {std::int64_t{32768}, std::int64_t{131072}}) k.decode.push_back(decode_row(stream, rng, context, k.page_bytes));
+    pipeline_report(json, prop, k, quick);
     std::printf("wrote %s\n", json.c_str());
     cudaFree(g_flush);
   } catch (const std::exception& e) {
