@@ -17,7 +17,7 @@
 
 #include "eval_options.hpp"
 #include "kvdrive/eval/cache_study.hpp"
-#include "kvdrive/kvdrive.hpp"
+#include "kvdrive/research.hpp"
 
 namespace kvdrive::kvd_eval {
 

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "kvdrive/kvdrive.hpp"
 #include "kvdrive/eval/cache_study.hpp"
+#include "kvdrive/research.hpp"
 
 namespace kvdrive::kvd_eval {
 

@@ -20,7 +20,7 @@
 
 #include "eval_options.hpp"
 #include "kvdrive/eval/layer_inputs.hpp"
-#include "kvdrive/kvdrive.hpp"
+#include "kvdrive/research.hpp"
 
 namespace kvdrive::kvd_eval {
 

@@ -32,7 +32,7 @@
 #include "eval_cache.hpp"
 #include "eval_options.hpp"
 #include "eval_pipeline.hpp"
-#include "kvdrive/kvdrive.hpp"
+#include "kvdrive/research.hpp"
 #include "kvdrive/eval/cache_study.hpp"
 #include "kvdrive/eval/recorded.hpp"
 #include "kvdrive/eval/synthetic.hpp"
