@@ -12,8 +12,8 @@
 #include <set>
 #include <vector>
 
-#include "kvdrive/kvdrive.hpp"
 #include "kvdrive/eval/synthetic.hpp"
+#include "kvdrive/research.hpp"
 #include "fault_tier.hpp"
 #include "support.hpp"
 

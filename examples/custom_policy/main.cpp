@@ -11,7 +11,7 @@
 //
 //   kvd-custom-policy [--context N] [--steps N] [--streams N]
 #include <kvdrive/eval/synthetic.hpp>
-#include <kvdrive/kvdrive.hpp>
+#include <kvdrive/research.hpp>
 #include <kvdrive/tier/ssd.hpp>
 
 #include <cmath>

@@ -15,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "kvdrive/eval/metrics.hpp"
 #include "kvdrive/kvdrive.hpp"
 
 using namespace kvdrive;

@@ -1,4 +1,6 @@
-// kvdrive: one include for everything host-side (no CUDA headers; see kvdrive/cuda/ for those).
+// kvdrive: one include for the engine, host-side: the manager, every policy, the tiers, the CPU
+// backend and the core types (no CUDA headers: kvdrive/cuda/ has those). The research tools
+// (traces, evaluation, cache studies: eval/) are kvdrive/research.hpp's; test tools stay in tests/.
 #pragma once
 
 #include "kvdrive/attention/math.hpp"
@@ -15,15 +17,6 @@
 #include "kvdrive/core/thread_pool.hpp"
 #include "kvdrive/core/view.hpp"
 #include "kvdrive/core/xxhash.hpp"
-#include "kvdrive/eval/belady.hpp"
-#include "kvdrive/eval/cache_study.hpp"
-#include "kvdrive/eval/cache_replay.hpp"
-#include "kvdrive/eval/evaluate.hpp"
-#include "kvdrive/eval/synthetic_spec.hpp"
-#include "kvdrive/eval/layer_inputs.hpp"
-#include "kvdrive/eval/metrics.hpp"
-#include "kvdrive/eval/trace.hpp"
-#include "kvdrive/eval/window_profile.hpp"
 #include "kvdrive/eviction/concept.hpp"
 #include "kvdrive/eviction/cache_entries.hpp"
 #include "kvdrive/eviction/knapsack.hpp"
