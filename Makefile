@@ -3,6 +3,8 @@
 #                    (fast DRAM + DRAM + SSD) through KvManager and answers a question about it,
 #                    then prints whether the answer is right and its summary
 #   make test        build everything (nvcc included where present) and run the test suite
+#   make quick-test  the library's own tests alone (ctest label `quick`): a few minutes, no model,
+#                    no decoder, no CUDA; make test still runs everything
 #   make asan-test   the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make tsan-test   the test suite under ThreadSanitizer
 #   make bench       the microbenchmarks
@@ -20,13 +22,14 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
+QUICK_BUILD ?= build-quick
 FUZZ_SECONDS ?= 60
 FUZZ_RUNS ?=
 CMAKE ?= cmake
 # Debian's python3 (where apt puts matplotlib), not one a version manager put first on PATH.
 PYTHON ?= $(shell [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
 
-.PHONY: all bootstrap configure build test asan-test tsan-test demo bench report fuzz clean
+.PHONY: all bootstrap configure build test quick-test asan-test tsan-test demo bench report fuzz clean
 
 all: build
 
@@ -41,6 +44,14 @@ build: configure
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# Optimised at -O1 (faster to build than Release; assertions on), without the decoder, the
+# benchmarks or nvcc: only the programs the quick tests need are built.
+quick-test: bootstrap
+	$(CMAKE) -S . -B $(QUICK_BUILD) -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS="-O1" -DKVD_CUDA=OFF \
+	  -DKVD_BUILD_BENCH=OFF -DKVD_BUILD_EXAMPLES=OFF
+	$(CMAKE) --build $(QUICK_BUILD) -j $(JOBS) --target quick_tests
+	cd $(QUICK_BUILD) && ctest --output-on-failure -j $(JOBS) -L quick
 
 asan-test: bootstrap
 	$(CMAKE) -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKVD_CUDA=OFF \
