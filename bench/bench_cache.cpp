@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
-#include "decoder.hpp"
-#include "llama2c.hpp"
-#include "sampler.hpp"
+#include "decoder/decoder.hpp"
+#include "model/llama2c.hpp"
+#include "decoder/sampler.hpp"
 #include "kvdrive/eval/cache_study.hpp"
 #include "kvdrive/eval/recorded.hpp"
 #include "kvdrive/eval/synthetic.hpp"

@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "decoder.hpp"
-#include "sampler.hpp"
+#include "decoder/decoder.hpp"
+#include "decoder/sampler.hpp"
 #include "kvdrive/kvdrive.hpp"
 #include "support.hpp"
-#include "synthetic.hpp"
+#include "model/synthetic.hpp"
 
 using namespace kvdrive;
 using namespace kvdrive::llama;

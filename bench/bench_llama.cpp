@@ -25,9 +25,9 @@
 #include <cblas.h>
 #endif
 
-#include "linear.hpp"
-#include "matrix.hpp"
-#include "prefill_attention.hpp"
+#include "kernels/linear.hpp"
+#include "kernels/matrix.hpp"
+#include "kernels/prefill_attention.hpp"
 #include "support.hpp"
 
 using namespace kvdrive;

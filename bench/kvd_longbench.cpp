@@ -20,15 +20,15 @@
 #include <string>
 #include <vector>
 
-#include "gguf_loader.hpp"
+#include "model/gguf_loader.hpp"
 #include "longbench/fidelity.hpp"
 #include "longbench/replay.hpp"
 #include "longbench/sample.hpp"
 #include "longbench/stats.hpp"
 #include "longbench/tables.hpp"
 #include "longbench/tasks.hpp"
-#include "model_cache.hpp"
-#include "run.hpp"
+#include "model/model_cache.hpp"
+#include "app/run.hpp"
 
 using namespace kvdrive;
 using namespace kvdrive::longbench;

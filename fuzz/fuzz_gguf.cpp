@@ -1,8 +1,8 @@
-// The GGUF reader and the llama loader from GGUF (examples/llama3/gguf.hpp, gguf_loader.hpp) on
+// The GGUF reader and the llama loader from GGUF (examples/llama3/model/gguf.hpp, gguf_loader.hpp) on
 // arbitrary bytes: the header, every metadata value (nested arrays too) through every getter that
 // fits its type, every tensor's bytes (first and last), then read_vocab, gguf_llama_config and
 // load_gguf. Each step may refuse the input with kvdrive::Error; the later ones still run.
-#include "gguf_loader.hpp"
+#include "model/gguf_loader.hpp"
 #include "harness.hpp"
 
 namespace {

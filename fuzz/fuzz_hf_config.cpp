@@ -1,6 +1,6 @@
-// Hugging Face config.json parsing (examples/llama3/hf_loader.hpp) on arbitrary bytes.
+// Hugging Face config.json parsing (examples/llama3/model/hf_loader.hpp) on arbitrary bytes.
 #include "harness.hpp"
-#include "hf_loader.hpp"
+#include "model/hf_loader.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const std::string path = kvdrive::fuzz::input_path("_config.json");

@@ -1,11 +1,11 @@
-// A Hugging Face folder's model.safetensors.index.json (examples/llama3/hf_loader.hpp) on
+// A Hugging Face folder's model.safetensors.index.json (examples/llama3/model/hf_loader.hpp) on
 // arbitrary bytes, next to a fixed, valid config.json: the weight map, its shard names (which
 // must not leave the folder) and the shards they name.
 #include <filesystem>
 #include <fstream>
 
 #include "harness.hpp"
-#include "hf_loader.hpp"
+#include "model/hf_loader.hpp"
 
 namespace {
 

@@ -1,6 +1,6 @@
-// The llama2.c checkpoint loader (examples/llama3/llama2c.hpp) on arbitrary bytes.
+// The llama2.c checkpoint loader (examples/llama3/model/llama2c.hpp) on arbitrary bytes.
 #include "harness.hpp"
-#include "llama2c.hpp"
+#include "model/llama2c.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const std::string path = kvdrive::fuzz::input_path(".bin");

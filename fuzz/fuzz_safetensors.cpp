@@ -1,7 +1,7 @@
-// The safetensors reader (examples/llama3/safetensors.hpp) on arbitrary bytes: the header's
+// The safetensors reader (examples/llama3/model/safetensors.hpp) on arbitrary bytes: the header's
 // length, its JSON and every tensor's dtype, shape and offsets.
 #include "harness.hpp"
-#include "safetensors.hpp"
+#include "model/safetensors.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const std::string path = kvdrive::fuzz::input_path(".safetensors");

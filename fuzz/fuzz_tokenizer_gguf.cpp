@@ -1,4 +1,4 @@
-// The GGUF tokenizer (examples/llama3/tokenizer_gguf.hpp) on arbitrary text, with the tiny
+// The GGUF tokenizer (examples/llama3/tokenizer/tokenizer_gguf.hpp) on arbitrary text, with the tiny
 // vocabularies of tests/data/tokenizer: byte-level BPE under each pre-tokenizer family and
 // SentencePiece. The first input byte picks the tokenizer and the settings, the rest is the text.
 // The vocabularies are committed as the text form of their GGUF files (tiny-*.gguf.json); at
@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "../tests/gguf_writer.hpp"
-#include "gguf.hpp"
-#include "gguf_loader.hpp"
-#include "tokenizer_gguf.hpp"
+#include "model/gguf.hpp"
+#include "model/gguf_loader.hpp"
+#include "tokenizer/tokenizer_gguf.hpp"
 
 namespace {
 

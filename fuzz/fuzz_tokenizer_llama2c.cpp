@@ -1,9 +1,9 @@
-// The llama2.c tokenizer.bin reader (examples/llama3/tokenizer_llama2c.hpp) on arbitrary bytes,
+// The llama2.c tokenizer.bin reader (examples/llama3/tokenizer/tokenizer_llama2c.hpp) on arbitrary bytes,
 // then an encode and a decode with what it read. The first byte picks the vocabulary size.
 #include <string>
 
 #include "harness.hpp"
-#include "tokenizer_llama2c.hpp"
+#include "tokenizer/tokenizer_llama2c.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 1) return 0;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Golden files for the GGUF tokenizer (examples/llama3/tokenizer_gguf.hpp), from llama.cpp.
+"""Golden files for the GGUF tokenizer (examples/llama3/tokenizer/tokenizer_gguf.hpp), from llama.cpp.
 
 Writes, under tests/data/tokenizer/:
   tiny-*.gguf.json the text form (scripts/gguf_json.py) of vocabulary-only GGUF files, one per

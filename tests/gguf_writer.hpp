@@ -6,7 +6,7 @@
 // text form names the sha256 of the file it came from, so a test can check it got the very same
 // bytes.
 //
-// It does not use the reader under test (examples/llama3/gguf.hpp): the format's type ids are
+// It does not use the reader under test (examples/llama3/model/gguf.hpp): the format's type ids are
 // spelt out here, and a tensor's type is the id the text form gives.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The GGUF reader (examples/llama3/gguf.hpp) and the llama loader from GGUF (gguf_loader.hpp).
+// The GGUF reader (examples/llama3/model/gguf.hpp) and the llama loader from GGUF (gguf_loader.hpp).
 // The fixtures and their expectations (tests/data/gguf/fixtures.json: values, types, shapes,
 // offsets and sha256 of the tensors' bytes) come from scripts/make-gguf-fixtures.py, which wrote
 // the files with gguf-py's GGUFWriter and read them back with its GGUFReader; what the reader
@@ -23,9 +23,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gguf.hpp"
+#include "model/gguf.hpp"
 #include "gguf_fixtures.hpp"
-#include "gguf_loader.hpp"
+#include "model/gguf_loader.hpp"
 #include "model_files.hpp"
 #include "sha256.hpp"
 

@@ -27,11 +27,11 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "gguf.hpp"
+#include "model/gguf.hpp"
 #include "gguf_fixtures.hpp"
-#include "gguf_loader.hpp"
+#include "model/gguf_loader.hpp"
 #include "model_files.hpp"
-#include "tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 using namespace kvdrive;
 using namespace kvdrive::llama;

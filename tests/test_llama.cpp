@@ -11,13 +11,13 @@
 #include <random>
 #include <vector>
 
-#include "decoder.hpp"
+#include "decoder/decoder.hpp"
 #include "kvdrive/kvdrive.hpp"
-#include "llama2c.hpp"
-#include "run.hpp"  // reply_has, needle.hpp
-#include "sampler.hpp"
+#include "model/llama2c.hpp"
+#include "app/run.hpp"  // reply_has, needle.hpp
+#include "decoder/sampler.hpp"
 #include "support.hpp"
-#include "synthetic.hpp"
+#include "model/synthetic.hpp"
 
 using namespace kvdrive;
 using namespace kvdrive::llama;
@@ -400,7 +400,7 @@ TEST_CASE("stories260K: sparse at budget 0.5 agrees with dense on teacher-forced
 
 // ---- Hugging Face folders -------------------------------------------------------------------
 
-#include "hf_loader.hpp"
+#include "model/hf_loader.hpp"
 
 namespace {
 

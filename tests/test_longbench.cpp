@@ -12,7 +12,7 @@
 #include "longbench/replay.hpp"
 #include "longbench/stats.hpp"
 #include "longbench/tasks.hpp"
-#include "synthetic.hpp"
+#include "model/synthetic.hpp"
 
 using namespace kvdrive;
 using namespace kvdrive::longbench;

@@ -1,4 +1,4 @@
-// GGUF block formats (examples/llama3/quant.hpp) and the projections computed from them
+// GGUF block formats (examples/llama3/kernels/quant.hpp) and the projections computed from them
 // (quant_dot.hpp, linear.hpp):
 //   - dequantize_row equals gguf-py's gguf.quants.dequantize bit for bit on the committed golden
 //     blocks (tests/data/quant/<TYPE>.json, written by scripts/make-quant-golden.py: the blocks in
@@ -29,10 +29,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "linear.hpp"
+#include "kernels/linear.hpp"
 #include "model_files.hpp"
-#include "quant.hpp"
-#include "quant_dot.hpp"
+#include "kernels/quant.hpp"
+#include "kernels/quant_dot.hpp"
 
 using namespace kvdrive;
 using namespace kvdrive::llama;

@@ -17,9 +17,9 @@
 #include "support.hpp"
 #include "workload.hpp"
 
-#include "decoder.hpp"
-#include "sampler.hpp"
-#include "synthetic.hpp"
+#include "decoder/decoder.hpp"
+#include "decoder/sampler.hpp"
+#include "model/synthetic.hpp"
 
 using namespace kvdrive;
 using kvdrive::testing::RedisServer;

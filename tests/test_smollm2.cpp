@@ -13,16 +13,16 @@
 #include <fstream>
 #include <vector>
 
-#include "chat.hpp"
-#include "decoder.hpp"
-#include "gguf_loader.hpp"
+#include "tokenizer/chat.hpp"
+#include "decoder/decoder.hpp"
+#include "model/gguf_loader.hpp"
 #include "kvdrive/eval/recorded.hpp"
 #include "kvdrive/eval/trace.hpp"
 #include "kvdrive/kvdrive.hpp"
 #include "model_files.hpp"
-#include "needle.hpp"
-#include "tokenizer.hpp"
-#include "weights_f32.hpp"
+#include "app/needle.hpp"
+#include "tokenizer/tokenizer.hpp"
+#include "model/weights_f32.hpp"
 
 using namespace kvdrive;
 using namespace kvdrive::llama;

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 using namespace kvdrive;
 using namespace kvdrive::llama;

@@ -8,10 +8,10 @@
 #include <stdexcept>
 #include <vector>
 
-#include "decoder.hpp"
+#include "decoder/decoder.hpp"
 #include "kvdrive/eval/recorded.hpp"
 #include "kvdrive/research.hpp"
-#include "llama2c.hpp"
+#include "model/llama2c.hpp"
 #include "support.hpp"
 
 using namespace kvdrive;

@@ -19,7 +19,7 @@
 
 #include <fmt/format.h>
 
-#include "needle.hpp"
+#include "app/needle.hpp"
 #include "replay.hpp"
 #include "stats.hpp"
 

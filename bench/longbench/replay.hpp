@@ -44,10 +44,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "decoder.hpp"
+#include "decoder/decoder.hpp"
 #include "kvdrive/kvdrive.hpp"
 #include "kvdrive/tier/ssd.hpp"
-#include "run.hpp"
+#include "app/run.hpp"
 
 namespace kvdrive::longbench {
 

@@ -14,11 +14,11 @@
 
 #include <fmt/format.h>
 
-#include "chat.hpp"
+#include "tokenizer/chat.hpp"
 #include "kvdrive/eval/trace.hpp"
 #include "replay.hpp"
 #include "tasks.hpp"
-#include "tokenizer.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace kvdrive::longbench {
 

@@ -28,7 +28,7 @@
 #include <fmt/format.h>
 
 #include "kvdrive/core/error.hpp"
-#include "needle.hpp"
+#include "app/needle.hpp"
 
 namespace kvdrive::longbench {
 

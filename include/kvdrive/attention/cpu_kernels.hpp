@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <initializer_list>
 
 #include "kvdrive/attention/math.hpp"
 #include "kvdrive/core/half.hpp"

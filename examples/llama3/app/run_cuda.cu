@@ -1,0 +1,30 @@
+// kvd-llama --device cuda: run() (run.hpp) with the KV cache in GPU memory. Compiled by nvcc
+// when kvd-llama is built with CUDA. Selection runs on the GPU (cuda::DeviceHierarchical, one
+// launch per micro-batch), pages move through cuda::DeviceTier, attention runs in backend::Cuda's
+// kernels and the projections in cuBLAS.
+#include "kernels/cublas_linear.hpp"
+#include "kvdrive/cuda/backend.cuh"
+#include "kvdrive/cuda/device_hierarchical.cuh"
+#include "kvdrive/cuda/device_tier.cuh"
+#include "app/run_cuda.hpp"
+
+namespace kvdrive::llama {
+
+int run_on_cuda(const RunOptions& o, const Model& model, ThreadPool& pool) {
+  KVD_EXPECT(o.index == "hierarchical" || o.index == "dense" || o.mode == "dense",
+             "--device cuda runs --index hierarchical (or dense); '{}' runs on the CPU", o.index);
+  KVD_EXPECT(o.rescore_pool <= 0, "--device cuda selects with the device's Hierarchical, without token-level rescoring: --rescore-pool 0");
+  KVD_EXPECT(o.host_bytes == 0, "--device cuda: --host-bytes (a DRAM tier between GPU memory and the SSD) is not supported yet");
+  using Device = Tiers<cuda::DeviceTier>;
+  using DeviceSsd = Tiers<cuda::DeviceTier, tier::SsdTier>;
+  const auto gpu = [&] { return backend::Cuda({0, o.threads}); };
+  if (o.mode == "tiered") {
+    KVD_EXPECT(o.index == "hierarchical", "--mode tiered is sparse: choose --index hierarchical");
+    if (o.pipeline == "elastic") return run<cuda::DeviceHierarchical, DeviceSsd, pipeline::Elastic, backend::Cuda, CublasLinear>(o, model, pool, gpu());
+    return run<cuda::DeviceHierarchical, DeviceSsd, pipeline::Serial, backend::Cuda, CublasLinear>(o, model, pool, gpu());
+  }
+  if (o.mode == "dense" || o.index == "dense") return run<index::Dense, Device, pipeline::Serial, backend::Cuda, CublasLinear>(o, model, pool, gpu());
+  return run<cuda::DeviceHierarchical, Device, pipeline::Serial, backend::Cuda, CublasLinear>(o, model, pool, gpu());
+}
+
+}  // namespace kvdrive::llama

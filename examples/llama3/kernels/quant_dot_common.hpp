@@ -1,0 +1,74 @@
+// What quant_dot.hpp's tiles share: the fp16 block scale, the fixed order in which a (row,
+// input)'s 8 float lanes are added, and the AVX2 steps of the integer dots (u8 x s8 and s8 x s8
+// lanes of 4 products, the nibbles of packed bytes, a byte mask of 32 bits).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kvdrive/attention/cpu_kernels.hpp"
+#include "kernels/quant.hpp"
+
+#if KVD_CPU_AVX2 && defined(__F16C__)
+#define KVD_QUANT_F16C 1
+#else
+#define KVD_QUANT_F16C 0
+#endif
+
+#if defined(__clang__)
+#define KVD_UNROLL _Pragma("unroll")
+#elif defined(__GNUC__)
+#define KVD_UNROLL _Pragma("GCC unroll 16")
+#else
+#define KVD_UNROLL
+#endif
+
+namespace kvdrive::llama::quant {
+
+/// A block's fp16 scale as float (F16C where available; the same exact value either way).
+inline float scale_f16(const std::byte* p) {
+#if KVD_QUANT_F16C
+  return _cvtsh_ss(load_u16(p));
+#else
+  return load_f16(p);
+#endif
+}
+
+/// The fixed order in which a (row, input)'s 8 lanes are added: ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)).
+inline float sum_lanes(const float l[8]) {
+  const float s0 = l[0] + l[4], s1 = l[1] + l[5], s2 = l[2] + l[6], s3 = l[3] + l[7];
+  return (s0 + s2) + (s1 + s3);
+}
+
+#if KVD_CPU_AVX2
+inline float sum_lanes(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));  // s0..s3
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));                                  // s0+s2, s1+s3
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+
+/// 8 int32 lanes: lane l = sum over k < 4 of w[4l+k] * x[4l+k], w unsigned (< 128), x signed.
+inline __m256i dot_u8s8(__m256i w, __m256i x) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
+}
+/// The same with signed w (aw = |w|): |w| * (x * sign w) keeps maddubs' operands in range.
+inline __m256i dot_s8s8(__m256i aw, __m256i w, __m256i x) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1));
+}
+/// The 32 4-bit values of 16 packed bytes: the low nibbles (values 0..15), then the high ones
+/// (values 16..31): the bytes in both halves, the upper half shifted right by 4, masked.
+inline __m256i nibbles32(const std::byte* p) {
+  const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_and_si256(_mm256_srlv_epi64(v, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
+}
+/// 0xFF in byte j where bit j of the 32-bit qh is set, 0 elsewhere.
+inline __m256i bit_mask32(std::uint32_t qh) {
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(qh)),
+      _mm256_setr_epi64x(0x0000000000000000LL, 0x0101010101010101LL, 0x0202020202020202LL, 0x0303030303030303LL));
+  const __m256i bit = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfeLL);  // all bits but bit j % 8
+  return _mm256_cmpeq_epi8(_mm256_or_si256(spread, bit), _mm256_set1_epi64x(-1));
+}
+#endif
+
+}  // namespace kvdrive::llama::quant
