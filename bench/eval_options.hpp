@@ -43,24 +43,24 @@ struct Options {
   index::TokenRescoreParams rescore;
   std::string rotary = "adjacent";  ///< adjacent (GGUF, llama2.c) or halves (Hugging Face): the keys' RoPE pairs
   // cache replay
-  std::string eviction;           ///< empty: no cache evaluation
-  std::string window = "3";       ///< W, or "knapsack"
-  std::int64_t cache_bytes = 0;   ///< fast-tier bytes over the evaluated streams (0: what --window W needs)
+  std::string eviction;          ///< empty: no cache evaluation
+  std::string window = "3";      ///< W, or "knapsack"
+  std::int64_t cache_bytes = 0;  ///< fast-tier bytes over the evaluated streams (0: what --window W needs)
   std::string warm_up = "on";
   int max_window = 8;
   std::string solver = "greedy";
-  std::string calibration;        ///< knapsack profile trace (default: synthetic, next seed; recorded, the same file)
+  std::string calibration;  ///< knapsack profile trace (default: synthetic, next seed; recorded, the same file)
   float decay = eviction::Lookahead{}.decay;
   // pipeline replay
-  std::string pipeline;           ///< empty: none; else a list of serial, elastic
+  std::string pipeline;  ///< empty: none; else a list of serial, elastic
   int pipeline_layers = 1;
-  std::string store_dir;          ///< where the replay's SSD stores go (default: the temp directory)
+  std::string store_dir;  ///< where the replay's SSD stores go (default: the temp directory)
 };
 
 inline const std::vector<std::string>& all_index_names() {
-  static const std::vector<std::string> names = {"oracle-mass", "oracle", "quest", "mean-key", "hierarchical",
-                                                 "centroid", "simhash", "product-quant", "rescored-hierarchical",
-                                                 "rescored-quest"};
+  static const std::vector<std::string> names = {"oracle-mass",           "oracle",        "quest",   "mean-key",
+                                                 "hierarchical",          "centroid",      "simhash", "product-quant",
+                                                 "rescored-hierarchical", "rescored-quest"};
   return names;
 }
 
@@ -140,6 +140,11 @@ inline Config manager_config(const ModelShape& shape, const eval::EvalSettings& 
   return c;
 }
 
+/// The index options' CLI11 definitions (Hierarchical's and TokenRescore's parameters).
+inline void add_index_options(CLI::App& app, Options& o);
+/// The cache and pipeline replays' CLI11 definitions.
+inline void add_replay_options(CLI::App& app, Options& o);
+
 /// The options' CLI11 definitions.
 inline void add_options(CLI::App& app, Options& o) {
   app.add_option("--trace", o.trace, "synthetic:PRESET[:seed=N] or a file from kvd-llama --record-trace");
@@ -148,17 +153,26 @@ inline void add_options(CLI::App& app, Options& o) {
   app.add_option("--steps", o.steps, "decode steps (recorded traces: the last N positions)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
   app.add_option("--budget", o.budget, "fraction of the candidate pages selected, in (0, 1]");
-  app.add_option("--carry-share", o.carry.share, "focus carry (Config::carry): the budget's share that pages the last step "
+  app.add_option("--carry-share", o.carry.share,
+                 "focus carry (Config::carry): the budget's share that pages the last step "
                  "attended heavily may take, in [0, 1); 0 (the default here) scores each index's own selection");
   app.add_option("--carry-mass", o.carry.mass, "focus carry: a head's attention share that keeps a page selected, in (0, 1]");
-  app.add_option("--index", o.indices, "all, or a comma-separated list of: dense, oracle-mass, oracle, quest, mean-key, "
-                                       "hierarchical, centroid, simhash, product-quant, rescored-hierarchical, rescored-quest");
+  app.add_option("--index", o.indices,
+                 "all, or a comma-separated list of: dense, oracle-mass, oracle, quest, mean-key, "
+                 "hierarchical, centroid, simhash, product-quant, rescored-hierarchical, rescored-quest");
   app.add_option("--page-tokens", o.page_tokens, "tokens per page")->check(CLI::Range(1, 4096));
   app.add_option("--sink-tokens", o.sink_tokens, "always-attended first tokens")->check(CLI::Range(0, 1 << 20));
   app.add_option("--local-tokens", o.local_tokens, "always-attended last tokens")->check(CLI::Range(0, 1 << 20));
   app.add_option("--dtype", o.dtype, "KV dtype (and index data): f32, f16, bf16");
   app.add_option("--streams", o.streams, "evaluate a spread subset of this many streams (0 = all)")->check(CLI::Range(0, 1 << 20));
   app.add_option("--threads", o.threads, "worker threads (0 = all cores)");
+  add_index_options(app, o);
+  app.add_option("--json", o.json, "also write the rows as JSON to this file");
+  app.add_flag("--trace-stats", o.trace_stats, "print the trace's statistics instead of comparing indices");
+  add_replay_options(app, o);
+}
+
+inline void add_index_options(CLI::App& app, Options& o) {
   app.add_option("--cluster-pages", o.cluster_pages, "hierarchical and centroid: pages per cluster")->check(CLI::Range(1, 1 << 20));
   app.add_option("--expand", o.expand, "hierarchical: expand clusters until they hold this many times the budget");
   app.add_option("--min-scored", o.min_scored, "hierarchical: ... and at least this fraction of the candidates")->check(CLI::Range(0.0, 1.0));
@@ -168,27 +182,37 @@ inline void add_options(CLI::App& app, Options& o) {
   app.add_option("--pair-radii", o.pair_radii, "hierarchical: rotary-pair radii per page in a member's score (0: its mean alone)")
       ->check(CLI::Range(0, 128));
   app.add_option("--pair-weight", o.pair_weight, "hierarchical: weight of the pair radii in a member's score");
-  app.add_option("--rescore-pool", o.rescore.pool, "rescored-*: a first look (or the inner index, --rescore-inner 1) proposes this many times the budget, rescored token by token")
+  app.add_option("--rescore-pool", o.rescore.pool,
+                 "rescored-*: a first look (or the inner index, --rescore-inner 1) proposes this many times the budget, rescored token by token")
       ->check(CLI::Range(1.0, 1e9));
   app.add_option("--rescore-share", o.rescore.pool_share, "rescored-*: ... and at least this share of the candidates")->check(CLI::Range(0.0, 1.0));
-  app.add_option("--rescore-inner", o.rescore.inner_pool, "rescored-*: pool the inner index's selection (1) or the key copies' first look (0, the default)");
-  app.add_option("--rescore-coarse", o.rescore.coarse_pool, "rescored-hierarchical with --rescore-inner 1: pool the best whole clusters (1) or the best pages by their members' estimates (0, the default)");
-  app.add_option("--rotary", o.rotary, "hierarchical: the channel pairs RoPE rotated in the trace's keys: adjacent (GGUF and llama2.c models) or halves (Hugging Face models)")
+  app.add_option("--rescore-inner", o.rescore.inner_pool,
+                 "rescored-*: pool the inner index's selection (1) or the key copies' first look (0, the default)");
+  app.add_option("--rescore-coarse", o.rescore.coarse_pool,
+                 "rescored-hierarchical with --rescore-inner 1: pool the best whole clusters (1) or the best pages by their members' estimates (0, "
+                 "the default)");
+  app.add_option(
+         "--rotary", o.rotary,
+         "hierarchical: the channel pairs RoPE rotated in the trace's keys: adjacent (GGUF and llama2.c models) or halves (Hugging Face models)")
       ->check(CLI::IsMember({"adjacent", "halves"}));
-  app.add_option("--json", o.json, "also write the rows as JSON to this file");
-  app.add_flag("--trace-stats", o.trace_stats, "print the trace's statistics instead of comparing indices");
+}
+
+inline void add_replay_options(CLI::App& app, Options& o) {
   app.add_option("--eviction", o.eviction, "also replay fast-tier caches: all, or a list of: lookahead, lru, lfu, last-step, none");
-  app.add_option("--window", o.window, "cache window: W (uniform) or knapsack (one W per stream, within the bytes of W = 3 "
-                                       "or --cache-bytes)");
+  app.add_option("--window", o.window,
+                 "cache window: W (uniform) or knapsack (one W per stream, within the bytes of W = 3 "
+                 "or --cache-bytes)");
   app.add_option("--cache-bytes", o.cache_bytes, "fast-tier bytes over the evaluated streams, sink and local included (0: what --window W needs)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 50));
   app.add_option("--warm-up", o.warm_up, "on: importance-guided placement fills the caches at step 0; off")->check(CLI::IsMember({"on", "off"}));
   app.add_option("--max-window", o.max_window, "knapsack and --cache-bytes: the largest W considered")->check(CLI::Range(0, 64));
   app.add_option("--solver", o.solver, "knapsack solver: greedy or exact")->check(CLI::IsMember({"greedy", "exact"}));
   app.add_option("--calibration", o.calibration,
-                 "knapsack profile trace (default: synthetic traces, the next seed; recorded, the same file), or prompt[:N]: a recorded trace's own prompt, its last N tokens (32) as decode steps");
+                 "knapsack profile trace (default: synthetic traces, the next seed; recorded, the same file), or prompt[:N]: a recorded trace's own "
+                 "prompt, its last N tokens (32) as decode steps");
   app.add_option("--decay", o.decay, "lookahead: per-step decay of a page's accumulated attention, in [0, 1]")->check(CLI::Range(0.0f, 1.0f));
-  app.add_option("--pipeline", o.pipeline, "also decode the trace's first layers through KvManager on DRAM cache + SSD and print "
+  app.add_option("--pipeline", o.pipeline,
+                 "also decode the trace's first layers through KvManager on DRAM cache + SSD and print "
                  "each pipeline's stage statistics: all, or a list of: serial, elastic");
   app.add_option("--pipeline-layers", o.pipeline_layers, "--pipeline: how many of the trace's layers (from layer 0)")->check(CLI::Range(1, 1024));
   app.add_option("--store-dir", o.store_dir, "--pipeline: the folder for the SSD stores (default: the temporary directory)");
@@ -200,11 +224,11 @@ inline void check_options(const CLI::App& app, const Options& o) {
     std::ofstream probe(o.json, std::ios::app);
     KVD_EXPECT(probe.good(), "--json {}: cannot write there", o.json);
   }
-  KVD_EXPECT(!o.eviction.empty() || (app.count("--window") + app.count("--cache-bytes") + app.count("--warm-up") +
-                                       app.count("--solver") + app.count("--calibration") + app.count("--decay")) == 0,
+  KVD_EXPECT(!o.eviction.empty() || (app.count("--window") + app.count("--cache-bytes") + app.count("--warm-up") + app.count("--solver") +
+                                     app.count("--calibration") + app.count("--decay")) == 0,
              "--window, --cache-bytes, --warm-up, --solver, --calibration and --decay need --eviction");
-  KVD_EXPECT(o.window == "knapsack" || (o.window.find_first_not_of("0123456789") == std::string::npos && !o.window.empty() &&
-                                        o.window.size() <= 2 && std::stoi(o.window) <= 64),
+  KVD_EXPECT(o.window == "knapsack" || (o.window.find_first_not_of("0123456789") == std::string::npos && !o.window.empty() && o.window.size() <= 2 &&
+                                        std::stoi(o.window) <= 64),
              "--window '{}': expected a window 0..64 or 'knapsack'", o.window);
   KVD_EXPECT(o.window == "knapsack" || app.count("--cache-bytes") == 0 || app.count("--window") == 0,
              "give --window W or --cache-bytes, not both (--cache-bytes sets the uniform W)");

@@ -125,14 +125,22 @@ void run_fidelity_mode(const Options& o, const ReplayContext& cx, const Prompter
   fmt::print("kvd-longbench --fidelity: {} documents x {} positions x {} configurations, {} teacher-forced tokens each\n", plan.docs.size(),
              plan.positions.size(), plan.configs.size(), plan.forced);
   llama::Progress bar("configs");
-  const auto cells = run_fidelity(cx, pr.tok, plan, [&](std::size_t d, std::size_t t) { bar.update(static_cast<std::int64_t>(d), static_cast<std::int64_t>(t)); });
-  fmt::print("\n{:<10} {:>8} {:<26} {:>10} {:>7} {:>9} {:>9} {:>8}\n", "document", "position", "configuration", "KL (nats)", "top-1",
-             "ppl", "dense ppl", "ms/tok");
+  const auto cells =
+      run_fidelity(cx, pr.tok, plan, [&](std::size_t d, std::size_t t) { bar.update(static_cast<std::int64_t>(d), static_cast<std::int64_t>(t)); });
+  fmt::print("\n{:<10} {:>8} {:<26} {:>10} {:>7} {:>9} {:>9} {:>8}\n", "document", "position", "configuration", "KL (nats)", "top-1", "ppl",
+             "dense ppl", "ms/tok");
   for (const auto& c : cells) {
-    fmt::print("{:<10} {:>8} {:<26} {:>10.5f} {:>7.3f} {:>9.3f} {:>9.3f} {:>8.1f}\n", c.doc, c.position, c.config, c.kl, c.top1, c.ppl,
-               c.dense_ppl, c.ms_per_token);
-    report["fidelity"].push_back({{"document", c.doc}, {"position", c.position}, {"config", c.config}, {"tokens", c.tokens}, {"kl", c.kl},
-                                  {"top1", c.top1}, {"ppl", c.ppl}, {"dense_ppl", c.dense_ppl}, {"ms_per_token", c.ms_per_token}});
+    fmt::print("{:<10} {:>8} {:<26} {:>10.5f} {:>7.3f} {:>9.3f} {:>9.3f} {:>8.1f}\n", c.doc, c.position, c.config, c.kl, c.top1, c.ppl, c.dense_ppl,
+               c.ms_per_token);
+    report["fidelity"].push_back({{"document", c.doc},
+                                  {"position", c.position},
+                                  {"config", c.config},
+                                  {"tokens", c.tokens},
+                                  {"kl", c.kl},
+                                  {"top1", c.top1},
+                                  {"ppl", c.ppl},
+                                  {"dense_ppl", c.dense_ppl},
+                                  {"ms_per_token", c.ms_per_token}});
   }
 }
 
@@ -143,14 +151,17 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--haystacks", o.haystacks, "prose (the licence texts) and/or repeat (RULER's repeated sentences, a control)")->delimiter(',');
   app.add_option("--samples", o.samples, "samples per task, context and haystack (depths spread over 0-100%)")->check(CLI::Range(1, 100000));
   app.add_option("--budgets", o.budgets, "sparse budgets (fractions of the candidate pages) for --configs all")->delimiter(',');
-  app.add_option("--configs", o.configs, "all (dense, every sparse index and tiered:hierarchical at each budget), or a list: dense first, "
+  app.add_option("--configs", o.configs,
+                 "all (dense, every sparse index and tiered:hierarchical at each budget), or a list: dense first, "
                  "then INDEX@BUDGET or tiered:hierarchical@BUDGET; hierarchical{K=V;...} sets expand, min_scored, "
-                 "score_all_below, pair_radii, pair_weight, radius_weight or pages_per_cluster")->delimiter(',');
+                 "score_all_below, pair_radii, pair_weight, radius_weight or pages_per_cluster")
+      ->delimiter(',');
   app.add_option("--seed", o.seed, "picks every sample's keys, values and haystack start");
   app.add_option("--threads", o.threads, "CPU threads (0: all)");
   app.add_option("--json", o.json, "write every sample and cell as JSON to this file");
   app.add_option("--store-dir", o.store_dir, "tiered: the folder of the SSD store (default: the temporary directory)");
-  app.add_option("--record-traces", o.record_traces, "a folder: record each sample's dense prefill and reply as a trace "
+  app.add_option("--record-traces", o.record_traces,
+                 "a folder: record each sample's dense prefill and reply as a trace "
                  "(kvd-llama --record-trace's format), kept where a configuration scored below dense")
       ->check(CLI::ExistingDirectory);
   app.add_flag("--quick", o.quick, "a run of a few minutes: 1K and 2K, 2 samples per task, budget 6.25%");
@@ -161,6 +172,17 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--positions", o.positions, "--fidelity: positions measured (beyond the model's context: the limit is raised, and said)")
       ->delimiter(',');
   app.add_option("--forced", o.forced, "--fidelity: tokens stepped through at each position")->check(CLI::Range(1, 4096));
+}
+
+/// --fidelity beyond the model's trained context: the limit is raised to the last forced token's
+/// position, and said.
+void reach_fidelity_positions(const Options& o, llama::Model& model) {
+  // The last forced token sits at position P + forced - 1.
+  const std::int64_t end = *std::max_element(o.positions.begin(), o.positions.end()) + o.forced;
+  if (end > model.config.max_seq) {
+    fmt::print("kvd-longbench: positions up to {} run beyond the model's trained context of {} tokens\n", end - 1, model.config.max_seq);
+    model.config.max_seq = static_cast<int>(end);
+  }
 }
 
 }  // namespace
@@ -182,25 +204,24 @@ int main(int argc, char** argv) {
     ThreadPool pool(o.threads);
     llama::Model model = llama::load_gguf(o.model);
     KVD_EXPECT(model.vocab != nullptr && !model.vocab->chat_template.empty(), "{}: the tasks need a GGUF model with a chat template", o.model);
-    if (o.fidelity) {
-      // The last forced token sits at position P + forced - 1.
-      const std::int64_t end = *std::max_element(o.positions.begin(), o.positions.end()) + o.forced;
-      if (end > model.config.max_seq) {
-        fmt::print("kvd-longbench: positions up to {} run beyond the model's trained context of {} tokens\n", end - 1, model.config.max_seq);
-        model.config.max_seq = static_cast<int>(end);
-      }
-    }
+    if (o.fidelity) reach_fidelity_positions(o, model);
     ReplayContext cx;
     cx.model = &model;
     cx.pool = &pool;
     cx.layout.threads = o.threads;
     cx.layout.ssd_path = ((o.store_dir.empty() ? std::filesystem::temp_directory_path() : std::filesystem::path(o.store_dir)) /
-                          fmt::format("kvd-longbench-{}.store", ::getpid())).string();
+                          fmt::format("kvd-longbench-{}.store", ::getpid()))
+                             .string();
     const Prompter pr(model);
     std::string command = "kvd-longbench";
     for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
-    nlohmann::json report = {{"command", command}, {"model", model.source}, {"kv_dtype", cx.layout.dtype}, {"page_tokens", cx.layout.page_tokens},
-                             {"sink_tokens", cx.layout.sink_tokens}, {"local_tokens", cx.layout.local_tokens}, {"threads", pool.threads()}};
+    nlohmann::json report = {{"command", command},
+                             {"model", model.source},
+                             {"kv_dtype", cx.layout.dtype},
+                             {"page_tokens", cx.layout.page_tokens},
+                             {"sink_tokens", cx.layout.sink_tokens},
+                             {"local_tokens", cx.layout.local_tokens},
+                             {"threads", pool.threads()}};
     fmt::print("kvd-longbench: {} ({} KV, {}-token pages, sink {}, local {}, {} threads)\n", model.source, cx.layout.dtype, cx.layout.page_tokens,
                cx.layout.sink_tokens, cx.layout.local_tokens, pool.threads());
     int failures = 0;

@@ -35,8 +35,8 @@ namespace kvdrive::longbench {
 enum class TaskKind { niah_number, niah_word, multikey, multivalue, vt };
 enum class Haystack { prose, repeat };
 
-inline constexpr std::array<TaskKind, 5> kAllTasks = {TaskKind::niah_number, TaskKind::niah_word, TaskKind::multikey,
-                                                      TaskKind::multivalue, TaskKind::vt};
+inline constexpr std::array<TaskKind, 5> kAllTasks = {TaskKind::niah_number, TaskKind::niah_word, TaskKind::multikey, TaskKind::multivalue,
+                                                      TaskKind::vt};
 
 inline std::string_view task_name(TaskKind k) {
   switch (k) {
@@ -90,15 +90,13 @@ namespace detail {
 
 // Word lists for keys and values, written for this benchmark.
 inline constexpr std::array<std::string_view, 40> kAdjectives = {
-    "amber",  "brisk",  "calm",   "dusty",  "eager",  "faint",  "gentle", "hollow", "icy",    "jolly",
-    "keen",   "lively", "mellow", "narrow", "olive",  "proud",  "quiet",  "rapid",  "silent", "tidy",
-    "upper",  "vivid",  "wary",   "young",  "zesty",  "bold",   "crisp",  "damp",   "early",  "fierce",
-    "golden", "humble", "inner",  "jagged", "kind",   "lucky",  "modest", "noble",  "plain",  "rustic"};
+    "amber", "brisk",  "calm",   "dusty",  "eager",  "faint",  "gentle", "hollow", "icy",    "jolly", "keen",  "lively", "mellow", "narrow",
+    "olive", "proud",  "quiet",  "rapid",  "silent", "tidy",   "upper",  "vivid",  "wary",   "young", "zesty", "bold",   "crisp",  "damp",
+    "early", "fierce", "golden", "humble", "inner",  "jagged", "kind",   "lucky",  "modest", "noble", "plain", "rustic"};
 inline constexpr std::array<std::string_view, 40> kNouns = {
-    "anchor", "basket", "candle",  "desert", "engine", "falcon", "garden", "harbor", "island", "jacket",
-    "kettle", "ladder", "meadow",  "needle", "orchard", "pepper", "quarry", "river",  "saddle", "tunnel",
-    "umbrella", "valley", "wagon", "yarrow", "zipper", "bridge", "cabin",  "dolphin", "ember", "forest",
-    "glacier", "hammer", "ivory",  "jungle", "kernel", "lantern", "mirror", "nutmeg", "oyster", "parrot"};
+    "anchor",  "basket", "candle",  "desert", "engine", "falcon", "garden",   "harbor",  "island", "jacket", "kettle", "ladder", "meadow", "needle",
+    "orchard", "pepper", "quarry",  "river",  "saddle", "tunnel", "umbrella", "valley",  "wagon",  "yarrow", "zipper", "bridge", "cabin",  "dolphin",
+    "ember",   "forest", "glacier", "hammer", "ivory",  "jungle", "kernel",   "lantern", "mirror", "nutmeg", "oyster", "parrot"};
 
 /// The repeated-sentence haystack (RULER's "noise").
 inline constexpr std::string_view kNoise = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.";
@@ -109,7 +107,9 @@ std::string pick(Rng& rng, std::span<const std::string_view> words) {
 }
 
 template <class Rng>
-std::string number(Rng& rng) { return std::to_string(std::uniform_int_distribution<int>(1000000, 9999999)(rng)); }
+std::string number(Rng& rng) {
+  return std::to_string(std::uniform_int_distribution<int>(1000000, 9999999)(rng));
+}
 
 template <class Rng>
 std::string variable(Rng& rng) {
@@ -146,8 +146,8 @@ inline std::vector<std::string> haystack_units(Haystack h, std::uint64_t seed) {
 
 /// The document: units until `budget` tokens (less the needles'), each needle at the unit boundary
 /// nearest its depth; `tokens` counts a text's tokens. Returns the document and its token count.
-inline std::pair<std::string, std::int64_t> build_document(const std::vector<std::string>& units, std::vector<Needle> needles,
-                                                           std::int64_t budget, const std::function<std::int64_t(const std::string&)>& tokens) {
+inline std::pair<std::string, std::int64_t> build_document(const std::vector<std::string>& units, std::vector<Needle> needles, std::int64_t budget,
+                                                           const std::function<std::int64_t(const std::string&)>& tokens) {
   std::int64_t needle_cost = 0;
   for (const auto& n : needles) needle_cost += tokens("\n\n" + n.text);
   // Units in order until the next one does not fit. Where that leaves the document short of 80%
@@ -170,8 +170,7 @@ inline std::pair<std::string, std::int64_t> build_document(const std::vector<std
     }
     if (total + needle_cost >= budget * 8 / 10) break;
   }
-  KVD_EXPECT(total + needle_cost >= budget * 8 / 10, "longbench: the haystack holds {} tokens, too few for a {}-token document",
-             total, budget);
+  KVD_EXPECT(total + needle_cost >= budget * 8 / 10, "longbench: the haystack holds {} tokens, too few for a {}-token document", total, budget);
   std::stable_sort(needles.begin(), needles.end(), [](const Needle& a, const Needle& b) { return a.depth < b.depth; });
   std::string doc;
   std::size_t next = 0;
@@ -186,6 +185,28 @@ inline std::pair<std::string, std::int64_t> build_document(const std::vector<std
     before += cost[i];
   }
   return {doc, total + needle_cost};
+}
+
+/// The variable-tracking task's needles (a chain of assignments from `depth` on), answers, head,
+/// question and reply prefix, drawn from rng.
+inline void variable_tracking(const TaskSpec& spec, std::mt19937_64& rng, Task& t, std::vector<Needle>& needles, std::string& head,
+                              std::string& question) {
+  std::uniform_real_distribution<double> anywhere(0.0, 1.0);
+  const std::string value = std::to_string(std::uniform_int_distribution<int>(10000, 99999)(rng));
+  const std::vector<std::string> vars = distinct(5, [&] { return variable(rng); });
+  // The chain in order through the document, from `depth` on (RULER spreads it at random depths).
+  std::vector<double> at = {spec.depth};
+  for (std::size_t i = 1; i < vars.size(); ++i) at.push_back(spec.depth + (1 - spec.depth) * anywhere(rng));
+  std::sort(at.begin(), at.end());
+  for (std::size_t i = 0; i < vars.size(); ++i)
+    needles.push_back({fmt::format("VAR {} = {}.", vars[i], i == 0 ? value : "VAR " + vars[i - 1]), at[i]});
+  t.answers = vars;
+  head = "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n";
+  question = fmt::format("\nQuestion: Find all variables that are assigned the value {} in the text above.", value);
+  t.reply_prefix = fmt::format(
+      "Answer: According to the chain(s) of variable assignment in the text above, {} variables are "
+      "assigned the value {}, they are:",
+      vars.size(), value);
 }
 
 }  // namespace detail
@@ -205,26 +226,13 @@ inline Task make_task(const TaskSpec& spec, const PromptTokens& count, const std
   std::string head, question;
   const std::string what = spec.kind == TaskKind::niah_word ? "words" : "numbers";
   if (spec.kind == TaskKind::vt) {
-    const std::string value = std::to_string(std::uniform_int_distribution<int>(10000, 99999)(rng));
-    const std::vector<std::string> vars = distinct(5, [&] { return variable(rng); });
-    // The chain in order through the document, from `depth` on (RULER spreads it at random depths).
-    std::vector<double> at = {spec.depth};
-    for (std::size_t i = 1; i < vars.size(); ++i) at.push_back(spec.depth + (1 - spec.depth) * anywhere(rng));
-    std::sort(at.begin(), at.end());
-    for (std::size_t i = 0; i < vars.size(); ++i)
-      needles.push_back({fmt::format("VAR {} = {}.", vars[i], i == 0 ? value : "VAR " + vars[i - 1]), at[i]});
-    t.answers = vars;
-    head = "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n";
-    question = fmt::format("\nQuestion: Find all variables that are assigned the value {} in the text above.", value);
-    t.reply_prefix = fmt::format("Answer: According to the chain(s) of variable assignment in the text above, {} variables are "
-                                 "assigned the value {}, they are:", vars.size(), value);
+    variable_tracking(spec, rng, t, needles, head, question);
   } else {
     const std::size_t keys = spec.kind == TaskKind::multikey ? 4 : 1;
     const std::size_t values = spec.kind == TaskKind::multivalue ? 4 : 1;
     const std::vector<std::string> names = distinct(keys, key);
     for (std::size_t k = 0; k < keys; ++k) {
-      const std::vector<std::string> vs =
-          distinct(values, [&] { return spec.kind == TaskKind::niah_word ? pick(rng, kNouns) : number(rng); });
+      const std::vector<std::string> vs = distinct(values, [&] { return spec.kind == TaskKind::niah_word ? pick(rng, kNouns) : number(rng); });
       for (std::size_t v = 0; v < values; ++v) {
         const bool target = k == 0;
         const double d = target && v == 0 ? spec.depth : anywhere(rng);
@@ -232,8 +240,10 @@ inline Task make_task(const TaskSpec& spec, const PromptTokens& count, const std
         if (target) t.answers.push_back(vs[v]);
       }
     }
-    head = fmt::format("Some special magic {0} are hidden within the following text. Make sure to memorize it. I will quiz you about "
-                       "the {0} afterwards.\n", what);
+    head = fmt::format(
+        "Some special magic {0} are hidden within the following text. Make sure to memorize it. I will quiz you about "
+        "the {0} afterwards.\n",
+        what);
     question = fmt::format("\nWhat are all the special magic {} for {} mentioned in the provided text?", what, names[0]);
     t.reply_prefix = fmt::format("The special magic {} for {} mentioned in the provided text are", what, names[0]);
   }
