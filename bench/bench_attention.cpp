@@ -32,11 +32,11 @@ constexpr int kSelections = 16;
 constexpr std::size_t kPageBytes = 2ull * kPageTokens * kDim * sizeof(half);
 
 struct Fixture {
-  tier::PagePool pool;  // the host tier's page pool: 4 KiB slots in huge-page-backed blocks
-  std::vector<tier::PagePool::Slot> slots;  // [streams][pages]
-  std::vector<float> q;    // [streams][group][dim]
+  tier::PagePool pool;                                                   // the host tier's page pool: 4 KiB slots in huge-page-backed blocks
+  std::vector<tier::PagePool::Slot> slots;                               // [streams][pages]
+  std::vector<float> q;                                                  // [streams][group][dim]
   std::vector<std::vector<std::vector<attention::PageRef>>> selections;  // [selection][stream]
-  std::vector<std::vector<attention::PageRef>> dense;                     // [stream]
+  std::vector<std::vector<attention::PageRef>> dense;                    // [stream]
 
   Fixture() {
     pool.open(kPageBytes, 4096, 0);
@@ -87,8 +87,7 @@ Fixture& fixture() {
   return f;
 }
 
-void run_streams(ThreadPool& pool, const std::vector<std::vector<attention::PageRef>>& refs,
-                 std::vector<float>& out) {
+void run_streams(ThreadPool& pool, const std::vector<std::vector<attention::PageRef>>& refs, std::vector<float>& out) {
   Fixture& f = fixture();
   pool.parallel_for(kStreams, [&](std::size_t st) {
     attention::DecodeArgs a;
@@ -147,8 +146,8 @@ int main(int argc, char** argv) {
     for (const char* kind : {"BM_SparseAttention", "BM_DenseAttention"}) {
       const std::string name = std::string(kind) + "/" + threads + "/real_time";
       if (!reporter.has(name)) continue;
-      std::printf("  %-20s threads %s: %6.2f GiB/s vs memcpy %6.2f GiB/s  ratio %.2f\n", kind, threads,
-                  gib(reporter.rate[name]), gib(reporter.rate[mem]), reporter.rate[name] / reporter.rate[mem]);
+      std::printf("  %-20s threads %s: %6.2f GiB/s vs memcpy %6.2f GiB/s  ratio %.2f\n", kind, threads, gib(reporter.rate[name]),
+                  gib(reporter.rate[mem]), reporter.rate[name] / reporter.rate[mem]);
     }
   }
   benchmark::Shutdown();

@@ -82,10 +82,9 @@ void sweep(const char* label, const Trace& trace, const Trace& calibration, int 
     const std::int64_t context = trace.stream(list[0].first, list[0].second).prefix;
     const std::size_t step_bytes = eviction::window_step_bytes(c, context), n = list.size();
     const double steps = static_cast<double>(sel[0].logs[0].steps());
-    fmt::print("\n{}: {} streams, context {}, budget {:.4g}% ({} pages), warm-up on\n", label, n, context, 100 * budget,
-               step_bytes / c.page_bytes());
-    fmt::print("{:<13} {:>2} {:>10} {:>8} {:>8} {:>8} {:>9} {:>8} {:>12} {:>12} {:>11}\n", "index", "W", "lookahead", "lru", "lfu",
-               "last-step", "none", "belady", "la/belady", "la-lru", "la_KiB/step");
+    fmt::print("\n{}: {} streams, context {}, budget {:.4g}% ({} pages), warm-up on\n", label, n, context, 100 * budget, step_bytes / c.page_bytes());
+    fmt::print("{:<13} {:>2} {:>10} {:>8} {:>8} {:>8} {:>9} {:>8} {:>12} {:>12} {:>11}\n", "index", "W", "lookahead", "lru", "lfu", "last-step",
+               "none", "belady", "la/belady", "la-lru", "la_KiB/step");
     for (std::size_t ix = 0; ix < prototypes.size(); ++ix) {
       for (int w = 0; w <= 4; ++w) {
         const std::vector<int> windows(n, w);
@@ -95,15 +94,13 @@ void sweep(const char* label, const Trace& trace, const Trace& calibration, int 
         const auto last = eval::replay_streams(sel, ix, "last-step", windows, true);
         const auto none = eval::replay_streams(sel, ix, "none", windows, true);
         fmt::print("{:<13} {:>2} {:>10.4f} {:>8.4f} {:>8.4f} {:>8} {:>9} {:>8.4f} {:>12.3f} {:>+12.4f} {:>11.1f}\n", prototypes[ix]->name(), w,
-                   la.policy.hit_rate(), lru.policy.hit_rate(), lfu.policy.hit_rate(),
-                   w == 1 ? fmt::format("{:.4f}", last.policy.hit_rate()) : "-", w == 0 ? fmt::format("{:.4f}", none.policy.hit_rate()) : "-",
-                   la.belady.hit_rate(), la.belady.hit_rate() > 0 ? la.policy.hit_rate() / la.belady.hit_rate() : 1.0,
-                   la.policy.hit_rate() - lru.policy.hit_rate(),
+                   la.policy.hit_rate(), lru.policy.hit_rate(), lfu.policy.hit_rate(), w == 1 ? fmt::format("{:.4f}", last.policy.hit_rate()) : "-",
+                   w == 0 ? fmt::format("{:.4f}", none.policy.hit_rate()) : "-", la.belady.hit_rate(),
+                   la.belady.hit_rate() > 0 ? la.policy.hit_rate() / la.belady.hit_rate() : 1.0, la.policy.hit_rate() - lru.policy.hit_rate(),
                    static_cast<double>(la.policy.misses) * static_cast<double>(c.page_bytes()) / steps / 1024.0);
       }
       const std::size_t avail = 3 * step_bytes * n;
-      const auto windows = eval::knapsack_windows(cal, ix, "lookahead", 8, c.page_bytes(), step_bytes, avail, true,
-                                                  eviction::KnapsackSolver::greedy);
+      const auto windows = eval::knapsack_windows(cal, ix, "lookahead", 8, c.page_bytes(), step_bytes, avail, true, eviction::KnapsackSolver::greedy);
       const auto knap = eval::replay_streams(sel, ix, "lookahead", windows, true);
       const auto uni = eval::replay_streams(sel, ix, "lookahead", std::vector<int>(n, 3), true);
       fmt::print("{:<13} knapsack at W=3's bytes: lookahead hit rate {:.4f} vs uniform {:.4f}; fetched bytes {:.3f}x uniform\n",

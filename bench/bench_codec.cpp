@@ -63,9 +63,10 @@ void run(int head_dim, codec::PageCodec pc, std::size_t mib, int passes) {
   volatile unsigned sink = static_cast<unsigned>(dst[pages * elems / 2].bits);  // keep the work observable
   (void)sink;
   const double bytes = static_cast<double>(pages * page_bytes), gb = 1e9;
-  std::printf("%-5s %-5s %4d x %3d  %5zu -> %4zu B (%.3fx)  encode %6.2f GB/s (%.2f of memcpy)  decode %6.2f GB/s (%.2f of memcpy)  memcpy %6.2f GB/s\n",
-              "f16", pc.name().c_str(), tokens, head_dim, page_bytes, l.bytes, static_cast<double>(l.bytes) / static_cast<double>(page_bytes),
-              bytes / enc / gb, copy / enc, bytes / dec / gb, copy / dec, bytes / copy / gb);
+  std::printf(
+      "%-5s %-5s %4d x %3d  %5zu -> %4zu B (%.3fx)  encode %6.2f GB/s (%.2f of memcpy)  decode %6.2f GB/s (%.2f of memcpy)  memcpy %6.2f GB/s\n",
+      "f16", pc.name().c_str(), tokens, head_dim, page_bytes, l.bytes, static_cast<double>(l.bytes) / static_cast<double>(page_bytes),
+      bytes / enc / gb, copy / enc, bytes / dec / gb, copy / dec, bytes / copy / gb);
 }
 
 }  // namespace

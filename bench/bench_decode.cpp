@@ -30,7 +30,8 @@ ThreadPool& pool() {
 }
 
 const Model& model() {
-  static const Model m = make_synthetic({"llama3-8b-layer", 1}, ShapeOverrides{.layers = 2, .heads = {}, .kv_heads = {}, .head_dim = {}, .hidden = {}, .vocab = {}}, pool());
+  static const Model m = make_synthetic({"llama3-8b-layer", 1},
+                                        ShapeOverrides{.layers = 2, .heads = {}, .kv_heads = {}, .head_dim = {}, .hidden = {}, .vocab = {}}, pool());
   return m;
 }
 
@@ -90,17 +91,15 @@ void BM_DecodeStep(benchmark::State& state) {
   const std::int64_t context = state.range(0);
   const bool sparse = state.range(1) != 0;
   current().reset();  // free the previous context first
-  if (sparse)
-    current() = std::make_unique<RunWith<index::Quest>>(true, context);
-  else
-    current() = std::make_unique<RunWith<index::Dense>>(false, context);
+  if (sparse) current() = std::make_unique<RunWith<index::Quest>>(true, context);
+  else current() = std::make_unique<RunWith<index::Dense>>(false, context);
   current()->step();  // warm up
   for (auto _ : state) current()->step();
   const Stats st = current()->stats();
   const double per_step = static_cast<double>(st.steps) / model().config.layers;  // attend() calls per token
-  state.SetLabel(fmt::format("{}: per token select {:.1f} ms, classify {:.1f}, compute {:.1f}, commit {:.1f}",
-                             sparse ? "sparse" : "dense", st.time.select_ms / per_step, st.time.classify_ms / per_step,
-                             st.time.compute_ms / per_step, st.time.commit_ms / per_step));
+  state.SetLabel(fmt::format("{}: per token select {:.1f} ms, classify {:.1f}, compute {:.1f}, commit {:.1f}", sparse ? "sparse" : "dense",
+                             st.time.select_ms / per_step, st.time.classify_ms / per_step, st.time.compute_ms / per_step,
+                             st.time.commit_ms / per_step));
 }
 
 }  // namespace

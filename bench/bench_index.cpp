@@ -51,8 +51,8 @@ std::vector<std::unique_ptr<eval::AnyIndex>> every_index() {
   v.push_back(eval::make_any_index(index::SimHash{}));
   v.push_back(eval::make_any_index(index::ProductQuant{}));
   v.push_back(eval::make_any_index(index::TokenRescore<index::Hierarchical>{}));
-  v.push_back(eval::make_any_index(index::TokenRescore<index::Hierarchical>{index::Hierarchical{}, {.inner_pool = true}},
-                                   "rescored-hierarchical-inner"));
+  v.push_back(
+      eval::make_any_index(index::TokenRescore<index::Hierarchical>{index::Hierarchical{}, {.inner_pool = true}}, "rescored-hierarchical-inner"));
   v.push_back(eval::make_any_index(index::TokenRescore<index::Hierarchical>{index::Hierarchical{}, {.inner_pool = true, .coarse_pool = true}},
                                    "rescored-hierarchical-coarse"));
   v.push_back(eval::make_any_index(index::TokenRescore<index::Hierarchical>{index::Hierarchical{}, {.pool = 4, .pool_share = 0}},
@@ -137,8 +137,8 @@ int main(int argc, char** argv) {
   for (std::int64_t context : kContexts)
     for (double budget : kBudgets)
       for (std::size_t i = 0; i < names.size(); ++i) {
-        const std::string name = "BM_Select/" + names[i] + "/ctx:" + std::to_string(context / 1024) + "K/budget:" +
-                                 (budget < 0.05 ? "1.56%" : "6.25%");
+        const std::string name =
+            "BM_Select/" + names[i] + "/ctx:" + std::to_string(context / 1024) + "K/budget:" + (budget < 0.05 ? "1.56%" : "6.25%");
         benchmark::RegisterBenchmark(name.c_str(), BM_Select, i, context, budget)->Unit(benchmark::kMicrosecond);
       }
   benchmark::Initialize(&argc, argv);

@@ -66,8 +66,8 @@ void BM_GemvOpenBLAS(benchmark::State& state) {
   openblas_set_num_threads(static_cast<int>(state.range(0)));
   double bytes = 0;
   for (auto _ : state) {
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(kOut), static_cast<int>(kIn), 1.0f, w.data(),
-                static_cast<int>(kIn), x.data(), 1, 0.0f, y.data(), 1);
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(kOut), static_cast<int>(kIn), 1.0f, w.data(), static_cast<int>(kIn), x.data(), 1, 0.0f,
+                y.data(), 1);
     benchmark::DoNotOptimize(y.data());
     bytes += static_cast<double>(w.size() * sizeof(float));
   }
@@ -162,14 +162,18 @@ std::vector<std::byte> random_weights(llama::GgmlType t, std::int64_t rows, std:
         std::memcpy(p, &h, 2);
         break;
       }
-      case GgmlType::Q4_0: case GgmlType::Q5_0: case GgmlType::Q8_0: put(p, scale()); break;
-      case GgmlType::Q4_1: case GgmlType::Q5_1: {
+      case GgmlType::Q4_0:
+      case GgmlType::Q5_0:
+      case GgmlType::Q8_0: put(p, scale()); break;
+      case GgmlType::Q4_1:
+      case GgmlType::Q5_1: {
         const float d = scale();
         put(p, d);
         put(p + 2, -8.0f * d);
         break;
       }
-      case GgmlType::Q4_K: case GgmlType::Q5_K: put(p, 0.1f * scale()), put(p + 2, 0.1f * scale()); break;
+      case GgmlType::Q4_K:
+      case GgmlType::Q5_K: put(p, 0.1f * scale()), put(p + 2, 0.1f * scale()); break;
       case GgmlType::Q6_K: put(p + 208, 0.05f * scale()); break;
       default: break;
     }
@@ -177,10 +181,9 @@ std::vector<std::byte> random_weights(llama::GgmlType t, std::int64_t rows, std:
   return m;
 }
 
-constexpr llama::GgmlType kGemvTypes[] = {llama::GgmlType::F32,  llama::GgmlType::F16,  llama::GgmlType::BF16,
-                                          llama::GgmlType::Q8_0, llama::GgmlType::Q4_0, llama::GgmlType::Q4_1,
-                                          llama::GgmlType::Q5_0, llama::GgmlType::Q5_1, llama::GgmlType::Q4_K,
-                                          llama::GgmlType::Q5_K, llama::GgmlType::Q6_K};
+constexpr llama::GgmlType kGemvTypes[] = {llama::GgmlType::F32,  llama::GgmlType::F16,  llama::GgmlType::BF16, llama::GgmlType::Q8_0,
+                                          llama::GgmlType::Q4_0, llama::GgmlType::Q4_1, llama::GgmlType::Q5_0, llama::GgmlType::Q5_1,
+                                          llama::GgmlType::Q4_K, llama::GgmlType::Q5_K, llama::GgmlType::Q6_K};
 
 /// Decode: y = W x with W 32768 x 4096 of the type range(0), range(1) threads.
 void BM_QuantGemv(benchmark::State& state) {
@@ -279,8 +282,7 @@ void register_quant_benchmarks() {
           ->Args({static_cast<std::int64_t>(t), threads})
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
-  for (llama::GgmlType t : {llama::GgmlType::Q8_0, llama::GgmlType::Q4_0, llama::GgmlType::Q4_1, llama::GgmlType::Q4_K,
-                            llama::GgmlType::Q6_K})
+  for (llama::GgmlType t : {llama::GgmlType::Q8_0, llama::GgmlType::Q4_0, llama::GgmlType::Q4_1, llama::GgmlType::Q4_K, llama::GgmlType::Q6_K})
     for (int threads : {1, 2})
       benchmark::RegisterBenchmark("BM_QuantGemm", BM_QuantGemm)
           ->Args({static_cast<std::int64_t>(t), threads})
@@ -304,8 +306,8 @@ int main(int argc, char** argv) {
                   reporter.rate[gemv] / (1u << 30), reporter.rate[mem] / (1u << 30), reporter.rate[gemv] / reporter.rate[mem]);
     const std::string blas = std::string("BM_GemvOpenBLAS/") + t + "/real_time";
     if (reporter.has(gemv) && reporter.has(blas))
-      std::printf("  GEMV threads %s: kvdrive loop %6.2f GiB/s vs OpenBLAS sgemv %6.2f GiB/s  ratio %.2f\n", t,
-                  reporter.rate[gemv] / (1u << 30), reporter.rate[blas] / (1u << 30), reporter.rate[gemv] / reporter.rate[blas]);
+      std::printf("  GEMV threads %s: kvdrive loop %6.2f GiB/s vs OpenBLAS sgemv %6.2f GiB/s  ratio %.2f\n", t, reporter.rate[gemv] / (1u << 30),
+                  reporter.rate[blas] / (1u << 30), reporter.rate[gemv] / reporter.rate[blas]);
     for (const char* k : {"BM_Gemm", "BM_CausalAttention"}) {
       const std::string name = std::string(k) + "/" + t + "/real_time";
       if (reporter.has(name)) std::printf("  %-18s threads %s: %6.1f GFLOP/s\n", k, t, reporter.rate[name] / 1e9);
@@ -318,22 +320,19 @@ int main(int argc, char** argv) {
     for (llama::GgmlType type : kGemvTypes) {
       const std::string name = "BM_QuantGemv/" + std::to_string(static_cast<int>(type)) + "/" + t + "/real_time";
       if (!reporter.has(name)) continue;
-      std::printf("  GEMV %-5s threads %s: %6.2f GiB/s of weights", llama::ggml_type_name(type).c_str(), t,
-                  reporter.rate[name] / (1u << 30));
+      std::printf("  GEMV %-5s threads %s: %6.2f GiB/s of weights", llama::ggml_type_name(type).c_str(), t, reporter.rate[name] / (1u << 30));
       if (memcpy_rate > 0) std::printf("  vs memcpy %6.2f GiB/s  ratio %.2f", memcpy_rate / (1u << 30), reporter.rate[name] / memcpy_rate);
       std::printf("\n");
     }
     for (llama::GgmlType type : {llama::GgmlType::Q4_1, llama::GgmlType::Q8_0, llama::GgmlType::F32}) {
       const std::string name = "BM_SmolLM2Gemv/" + std::to_string(static_cast<int>(type)) + "/" + t + "/real_time";
       if (!reporter.has(name)) continue;
-      std::printf("  SmolLM2-135M %-5s threads %s: %6.2f GiB/s of weights", llama::ggml_type_name(type).c_str(), t,
-                  reporter.rate[name] / (1u << 30));
+      std::printf("  SmolLM2-135M %-5s threads %s: %6.2f GiB/s of weights", llama::ggml_type_name(type).c_str(), t, reporter.rate[name] / (1u << 30));
       if (memcpy_rate > 0) std::printf("  ratio to memcpy %.2f", reporter.rate[name] / memcpy_rate);
       std::printf("  = %6.1f tokens/s (%.1f MB of weights a token)\n", reporter.rate[name] / smollm2_step_bytes(type),
                   smollm2_step_bytes(type) / 1e6);
     }
-    for (llama::GgmlType type : {llama::GgmlType::Q8_0, llama::GgmlType::Q4_0, llama::GgmlType::Q4_1, llama::GgmlType::Q4_K,
-                                 llama::GgmlType::Q6_K}) {
+    for (llama::GgmlType type : {llama::GgmlType::Q8_0, llama::GgmlType::Q4_0, llama::GgmlType::Q4_1, llama::GgmlType::Q4_K, llama::GgmlType::Q6_K}) {
       const std::string name = "BM_QuantGemm/" + std::to_string(static_cast<int>(type)) + "/" + t + "/real_time";
       if (reporter.has(name))
         std::printf("  GEMM %-5s threads %s: %6.1f GFLOP/s\n", llama::ggml_type_name(type).c_str(), t, reporter.rate[name] / 1e9);

@@ -118,8 +118,14 @@ struct StepBuffers {
   std::vector<float> q, k, v, out;
 
   StepBuffers(int batch_, int qh_, int kvh_, int d_)
-      : batch(batch_), qh(qh_), kvh(kvh_), d(d_), q(static_cast<std::size_t>(batch) * qh * d), k(static_cast<std::size_t>(batch) * kvh * d),
-        v(k.size()), out(q.size()) {}
+      : batch(batch_),
+        qh(qh_),
+        kvh(kvh_),
+        d(d_),
+        q(static_cast<std::size_t>(batch) * qh * d),
+        k(static_cast<std::size_t>(batch) * kvh * d),
+        v(k.size()),
+        out(q.size()) {}
   /// f(q, k, v, out) on the step's views: KvManager::attend's or tune's arguments after the sequences.
   template <class F>
   decltype(auto) with_views(F&& f) {
@@ -163,20 +169,21 @@ nlohmann::json print_case(const Options& o, std::int64_t context, int batch, con
                           std::size_t mb) {
   const StageTimes &es = r.es, &ss = r.ss;
   const double ms_s = median(r.t_serial), ms_e = median(r.t_elastic), ms_d = median(r.t_dram), ms_i = median(r.ideal);
-  std::printf("%8lld %6d %5zu/%-3zu %7.1f%% %9.3f %9.3f %9.3f %9.3f %8.2fx %8.2f %8.0f%% %8.2f   %.2f/%.2f/%.2f\n", static_cast<long long>(context), batch,
-              streams, mb, 100 * m.elastic.total_stats().hit_rate(), ms_s, ms_e, ms_i, ms_d, ms_s / ms_e, ms_e / ms_i,
-              100 * median(r.share), ms_e / ms_d, es.select_bubble(), es.classify_bubble(), es.fetch_bubble());
+  std::printf("%8lld %6d %5zu/%-3zu %7.1f%% %9.3f %9.3f %9.3f %9.3f %8.2fx %8.2f %8.0f%% %8.2f   %.2f/%.2f/%.2f\n", static_cast<long long>(context),
+              batch, streams, mb, 100 * m.elastic.total_stats().hit_rate(), ms_s, ms_e, ms_i, ms_d, ms_s / ms_e, ms_e / ms_i, 100 * median(r.share),
+              ms_e / ms_d, es.select_bubble(), es.classify_bubble(), es.fetch_bubble());
   const double n_steps = o.steps;
   std::printf("%26s serial stages (mean ms): select %.3f, classify %.3f, fetch %.3f, compute %.3f, commit %.3f; misses/step %.1f\n", "",
               ss.select_ms / n_steps, ss.classify_ms / n_steps, ss.fetch_ms / n_steps, ss.compute_ms / n_steps, ss.commit_ms / n_steps,
               static_cast<double>(m.serial.total_stats().misses) / n_steps);
-  std::printf("%26s elastic stages (mean ms): select %.3f, classify %.3f, fetch %.3f (waited %.3f), compute %.3f, commit %.3f; "
-              "overlapped phase %.3f, wall %.3f\n", "",
-              es.select_ms / n_steps, es.classify_ms / n_steps, es.fetch_ms / n_steps, es.fetch_wait_ms / n_steps, es.compute_ms / n_steps,
-              es.commit_ms / n_steps, es.overlap_ms / n_steps, es.wall_ms / n_steps);
+  std::printf(
+      "%26s elastic stages (mean ms): select %.3f, classify %.3f, fetch %.3f (waited %.3f), compute %.3f, commit %.3f; "
+      "overlapped phase %.3f, wall %.3f\n",
+      "", es.select_ms / n_steps, es.classify_ms / n_steps, es.fetch_ms / n_steps, es.fetch_wait_ms / n_steps, es.compute_ms / n_steps,
+      es.commit_ms / n_steps, es.overlap_ms / n_steps, es.wall_ms / n_steps);
   std::fflush(stdout);
-  return {{"context", context}, {"batch", batch}, {"streams", streams}, {"micro_batch", mb}, {"hit_rate", m.elastic.total_stats().hit_rate()},
-          {"serial_ms", ms_s}, {"elastic_ms", ms_e}, {"ideal_ms", ms_i}, {"dram_ms", ms_d}, {"select_fetch_share", median(r.share)}};
+  return {{"context", context}, {"batch", batch},     {"streams", streams}, {"micro_batch", mb}, {"hit_rate", m.elastic.total_stats().hit_rate()},
+          {"serial_ms", ms_s},  {"elastic_ms", ms_e}, {"ideal_ms", ms_i},   {"dram_ms", ms_d},   {"select_fetch_share", median(r.share)}};
 }
 
 nlohmann::json run_case(const Options& o, std::int64_t context, int batch) {
@@ -226,9 +233,10 @@ int main(int argc, char** argv) {
                "bench_pipeline: bad options (--kv-heads 1..8, --steps >= 1)");
     for (std::int64_t c : o.contexts) KVD_EXPECT(c >= 1024, "bench_pipeline: context {} < 1024", c);
     for (int b : o.batches) KVD_EXPECT(b >= 1 && b <= 64, "bench_pipeline: batch {} outside 1..64", b);
-    std::printf("bench_pipeline: one layer of %d KV heads (synthetic `default`), hierarchical at 6.25%%, Lookahead W=3, warm-up; "
-                "DRAM cache + SsdTier in %s; medians of %d steps; ms per layer step\n",
-                o.kv_heads, o.dir.c_str(), o.steps);
+    std::printf(
+        "bench_pipeline: one layer of %d KV heads (synthetic `default`), hierarchical at 6.25%%, Lookahead W=3, warm-up; "
+        "DRAM cache + SsdTier in %s; medians of %d steps; ms per layer step\n",
+        o.kv_heads, o.dir.c_str(), o.steps);
     std::printf("%8s %6s %9s %8s %9s %9s %9s %9s %9s %8s %9s %8s   %s\n", "context", "batch", "streams/mb", "hit", "serial", "elastic", "ideal",
                 "dram", "ser/ela", "ela/idl", "sel+fet", "ela/dram", "bubbles sel/cls/fet");
     nlohmann::json rows = nlohmann::json::array();

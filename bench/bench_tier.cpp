@@ -118,8 +118,16 @@ class RandomReads {
  public:
   RandomReads(const Options& o, const std::string& path, const std::vector<PageKey>& keys, SsdTier& ssd, SsdTier& ssd1, SsdTier& ssd_reg,
               IoEngine& raw)
-      : o_(o), keys_(keys), ssd_(ssd), ssd1_(ssd1), ssd_reg_(ssd_reg), raw_(raw), dst_reg_(o.batch), buf_(o.batch), dst_(o.batch),
-        want_(std::max<std::size_t>(o.batch, o.pages / 16)) {  // 6.25% of the pages
+      : o_(o),
+        keys_(keys),
+        ssd_(ssd),
+        ssd1_(ssd1),
+        ssd_reg_(ssd_reg),
+        raw_(raw),
+        dst_reg_(o.batch),
+        buf_(o.batch),
+        dst_(o.batch),
+        want_(std::max<std::size_t>(o.batch, o.pages / 16)) {             // 6.25% of the pages
     registered_ = ssd_reg.register_memory(dst_reg_[0], o.batch * kPage);  // registered with ssd_reg's ring, as KvManager does with its fast tier
     offsets_.resize(keys.size());
     for (std::size_t i = 0; i < keys.size(); ++i) offsets_[i] = ssd.slot_offset(ssd.slot_of(keys[i]));
@@ -246,12 +254,15 @@ void decode_workload(const Options& o, double miss_rate, SsdTier& ssd, MmapTier&
       mm.wait(mm.submit(req));
       t_mm_dec += seconds_since(t0);
     }
-  result["decode_workload"].push_back({{"misses_per_layer", misses}, {"miss_rate", miss_rate}, {"ssd_ms_per_step", 1e3 * t_ssd_dec / steps},
+  result["decode_workload"].push_back({{"misses_per_layer", misses},
+                                       {"miss_rate", miss_rate},
+                                       {"ssd_ms_per_step", 1e3 * t_ssd_dec / steps},
                                        {"mmap_ms_per_step", 1e3 * t_mm_dec / steps}});
-  std::printf("decode workload, %s (%d steps x 8 layers, %zu of %zu pages read per layer): ssd %.1f ms/step, mmap %.1f ms/step: "
-              "ssd %.1fx faster\n",
-              miss_rate == 1.0 ? "no cache: every selected page (6.25%)" : "the misses a Lookahead W=3 cache leaves", steps, misses,
-              per_layer, 1e3 * t_ssd_dec / steps, 1e3 * t_mm_dec / steps, t_mm_dec / t_ssd_dec);
+  std::printf(
+      "decode workload, %s (%d steps x 8 layers, %zu of %zu pages read per layer): ssd %.1f ms/step, mmap %.1f ms/step: "
+      "ssd %.1fx faster\n",
+      miss_rate == 1.0 ? "no cache: every selected page (6.25%)" : "the misses a Lookahead W=3 cache leaves", steps, misses, per_layer,
+      1e3 * t_ssd_dec / steps, 1e3 * t_mm_dec / steps, t_mm_dec / t_ssd_dec);
 }
 
 /// Sequential bandwidth: MmapTier's cold whole-layer loads against O_DIRECT 1 MiB reads.
@@ -281,14 +292,14 @@ void sequential_report(const Options& o, const std::string& path, IoEngine& raw,
   const double t_mm_seq = seconds_since(t0);
   result["sequential_mb_per_s"] = {{"raw_1mib", static_cast<double>(total) / 1e6 / t_seq}, {"mmap_layers", 8 * layer_mb / t_mm_seq}};
   std::printf("sequential: O_DIRECT 1 MiB reads %.0f MB/s; mmap whole-layer loads (cold) %.0f MB/s = %.2f of the device\n",
-              static_cast<double>(total) / 1e6 / t_seq, 8 * layer_mb / t_mm_seq, (8 * layer_mb / t_mm_seq) / (static_cast<double>(total) / 1e6 / t_seq));
+              static_cast<double>(total) / 1e6 / t_seq, 8 * layer_mb / t_mm_seq,
+              (8 * layer_mb / t_mm_seq) / (static_cast<double>(total) / 1e6 / t_seq));
 }
 
 /// A decode workload against the FlexGen-style strawman: the store's 8 streams are 8 layers;
 /// each step reads a random 6.25% of every layer's pages (its misses). MmapTier loads each
 /// layer whole; its page cache is dropped before every step, as when the KV outgrows DRAM.
-void mmap_reports(const Options& o, const std::string& path, const std::vector<PageKey>& keys, SsdTier& ssd, IoEngine& raw,
-                  nlohmann::json& result) {
+void mmap_reports(const Options& o, const std::string& path, const std::vector<PageKey>& keys, SsdTier& ssd, IoEngine& raw, nlohmann::json& result) {
   const std::string mpath = (std::filesystem::path(o.dir) / "kvd_bench_tier.mmap").string();
   {
     MmapTier mm(MmapTier::Params{mpath, o.pages});

@@ -26,12 +26,11 @@ inline double mib(std::size_t bytes) { return static_cast<double>(bytes) / 10485
 /// The fast-tier bytes of the cache comparison, worked out (and checked) before any work.
 struct CacheBudget {
   std::size_t streams = 0, page_bytes = 0, step_bytes = 0;  ///< step_bytes: one step of window, per stream
-  std::size_t resident = 0, total = 0, avail = 0;            ///< sink + local, everything, the caches
-  int w_uniform = 0;                                         ///< the uniform plan's W
+  std::size_t resident = 0, total = 0, avail = 0;           ///< sink + local, everything, the caches
+  int w_uniform = 0;                                        ///< the uniform plan's W
 };
 
-inline CacheBudget cache_budget(const ModelShape& shape, const eval::EvalSettings& set, std::int64_t context, std::size_t streams,
-                                const Options& o) {
+inline CacheBudget cache_budget(const ModelShape& shape, const eval::EvalSettings& set, std::int64_t context, std::size_t streams, const Options& o) {
   const Config c = manager_config(shape, set);
   CacheBudget b;
   b.streams = streams;
@@ -43,9 +42,10 @@ inline CacheBudget cache_budget(const ModelShape& shape, const eval::EvalSetting
   b.total = o.cache_bytes > 0 ? static_cast<std::size_t>(o.cache_bytes) : b.resident + static_cast<std::size_t>(w_given) * b.step_bytes * streams;
   b.avail = eviction::cache_bytes_for(c, context, streams, b.total);
   // With --cache-bytes, the largest W that fits (at most --max-window); else the W asked for.
-  b.w_uniform = o.cache_bytes > 0 ? static_cast<int>(std::min<std::size_t>(b.step_bytes ? b.avail / (b.step_bytes * streams) : 0,
-                                                                           static_cast<std::size_t>(o.max_window)))
-                                  : w_given;
+  b.w_uniform =
+      o.cache_bytes > 0
+          ? static_cast<int>(std::min<std::size_t>(b.step_bytes ? b.avail / (b.step_bytes * streams) : 0, static_cast<std::size_t>(o.max_window)))
+          : w_given;
   return b;
 }
 
@@ -56,20 +56,20 @@ void run_cache(const Source* calibration, const Options& o, const eval::EvalSett
                const std::vector<eval::StreamSelections>& selections, ThreadPool& pool, nlohmann::json& out) {
   const std::vector<std::string> evictions = split_names(o.eviction, eval::eviction_names(), "--eviction");
   const bool knapsack = o.window == "knapsack", warm = o.warm_up == "on";
-  const std::size_t n = b.streams, page_bytes = b.page_bytes, step_bytes = b.step_bytes, resident = b.resident, total = b.total,
-                    avail = b.avail;
+  const std::size_t n = b.streams, page_bytes = b.page_bytes, step_bytes = b.step_bytes, resident = b.resident, total = b.total, avail = b.avail;
   const int w_uniform = b.w_uniform;
-  fmt::print("\ncache: {} evaluated streams, fast-tier budget {:.2f} MiB ({:.2f} MiB resident sink + local, {:.2f} MiB for caches); "
-             "one step of window = {} pages of {} bytes per stream; warm-up {}\n",
-             n, mib(total), mib(resident), mib(avail), step_bytes / page_bytes, page_bytes, o.warm_up);
+  fmt::print(
+      "\ncache: {} evaluated streams, fast-tier budget {:.2f} MiB ({:.2f} MiB resident sink + local, {:.2f} MiB for caches); "
+      "one step of window = {} pages of {} bytes per stream; warm-up {}\n",
+      n, mib(total), mib(resident), mib(avail), step_bytes / page_bytes, page_bytes, o.warm_up);
   std::vector<eval::StreamSelections> calib;
   if (knapsack) {
     calib = eval::record_selections(*calibration, list, prototypes, set, pool, warm);
     fmt::print("knapsack: profiled W = 0..{} on the calibration trace, {} solver\n", o.max_window, o.solver);
   }
   const auto solver = o.solver == "exact" ? eviction::KnapsackSolver::exact : eviction::KnapsackSolver::greedy;
-  fmt::print("{:<16} {:<10} {:>8} {:>11} {:>9} {:>15} {:>22} {:>12}\n", "index", "eviction", "window", "cache_MiB", "hit_rate",
-             "belady_hit_rate", "fetched_bytes_per_step", "vs_belady");
+  fmt::print("{:<16} {:<10} {:>8} {:>11} {:>9} {:>15} {:>22} {:>12}\n", "index", "eviction", "window", "cache_MiB", "hit_rate", "belady_hit_rate",
+             "fetched_bytes_per_step", "vs_belady");
   nlohmann::json rows = nlohmann::json::array();
   for (std::size_t ix = 0; ix < prototypes.size(); ++ix) {
     for (const std::string& ev : evictions) {
@@ -84,10 +84,16 @@ void run_cache(const Source* calibration, const Options& o, const eval::EvalSett
         const double used_mib = mib(resident + static_cast<std::size_t>(wsum) * step_bytes);
         const double fetched = static_cast<double>(run.policy.misses) * static_cast<double>(page_bytes) / static_cast<double>(o.steps);
         const double hr = run.policy.hit_rate(), br = run.belady.hit_rate();
-        fmt::print("{:<16} {:<10} {:>8} {:>11.2f} {:>9.4f} {:>15.4f} {:>22.0f} {:>12.3f}\n", prototypes[ix]->name(), ev, label, used_mib,
-                   hr, br, fetched, br > 0 ? hr / br : 1.0);
-        rows.push_back({{"index", prototypes[ix]->name()}, {"eviction", ev}, {"window", label}, {"cache_bytes", used_mib * 1048576.0},
-                        {"hit_rate", hr}, {"belady_hit_rate", br}, {"fetched_bytes_per_step", fetched}, {"windows", windows}});
+        fmt::print("{:<16} {:<10} {:>8} {:>11.2f} {:>9.4f} {:>15.4f} {:>22.0f} {:>12.3f}\n", prototypes[ix]->name(), ev, label, used_mib, hr, br,
+                   fetched, br > 0 ? hr / br : 1.0);
+        rows.push_back({{"index", prototypes[ix]->name()},
+                        {"eviction", ev},
+                        {"window", label},
+                        {"cache_bytes", used_mib * 1048576.0},
+                        {"hit_rate", hr},
+                        {"belady_hit_rate", br},
+                        {"fetched_bytes_per_step", fetched},
+                        {"windows", windows}});
       }
     }
   }

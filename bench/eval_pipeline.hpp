@@ -79,8 +79,8 @@ nlohmann::json pipeline_row(PipelineSteps r, const Stats& st) {
   const double median = step_ms.empty() ? 0.0 : step_ms[step_ms.size() / 2];
   fmt::print("{:<9} {:>6} {:>9.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>9.3f} {:>9.3f} {:>6.2f}/{:.2f}/{:.2f} {:>8.1f}%\n",
              Pipeline::name(), micro_batch ? std::to_string(micro_batch) : std::string("-"), median, t.select_ms / n, t.classify_ms / n,
-             t.fetch_ms / n, t.compute_ms / n, t.commit_ms / n, t.classify_wait_ms / n, t.fetch_wait_ms / n, t.select_bubble(),
-             t.classify_bubble(), t.fetch_bubble(), 100 * st.hit_rate());
+             t.fetch_ms / n, t.compute_ms / n, t.commit_ms / n, t.classify_wait_ms / n, t.fetch_wait_ms / n, t.select_bubble(), t.classify_bubble(),
+             t.fetch_bubble(), 100 * st.hit_rate());
   return {{"pipeline", Pipeline::name()},
           {"micro_batch", micro_batch},
           {"step_ms_median", median},
@@ -110,7 +110,7 @@ nlohmann::json run_pipeline(const Source& source, const Options& o, const eval::
   const index::HierarchicalParams hp = hierarchical_params(o);
   const int w = o.window == "knapsack" ? 3 : std::stoi(o.window);
   KvManager<index::Hierarchical, eviction::Lookahead, Ssd, Pipeline> kv(c, index::Hierarchical{hp}, eviction::Lookahead{w},
-                                                                      Ssd(tier::HostTier{}, tier::SsdTier(sp)));
+                                                                        Ssd(tier::HostTier{}, tier::SsdTier(sp)));
   const SeqId id = kv.add_sequence();
   const std::vector<eval::LayerInputs> layers = load_layers(kv, id, source, o);
   return pipeline_row<Pipeline>(decode_layers<Pipeline>(kv, id, layers, full, o), kv.total_stats());
@@ -119,14 +119,14 @@ nlohmann::json run_pipeline(const Source& source, const Options& o, const eval::
 /// The pipeline table: each pipeline's replay of the trace's first layers.
 template <class Source>
 nlohmann::json run_pipelines(const Source& source, const Options& o, const eval::EvalSettings& set) {
-  KVD_EXPECT(o.pipeline_layers <= source.shape().layers, "--pipeline-layers {}: the trace has {} layers", o.pipeline_layers,
-             source.shape().layers);
+  KVD_EXPECT(o.pipeline_layers <= source.shape().layers, "--pipeline-layers {}: the trace has {} layers", o.pipeline_layers, source.shape().layers);
   const std::string dir = o.store_dir.empty() ? std::filesystem::temp_directory_path().string() : o.store_dir;
-  fmt::print("\npipeline: layers 0..{} decoded through KvManager (hierarchical, Lookahead W={}, warm-up {}) on DRAM cache + SsdTier "
-             "in {}; per layer step: median wall, stage busy ms and waits, bubbles of the overlapped phase\n",
-             o.pipeline_layers - 1, o.window == "knapsack" ? 3 : std::stoi(o.window), o.warm_up, dir);
-  fmt::print("{:<9} {:>6} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>16} {:>9}\n", "pipeline", "micro", "step_ms", "select",
-             "classify", "fetch", "compute", "commit", "cls_wait", "fet_wait", "bubble s/c/f", "hit_rate");
+  fmt::print(
+      "\npipeline: layers 0..{} decoded through KvManager (hierarchical, Lookahead W={}, warm-up {}) on DRAM cache + SsdTier "
+      "in {}; per layer step: median wall, stage busy ms and waits, bubbles of the overlapped phase\n",
+      o.pipeline_layers - 1, o.window == "knapsack" ? 3 : std::stoi(o.window), o.warm_up, dir);
+  fmt::print("{:<9} {:>6} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>16} {:>9}\n", "pipeline", "micro", "step_ms", "select", "classify",
+             "fetch", "compute", "commit", "cls_wait", "fet_wait", "bubble s/c/f", "hit_rate");
   nlohmann::json rows = nlohmann::json::array();
   for (const std::string& name : split_names(o.pipeline, {"serial", "elastic"}, "--pipeline"))
     rows.push_back(name == "serial" ? run_pipeline<pipeline::Serial>(source, o, set, dir) : run_pipeline<pipeline::Elastic>(source, o, set, dir));

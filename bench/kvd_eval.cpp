@@ -103,8 +103,8 @@ int run_trace_stats(const Source& source, const Options& o, const std::string& l
 /// The index table (one row per index, over every evaluated stream) and its JSON rows; then,
 /// where both were evaluated, hierarchical against quest.
 nlohmann::json print_index_table(const std::vector<eval::IndexTally>& total, double bandwidth) {
-  fmt::print("{:<16} {:>11} {:>15} {:>11} {:>8} {:>21} {:>10} {:>15}\n", "index", "mass_recall", "mass_recall_min", "topk_recall",
-             "out_err", "index_bytes_per_token", "select_us", "select_floor_us");
+  fmt::print("{:<16} {:>11} {:>15} {:>11} {:>8} {:>21} {:>10} {:>15}\n", "index", "mass_recall", "mass_recall_min", "topk_recall", "out_err",
+             "index_bytes_per_token", "select_us", "select_floor_us");
   nlohmann::json rows = nlohmann::json::array();
   for (const eval::IndexTally& t : total) {
     const double floor_us = t.mean_bytes() / bandwidth * 1e6;
@@ -124,10 +124,9 @@ nlohmann::json print_index_table(const std::vector<eval::IndexTally>& total, dou
       if (t.name == n) return &t;
     return nullptr;
   };
-  if (const auto *h = find("hierarchical"), *q = find("quest"); h && q)
+  if (const auto* h = find("hierarchical"), *q = find("quest"); h && q)
     fmt::print("hierarchical vs quest: mass recall {:+.4f}, index bytes {:.2f}x, selection time {:.2f}x\n",
-               h->mean(h->mass_recall) - q->mean(q->mass_recall), h->bytes_per_token() / q->bytes_per_token(),
-               h->select_us() / q->select_us());
+               h->mean(h->mass_recall) - q->mean(q->mass_recall), h->bytes_per_token() / q->bytes_per_token(), h->select_us() / q->select_us());
   return rows;
 }
 
@@ -157,12 +156,12 @@ int run(const Source& source, const Source* calibration, const Options& o, const
   for (const auto& s : per_stream)
     for (std::size_t j = 0; j < s.size(); ++j) total[j].add(s[j]);
 
-  fmt::print("kvd-eval: trace {}, {} of {} streams ({} layers x {} KV heads, group {}, head_dim {}), context {}, {} steps\n",
-             label, list.size(), shape.layers * shape.kv_heads, shape.layers, shape.kv_heads, shape.group(), shape.head_dim,
-             prefix, o.steps);
-  fmt::print("pages of {} tokens, sink {} + local {} tokens, budget {:.4g}%, KV and index dtype {}; memcpy {:.1f} GB/s (one thread); "
-             "{:.1f} s on {} threads\n",
-             o.page_tokens, o.sink_tokens, o.local_tokens, 100 * o.budget, o.dtype, bandwidth / 1e9, seconds, pool.threads());
+  fmt::print("kvd-eval: trace {}, {} of {} streams ({} layers x {} KV heads, group {}, head_dim {}), context {}, {} steps\n", label, list.size(),
+             shape.layers * shape.kv_heads, shape.layers, shape.kv_heads, shape.group(), shape.head_dim, prefix, o.steps);
+  fmt::print(
+      "pages of {} tokens, sink {} + local {} tokens, budget {:.4g}%, KV and index dtype {}; memcpy {:.1f} GB/s (one thread); "
+      "{:.1f} s on {} threads\n",
+      o.page_tokens, o.sink_tokens, o.local_tokens, 100 * o.budget, o.dtype, bandwidth / 1e9, seconds, pool.threads());
   const nlohmann::json rows = print_index_table(total, bandwidth);
   nlohmann::json cache_json, pipeline_json;
   if (cache) run_cache(calibration, o, set, budget, list, prototypes, selections, pool, cache_json);
@@ -192,8 +191,10 @@ int run_synthetic(const SyntheticSpec& spec, const Options& o) {
   const eval::SyntheticTrace source(eval::synthetic_preset(spec.preset), spec.seed, o.context, o.steps);
   std::optional<eval::SyntheticTrace> calib;
   if (o.window == "knapsack") {
-    const SyntheticSpec cs = o.calibration.empty() ? SyntheticSpec{spec.preset, spec.seed + 1} : parse_synthetic(o.calibration).value_or(SyntheticSpec{});
-    KVD_EXPECT(!cs.preset.empty(), "--calibration '{}': a synthetic trace is calibrated on a synthetic one (synthetic:PRESET[:seed=N])", o.calibration);
+    const SyntheticSpec cs =
+        o.calibration.empty() ? SyntheticSpec{spec.preset, spec.seed + 1} : parse_synthetic(o.calibration).value_or(SyntheticSpec{});
+    KVD_EXPECT(!cs.preset.empty(), "--calibration '{}': a synthetic trace is calibrated on a synthetic one (synthetic:PRESET[:seed=N])",
+               o.calibration);
     calib.emplace(eval::synthetic_preset(cs.preset), cs.seed, o.context, o.steps);
     fmt::print("calibration trace: synthetic:{}:seed={}\n", cs.preset, cs.seed);
   }
@@ -233,8 +234,7 @@ int main(int argc, char** argv) {
   try {
     check_options(app, o);
     if (const auto spec = parse_synthetic(o.trace)) return run_synthetic(*spec, o);
-    KVD_EXPECT(app.count("--context") == 0,
-               "--context applies to synthetic traces; a recorded trace's context is its positions minus --steps");
+    KVD_EXPECT(app.count("--context") == 0, "--context applies to synthetic traces; a recorded trace's context is its positions minus --steps");
     return run_recorded(o);
   } catch (const std::exception& e) {
     fmt::print(stderr, "kvd-eval: {}\n", e.what());

@@ -35,8 +35,7 @@ inline void BM_Memcpy(benchmark::State& state) {
 
 /// A rate counter: `amount` per second.
 inline benchmark::Counter rate(double amount, bool binary = true) {
-  return benchmark::Counter(amount, benchmark::Counter::kIsRate,
-                            binary ? benchmark::Counter::kIs1024 : benchmark::Counter::kIs1000);
+  return benchmark::Counter(amount, benchmark::Counter::kIsRate, binary ? benchmark::Counter::kIs1024 : benchmark::Counter::kIs1000);
 }
 
 /// Prints the usual table and keeps, per benchmark name, the value of the named rate counters.

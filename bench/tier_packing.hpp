@@ -68,8 +68,8 @@ inline void prefill_pair(const std::vector<eval::StreamTrace>& streams, const Mo
 
 /// Decodes `steps` steps of every layer through both managers in turns (so the disk's state is
 /// shared); returns each one's fetch seconds.
-inline std::array<double, 2> decode_pair(const std::vector<eval::StreamTrace>& streams, const ModelShape& shape, std::int64_t n,
-                                         std::int64_t steps, const PackingPair& pair) {
+inline std::array<double, 2> decode_pair(const std::vector<eval::StreamTrace>& streams, const ModelShape& shape, std::int64_t n, std::int64_t steps,
+                                         const PackingPair& pair) {
   const int kvh = shape.kv_heads, qh = shape.q_heads, d = shape.head_dim, g = qh / kvh;
   std::array<double, 2> fetch = {0, 0};
   std::vector<float> qs(static_cast<std::size_t>(qh) * d), ks(static_cast<std::size_t>(kvh) * d), vs(ks.size()), out(qs.size());
@@ -101,19 +101,20 @@ struct PackingReads {
 inline void print_packing(const char* clustering, const Options& o, const Config& c, const PackingPair& pair, const PackingReads& r) {
   const Stats& ps = pair.kv[0]->total_stats();
   const Stats& ns = pair.kv[1]->total_stats();
-  std::printf("packing, %s (synthetic default, %d layers x %d KV heads, %lld-token prompt, %lld steps, 6.25%%, Lookahead W=3, "
-              "warm-up): %llu pages packed; misses %llu (same in both: %s), hit rate %.1f%%\n",
-              clustering, c.shape.layers, c.shape.kv_heads, static_cast<long long>(o.pack_context), static_cast<long long>(o.pack_steps),
-              static_cast<unsigned long long>(ps.packed), static_cast<unsigned long long>(ps.misses), ps.misses == ns.misses ? "yes" : "NO",
-              100 * ps.hit_rate());
+  std::printf(
+      "packing, %s (synthetic default, %d layers x %d KV heads, %lld-token prompt, %lld steps, 6.25%%, Lookahead W=3, "
+      "warm-up): %llu pages packed; misses %llu (same in both: %s), hit rate %.1f%%\n",
+      clustering, c.shape.layers, c.shape.kv_heads, static_cast<long long>(o.pack_context), static_cast<long long>(o.pack_steps),
+      static_cast<unsigned long long>(ps.packed), static_cast<unsigned long long>(ps.misses), ps.misses == ns.misses ? "yes" : "NO",
+      100 * ps.hit_rate());
   const char* names[2] = {"packed", "naive"};
   for (int i = 0; i < 2; ++i)
     std::printf("  %-6s: %llu I/Os for %llu pages (%.2f pages per I/O), fetch %.1f ms, %.0f MB/s\n", names[i],
                 static_cast<unsigned long long>(r.ops[i]), static_cast<unsigned long long>(r.bytes[i] / c.page_bytes()),
                 static_cast<double>(r.bytes[i] / c.page_bytes()) / static_cast<double>(std::max<std::uint64_t>(1, r.ops[i])), 1e3 * r.fetch[i],
                 static_cast<double>(r.bytes[i]) / 1e6 / std::max(1e-9, r.fetch[i]));
-  std::printf("  packed / naive: I/Os %.2f, fetch time %.2f\n", static_cast<double>(r.ops[0]) / static_cast<double>(std::max<std::uint64_t>(1, r.ops[1])),
-              r.fetch[0] / std::max(1e-9, r.fetch[1]));
+  std::printf("  packed / naive: I/Os %.2f, fetch time %.2f\n",
+              static_cast<double>(r.ops[0]) / static_cast<double>(std::max<std::uint64_t>(1, r.ops[1])), r.fetch[0] / std::max(1e-9, r.fetch[1]));
 }
 
 /// Semantic packing against the naive layout (pages in seal order), on the miss stream a

@@ -72,8 +72,8 @@ inline RedisBenchmark redis_benchmark(const RedisUrl& where, std::size_t remote_
   RedisBenchmark out;
   const auto rb = kvdrive::testing::find_redis_program("redis-benchmark");
   if (!rb || where.is_unix()) return out;
-  const std::string cmd = fmt::format("{} -h {} -p {} -n {} -r {} -d {} -P {} -c 1 -t set,get --csv{} 2>/dev/null", *rb, where.host,
-                                      where.port, remote_pages * 2, remote_pages, value, in_flight, where.db ? fmt::format(" --dbnum {}", where.db) : "");
+  const std::string cmd = fmt::format("{} -h {} -p {} -n {} -r {} -d {} -P {} -c 1 -t set,get --csv{} 2>/dev/null", *rb, where.host, where.port,
+                                      remote_pages * 2, remote_pages, value, in_flight, where.db ? fmt::format(" --dbnum {}", where.db) : "");
   if (FILE* p = ::popen(cmd.c_str(), "r")) {
     char line[512];
     while (std::fgets(line, sizeof line, p)) {
@@ -101,12 +101,10 @@ inline void print_remote(const Options& o, const RedisUrl& where, std::size_t in
   std::printf("remote tier: RedisTier on %s, %zu pages of 4 KiB (values of %zu bytes), batches of %zu, %zu commands in flight, 1 connection\n",
               where.describe().c_str(), o.remote_pages, value, o.batch, in_flight);
   std::printf("%-22s %12s %10s %16s\n", "reader", "pages/s", "MB/s", "vs redis-benchmark");
-  if (bench_get > 0)
-    std::printf("%-22s %12.0f %10.1f %16s\n", "redis-benchmark GET", bench_get, bench_get * kPage / 1e6, "1");
+  if (bench_get > 0) std::printf("%-22s %12.0f %10.1f %16s\n", "redis-benchmark GET", bench_get, bench_get * kPage / 1e6, "1");
   std::printf("%-22s %12.0f %10.1f %16s\n", "RedisTier read", f.reads_per_s, f.reads_per_s * kPage / 1e6,
               bench_get > 0 ? fmt::format("{:.3f}", f.reads_per_s / bench_get).c_str() : "(no redis-benchmark)");
-  if (bench_set > 0)
-    std::printf("%-22s %12.0f %10.1f %16s\n", "redis-benchmark SET", bench_set, bench_set * kPage / 1e6, "1");
+  if (bench_set > 0) std::printf("%-22s %12.0f %10.1f %16s\n", "redis-benchmark SET", bench_set, bench_set * kPage / 1e6, "1");
   std::printf("%-22s %12.0f %10.1f %16s\n", "RedisTier write", f.writes_per_s, f.writes_per_s * kPage / 1e6,
               bench_set > 0 ? fmt::format("{:.3f}", f.writes_per_s / bench_set).c_str() : "");
   std::printf("%-22s %12.0f %10.1f %16s  (%.3f of RedisTier read; values keyed with an HMAC-SHA-256, 4136 bytes)\n", "RedisTier read, keyed",
@@ -116,11 +114,17 @@ inline void print_remote(const Options& o, const RedisUrl& where, std::size_t in
               f.keyed_writes_per_s * kPage / 1e6, bench_set > 0 ? fmt::format("{:.3f}", f.keyed_writes_per_s / bench_set).c_str() : "",
               f.keyed_writes_per_s / f.writes_per_s);
   std::printf("remote reads: %llu hits, %llu misses\n", static_cast<unsigned long long>(st.hits), static_cast<unsigned long long>(st.misses()));
-  result["remote"] = {{"url", where.describe()},       {"pages", o.remote_pages},      {"value_bytes", value},
-                      {"batch", o.batch},               {"in_flight", in_flight},
-                      {"read_pages_per_s", f.reads_per_s}, {"write_pages_per_s", f.writes_per_s},
-                      {"redis_benchmark_get_per_s", bench_get}, {"redis_benchmark_set_per_s", bench_set},
-                      {"keyed_read_pages_per_s", f.keyed_reads_per_s}, {"keyed_write_pages_per_s", f.keyed_writes_per_s}};
+  result["remote"] = {{"url", where.describe()},
+                      {"pages", o.remote_pages},
+                      {"value_bytes", value},
+                      {"batch", o.batch},
+                      {"in_flight", in_flight},
+                      {"read_pages_per_s", f.reads_per_s},
+                      {"write_pages_per_s", f.writes_per_s},
+                      {"redis_benchmark_get_per_s", bench_get},
+                      {"redis_benchmark_set_per_s", bench_set},
+                      {"keyed_read_pages_per_s", f.keyed_reads_per_s},
+                      {"keyed_write_pages_per_s", f.keyed_writes_per_s}};
 }
 
 /// RedisTier's page reads over loopback against redis-benchmark's GET of values of the same size

@@ -106,8 +106,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       }
       // Wrong data, or a page never written, is a finding. The erased page may come back intact:
       // recovery stops at the first bad record, so a damaged log can lose the erase (Decision 9).
-      if (sealed ? !some_page(got) : (i >= kStorePages || std::memcmp(got.data(), template_pages()[i].data(), kStorePage) != 0))
-        std::abort();
+      if (sealed ? !some_page(got) : (i >= kStorePages || std::memcmp(got.data(), template_pages()[i].data(), kStorePage) != 0)) std::abort();
     }
   } catch (const kvdrive::Error&) {
   }

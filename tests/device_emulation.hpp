@@ -62,8 +62,7 @@ class EmulatedDeviceTier {
   std::byte* slot_data(Slot s) { return to_device(host_.slot_data(s)); }
 
   void upload(Slot s, std::size_t offset, const std::byte* src, std::size_t n) {
-    KVD_EXPECT(offset + n <= page_bytes_, "EmulatedDeviceTier::upload: [{}, {}) outside a page of {} bytes", offset, offset + n,
-               page_bytes_);
+    KVD_EXPECT(offset + n <= page_bytes_, "EmulatedDeviceTier::upload: [{}, {}) outside a page of {} bytes", offset, offset + n, page_bytes_);
     std::memcpy(host_.slot_data(s) + offset, src, n);
     counters.uploaded += n;
   }

@@ -43,8 +43,23 @@ namespace kvdrive::test {
 
 /// The calls of the File seam, each of which a FaultDisk can fail.
 enum class FileOp {
-  access, open, close, unlink, pread, preadv, pwrite, fdatasync, fsync, ftruncate, fstat, statx, flock,
-  uring_init, uring_register, uring_submit, uring_result,
+  access,
+  open,
+  close,
+  unlink,
+  pread,
+  preadv,
+  pwrite,
+  fdatasync,
+  fsync,
+  ftruncate,
+  fstat,
+  statx,
+  flock,
+  uring_init,
+  uring_register,
+  uring_submit,
+  uring_result,
   count_
 };
 
@@ -135,8 +150,7 @@ class FaultDisk {
     KVD_EXPECT(fd >= 0, "flip_bit: cannot open {}", path);
     unsigned char c = 0;
     const bool ok = f.pread(fd, &c, 1, static_cast<off_t>(offset)) == 1 &&
-                    (c = static_cast<unsigned char>(c ^ (1u << bit)), f.pwrite(fd, &c, 1, static_cast<off_t>(offset)) == 1) &&
-                    f.fdatasync(fd) == 0;
+                    (c = static_cast<unsigned char>(c ^ (1u << bit)), f.pwrite(fd, &c, 1, static_cast<off_t>(offset)) == 1) && f.fdatasync(fd) == 0;
     f.close(fd);
     KVD_EXPECT(ok, "flip_bit: cannot flip a bit at byte {} of {}", offset, path);
   }
@@ -282,7 +296,7 @@ class FaultDisk {
   std::uint64_t injected_ = 0;
   std::map<int, std::string> paths_;  ///< the store's open descriptors
   std::map<std::string, int> buffered_;
-  std::uint64_t countdown_ = 0;  ///< writes and syncs left before the power goes (0: it does not)
+  std::uint64_t countdown_ = 0;        ///< writes and syncs left before the power goes (0: it does not)
   std::uint64_t short_countdown_ = 0;  ///< pwrites left before one is cut short (0: none)
   std::vector<Unsynced> unsynced_;
   bool sync_only_ = false, fates_on_ = false;  ///< power_loss_at_sync
@@ -297,7 +311,9 @@ class FaultFile {
   explicit FaultFile(std::shared_ptr<FaultDisk> disk) : disk_(std::move(disk)) {}
   FaultDisk& disk() const { return *disk_; }
 
-  int access(const char* path, int mode) { return guard(FileOp::access, [&] { return real_.access(path, mode); }); }
+  int access(const char* path, int mode) {
+    return guard(FileOp::access, [&] { return real_.access(path, mode); });
+  }
   int open(const char* path, int flags, mode_t mode) {
     const int fd = guard(FileOp::open, [&] { return real_.open(path, flags, mode); });
     if (fd >= 0) disk_->opened(fd, path);
@@ -309,7 +325,9 @@ class FaultFile {
     const int rc = real_.close(fd);
     return e ? refuse<int>(e) : rc;
   }
-  int unlink(const char* path) { return guard(FileOp::unlink, [&] { return real_.unlink(path); }); }
+  int unlink(const char* path) {
+    return guard(FileOp::unlink, [&] { return real_.unlink(path); });
+  }
   ssize_t pread(int fd, void* buf, std::size_t len, off_t offset) {
     return guard(FileOp::pread, [&] { return real_.pread(fd, buf, len, offset); });
   }
@@ -328,15 +346,25 @@ class FaultFile {
     if (const int e = disk_->before_sync(fd, FileOp::fsync)) return refuse<int>(e);
     return real_.fsync(fd);
   }
-  int ftruncate(int fd, off_t size) { return guard(FileOp::ftruncate, [&] { return real_.ftruncate(fd, size); }); }
-  int fstat(int fd, struct stat* st) { return guard(FileOp::fstat, [&] { return real_.fstat(fd, st); }); }
-  int flock(int fd, int operation) { return guard(FileOp::flock, [&] { return real_.flock(fd, operation); }); }
+  int ftruncate(int fd, off_t size) {
+    return guard(FileOp::ftruncate, [&] { return real_.ftruncate(fd, size); });
+  }
+  int fstat(int fd, struct stat* st) {
+    return guard(FileOp::fstat, [&] { return real_.fstat(fd, st); });
+  }
+  int flock(int fd, int operation) {
+    return guard(FileOp::flock, [&] { return real_.flock(fd, operation); });
+  }
 #ifdef STATX_DIOALIGN
-  int statx(int fd, unsigned mask, struct statx* sx) { return guard(FileOp::statx, [&] { return real_.statx(fd, mask, sx); }); }
+  int statx(int fd, unsigned mask, struct statx* sx) {
+    return guard(FileOp::statx, [&] { return real_.statx(fd, mask, sx); });
+  }
 #endif
 
 #if KVD_HAVE_LIBURING
-  int uring_init(unsigned entries, io_uring* ring) { return uring_guard(FileOp::uring_init, [&] { return real_.uring_init(entries, ring); }); }
+  int uring_init(unsigned entries, io_uring* ring) {
+    return uring_guard(FileOp::uring_init, [&] { return real_.uring_init(entries, ring); });
+  }
   int uring_register_sparse(io_uring* ring, unsigned entries) {
     return uring_guard(FileOp::uring_register, [&] { return real_.uring_register_sparse(ring, entries); });
   }

@@ -61,9 +61,18 @@ class FaultTier {
     reads_left_ = writes_left_ = kNever;
     delay_ = {};
   }
-  std::uint64_t reads() const { std::lock_guard lock(mutex_); return reads_; }
-  std::uint64_t writes() const { std::lock_guard lock(mutex_); return writes_; }
-  std::uint64_t injected_errors() const { std::lock_guard lock(mutex_); return errors_; }
+  std::uint64_t reads() const {
+    std::lock_guard lock(mutex_);
+    return reads_;
+  }
+  std::uint64_t writes() const {
+    std::lock_guard lock(mutex_);
+    return writes_;
+  }
+  std::uint64_t injected_errors() const {
+    std::lock_guard lock(mutex_);
+    return errors_;
+  }
 
   void open(const TierGeometry& g) { inner_.open(g); }
 
@@ -73,8 +82,7 @@ class FaultTier {
   }
 
   /// All or nothing: if any page of the batch would fail, none is written.
-  void write_batch(std::span<const WriteRequest> pages)
-    requires requires(Inner& i) { i.write_batch(pages); }
+  void write_batch(std::span<const WriteRequest> pages) requires requires(Inner& i) { i.write_batch(pages); }
   {
     if (pages.empty()) return;
     count_writes(pages.front().key, pages.size());
@@ -133,19 +141,13 @@ class FaultTier {
 
   void erase(const PageKey& key) { inner_.erase(key); }
   /// Makes the inner tier's erases durable, where it defers them.
-  void sync()
-    requires requires(Inner& i) { i.sync(); }
-  {
-    inner_.sync();
-  }
+  void sync() requires requires(Inner& i) { i.sync(); }
+  { inner_.sync(); }
   bool contains(const PageKey& key) const { return inner_.contains(key); }
   std::size_t free_pages() const { return inner_.free_pages(); }
   /// Registers memory with the inner tier, where it takes registrations.
-  bool register_memory(std::byte* p, std::size_t bytes)
-    requires requires(Inner& i) { i.register_memory(p, bytes); }
-  {
-    return inner_.register_memory(p, bytes);
-  }
+  bool register_memory(std::byte* p, std::size_t bytes) requires requires(Inner& i) { i.register_memory(p, bytes); }
+  { return inner_.register_memory(p, bytes); }
 
  private:
   /// Counts `n` page writes, failing them all if the budget of good writes runs out.
@@ -167,7 +169,7 @@ class FaultTier {
   std::uint64_t reads_left_ = kNever, writes_left_ = kNever;
   std::uint64_t reads_ = 0, writes_ = 0, errors_ = 0;
   std::chrono::microseconds delay_{};
-  std::map<ReadTicket, PageKey> failed_;  ///< batches that fail, and the first failing page
+  std::map<ReadTicket, PageKey> failed_;            ///< batches that fail, and the first failing page
   std::map<ReadTicket, ReadTicket> inner_tickets_;  ///< each batch's ticket with the inner tier
   ReadTicket tickets_ = 0;
 };

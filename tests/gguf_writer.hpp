@@ -87,7 +87,7 @@ namespace gguf_text {
 using nlohmann::json;
 
 /// The GGUF value type ids, in the format's numbering.
-inline constexpr std::array<std::string_view, 13> kValueTypes = {"uint8", "int8",   "uint16", "int16",  "uint32", "int32", "float32",
+inline constexpr std::array<std::string_view, 13> kValueTypes = {"uint8", "int8",   "uint16", "int16",  "uint32", "int32",  "float32",
                                                                  "bool",  "string", "array",  "uint64", "int64",  "float64"};
 
 [[noreturn]] inline void bad(const std::string& what) { throw std::runtime_error("GGUF text form: " + what); }

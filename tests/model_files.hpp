@@ -33,10 +33,8 @@ inline std::optional<std::filesystem::path> smollm2_or_skip() {
   const std::filesystem::path p = model_dir() / kSmolLM2File;
   std::error_code ec;
   if (std::filesystem::is_regular_file(p) && std::filesystem::file_size(p, ec) == kSmolLM2Bytes) return p;
-  if (model_required())
-    FAIL("KVD_REQUIRE_MODEL=1 but the model is missing or not the checked file: " << p.string() << " (run scripts/get-model)");
-  else
-    MESSAGE("SKIPPED: " << p.string() << " is absent or not the checked file (run scripts/get-model to fetch SmolLM2-135M-Instruct)");
+  if (model_required()) FAIL("KVD_REQUIRE_MODEL=1 but the model is missing or not the checked file: " << p.string() << " (run scripts/get-model)");
+  else MESSAGE("SKIPPED: " << p.string() << " is absent or not the checked file (run scripts/get-model to fetch SmolLM2-135M-Instruct)");
   return std::nullopt;
 }
 

@@ -58,8 +58,7 @@ inline int free_loopback_port() {
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof a;
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
   ::close(fd);
   KVD_EXPECT(ok, "free_loopback_port: bind() failed");
   return ntohs(a.sin_port);
@@ -135,10 +134,9 @@ class RedisServer {
 
  private:
   void start(const std::string& bin, const std::vector<std::string>& extra) {
-    std::vector<std::string> args = {bin,          "--port",        std::to_string(port_), "--bind", "127.0.0.1",
-                                     "--dir",      dir_,            "--save",              "",       "--appendonly",
-                                     "no",         "--unixsocket",  socket_path(),         "--unixsocketperm", "700",
-                                     "--daemonize", "no",           "--loglevel",          "warning"};
+    std::vector<std::string> args = {
+        bin,  "--port",       std::to_string(port_), "--bind",           "127.0.0.1", "--dir",       dir_, "--save",     "",       "--appendonly",
+        "no", "--unixsocket", socket_path(),         "--unixsocketperm", "700",       "--daemonize", "no", "--loglevel", "warning"};
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());

@@ -56,8 +56,7 @@ inline std::vector<float> random_floats(std::size_t n, std::uint64_t seed, float
 
 /// Softmax attention of one head in double precision over tokens [n][d] given as float rows.
 /// Returns the output (d values) and writes the log-sum-exp to *lse.
-inline std::vector<double> reference_attention(const float* q, const std::vector<const float*>& k,
-                                               const std::vector<const float*>& v, int d,
+inline std::vector<double> reference_attention(const float* q, const std::vector<const float*>& k, const std::vector<const float*>& v, int d,
                                                double scale, double* lse = nullptr) {
   std::vector<double> s(k.size());
   double m = -INFINITY;

@@ -75,10 +75,8 @@ void check_against_reference(int group, int d, int page_tokens, int tokens, std:
     for (int p = 0; p < pages; ++p) {
       const int first = p * page_tokens, n = std::min(page_tokens, tokens - first);
       double plse;
-      test::reference_attention(q.data() + static_cast<std::size_t>(h) * d,
-                                std::vector<const float*>(ks.begin() + first, ks.begin() + first + n),
-                                std::vector<const float*>(vs.begin() + first, vs.begin() + first + n), d,
-                                scale, &plse);
+      test::reference_attention(q.data() + static_cast<std::size_t>(h) * d, std::vector<const float*>(ks.begin() + first, ks.begin() + first + n),
+                                std::vector<const float*>(vs.begin() + first, vs.begin() + first + n), d, scale, &plse);
       REQUIRE(std::fabs(plse - page_lse[static_cast<std::size_t>(p) * group + h]) <= 2e-5 * std::max(1.0, std::fabs(plse)));
     }
   }

@@ -65,7 +65,8 @@ std::vector<float> token_row(const Workload& w, int s, int l, int t, int h, int 
   std::vector<float> r;
   if (t < w.prompt[s]) {
     const auto all = w.rows(s, l, 0, w.prompt[s], sh.kv_heads, salt);
-    r.assign(all.begin() + (static_cast<std::ptrdiff_t>(t) * sh.kv_heads + h) * d, all.begin() + (static_cast<std::ptrdiff_t>(t) * sh.kv_heads + h + 1) * d);
+    r.assign(all.begin() + (static_cast<std::ptrdiff_t>(t) * sh.kv_heads + h) * d,
+             all.begin() + (static_cast<std::ptrdiff_t>(t) * sh.kv_heads + h + 1) * d);
   } else {
     const auto one = w.rows(s, l, t, 1, sh.kv_heads, salt);
     r.assign(one.begin() + static_cast<std::ptrdiff_t>(h) * d, one.begin() + static_cast<std::ptrdiff_t>(h + 1) * d);
@@ -133,7 +134,8 @@ TEST_CASE("cold codec: sink, local and tail pages are attended in the KV dtype, 
             }
           }
           std::vector<const float*> kcp, vcp, kep, vep;
-          for (int t = 0; t < tokens; ++t) kcp.push_back(kc[t].data()), vcp.push_back(vc[t].data()), kep.push_back(ke[t].data()), vep.push_back(ve[t].data());
+          for (int t = 0; t < tokens; ++t)
+            kcp.push_back(kc[t].data()), vcp.push_back(vc[t].data()), kep.push_back(ke[t].data()), vep.push_back(ve[t].data());
           for (int j = 0; j < g; ++j) {
             const float* qh = q.data() + static_cast<std::size_t>(h * g + j) * d;
             const auto coded_ref = reference_attention(qh, kcp, vcp, d, w.cfg.scale());
@@ -192,7 +194,7 @@ TEST_CASE("cold codec: the output is the same bits whatever the eviction policy,
       CHECK(same_bits(outputs(kv, w), reference));
     }
     if (full) {  // warm-up over a middle tier and an SSD store: the prompt's keys read back (decoded), the
-       // middle tier's copies and the SSD's pages packed by cluster (coded bytes, as stored)
+                 // middle tier's copies and the SSD's pages packed by cluster (coded bytes, as stored)
       Workload wl = w;
       wl.prompt = {400, 230};  // enough pages for clusters out of page order
       std::vector<float> hierarchical;
@@ -203,8 +205,8 @@ TEST_CASE("cold codec: the output is the same bits whatever the eviction policy,
       using Three = Tiers<tier::HostTier, Slow, tier::SsdTier>;
       tier::SsdTier::Params p;
       p.path = dir.file(c == codec::Codec::int4 ? "warm-int4" : "warm-int8");
-      KvManager<index::Hierarchical, eviction::Lookahead, Three> kv(
-          wl.cfg, {}, eviction::Lookahead{2}, Three(tier::HostTier{}, Slow(tier::HostTier({40, 64})), tier::SsdTier(p)));
+      KvManager<index::Hierarchical, eviction::Lookahead, Three> kv(wl.cfg, {}, eviction::Lookahead{2},
+                                                                    Three(tier::HostTier{}, Slow(tier::HostTier({40, 64})), tier::SsdTier(p)));
       const auto ids = prefill(kv, wl);
       const auto& sh = wl.cfg.shape;
       std::size_t warmed = 0;

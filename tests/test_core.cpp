@@ -78,7 +78,8 @@ TEST_CASE("half: float to half rounds to nearest even (vs exhaustive search)") {
     ++checked;
   }
   // Exact ties: halfway between neighbours, normal and subnormal, and at the overflow edge.
-  for (std::uint16_t h : {std::uint16_t{0x3c00}, std::uint16_t{0x3c01}, std::uint16_t{0x0001}, std::uint16_t{0x0002}, std::uint16_t{0x7bfe}, std::uint16_t{0x7bff}}) {
+  for (std::uint16_t h :
+       {std::uint16_t{0x3c00}, std::uint16_t{0x3c01}, std::uint16_t{0x0001}, std::uint16_t{0x0002}, std::uint16_t{0x7bfe}, std::uint16_t{0x7bff}}) {
     const double mid = (half_value(h) + half_value(static_cast<std::uint16_t>(h + 1))) / 2;
     const auto f = static_cast<float>(mid);
     REQUIRE(static_cast<double>(f) == mid);
@@ -87,10 +88,10 @@ TEST_CASE("half: float to half rounds to nearest even (vs exhaustive search)") {
   }
   CHECK(float_to_half_bits(65519.0f) == 0x7bff);
   CHECK(float_to_half_bits(65520.0f) == 0x7c00);
-  CHECK(float_to_half_bits(std::ldexp(1.0f, -25)) == 0x0000);       // tie to even zero
-  CHECK(float_to_half_bits(std::ldexp(1.5f, -25)) == 0x0001);       // above the tie
+  CHECK(float_to_half_bits(std::ldexp(1.0f, -25)) == 0x0000);  // tie to even zero
+  CHECK(float_to_half_bits(std::ldexp(1.5f, -25)) == 0x0001);  // above the tie
   CHECK(float_to_half_bits(-INFINITY) == 0xfc00);
-  CHECK(float_to_half_bits(1e-45f) == 0x0000);                     // float subnormal
+  CHECK(float_to_half_bits(1e-45f) == 0x0000);  // float subnormal
   CHECK(std::isnan(half_bits_to_float(float_to_half_bits(std::numeric_limits<float>::quiet_NaN()))));
   CHECK(std::isnan(half_bits_to_float(float_to_half_bits(std::numeric_limits<float>::signaling_NaN()))));
   CHECK(checked > 0);
@@ -106,9 +107,8 @@ TEST_CASE("bfloat16: round to nearest even, NaN, Inf and subnormals") {
     std::memcpy(&flo, &lo, 4);
     std::memcpy(&fhi, &hi, 4);
     const double dl = std::fabs(static_cast<double>(f) - flo);
-    const double dh = (hi & 0x7f800000u) == 0x7f800000u && (hi & 0x7fffffu) == 0
-                          ? std::fabs(std::ldexp(1.0, 128) - std::fabs(static_cast<double>(f)))
-                          : std::fabs(static_cast<double>(fhi) - f);
+    const double dh = (hi & 0x7f800000u) == 0x7f800000u && (hi & 0x7fffffu) == 0 ? std::fabs(std::ldexp(1.0, 128) - std::fabs(static_cast<double>(f)))
+                                                                                 : std::fabs(static_cast<double>(fhi) - f);
     if (dl < dh) return static_cast<std::uint16_t>(lo >> 16);
     if (dh < dl) return static_cast<std::uint16_t>(hi >> 16);
     return static_cast<std::uint16_t>(((lo >> 16) & 1) ? hi >> 16 : lo >> 16);
@@ -210,9 +210,11 @@ TEST_CASE("thread pool: every index runs once; exceptions reach the caller") {
       pool.parallel_for(hits.size(), [&](std::size_t i) { hits[i].fetch_add(1); });
       for (auto& h : hits) REQUIRE(h.load() == 1);
     }
-    CHECK_THROWS_WITH_AS(pool.parallel_for(100, [](std::size_t i) {
-      if (i == 37) fail("boom at {}", i);
-    }), "boom at 37", Error);
+    CHECK_THROWS_WITH_AS(pool.parallel_for(100,
+                                           [](std::size_t i) {
+                                             if (i == 37) fail("boom at {}", i);
+                                           }),
+                         "boom at 37", Error);
     std::atomic<int> after{0};
     pool.parallel_for(10, [&](std::size_t) { after.fetch_add(1); });  // still usable
     CHECK(after.load() == 10);

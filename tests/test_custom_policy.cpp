@@ -58,7 +58,8 @@ TEST_CASE("custom::FirstKey selects the pages whose first key scores best under 
     std::iota(order.begin(), order.end(), 0u);
     std::stable_sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) { return score[a] > score[b]; });
     std::vector<std::uint32_t> want;
-    for (std::int64_t i = 0; i < iq.budget_pages; ++i) want.push_back(order[static_cast<std::size_t>(i)] + static_cast<std::uint32_t>(iq.first_candidate));
+    for (std::int64_t i = 0; i < iq.budget_pages; ++i)
+      want.push_back(order[static_cast<std::size_t>(i)] + static_cast<std::uint32_t>(iq.first_candidate));
     std::sort(want.begin(), want.end());
     CAPTURE(trial);
     CHECK(got == want);

@@ -156,7 +156,8 @@ TEST_CASE("Device fast tier: prefill in chunks that end mid-page and on page bou
     const std::size_t row = static_cast<std::size_t>(sh.kv_heads) * sh.head_dim;
     int at = 0;
     for (int chunk : {5, 3, 16, 27, 1, 151}) {  // ends at 5, 8, 24, 51, 52, 203
-      const auto kv = make_view(k.data() + at * row, chunk, sh.kv_heads, sh.head_dim), vv = make_view(v.data() + at * row, chunk, sh.kv_heads, sh.head_dim);
+      const auto kv = make_view(k.data() + at * row, chunk, sh.kv_heads, sh.head_dim),
+                 vv = make_view(v.data() + at * row, chunk, sh.kv_heads, sh.head_dim);
       host.prefill(a[0], l, kv, vv);
       if (chunk > 8) {
         device.tiers().get<1>().fail_writes_after(0);  // this chunk seals pages: its writes fail once
@@ -177,7 +178,9 @@ TEST_CASE("Device fast tier: prefill in chunks that end mid-page and on page bou
   CHECK(device.tiers().fast().used_pages() == host.tiers().fast().used_pages());
 }
 
-TEST_CASE("An index that selects a micro-batch in one call gets every stream with candidates, once per micro-batch (up to three rounds with the focus carry), with the same bits") {
+TEST_CASE(
+    "An index that selects a micro-batch in one call gets every stream with candidates, once per micro-batch (up to three rounds with the focus "
+    "carry), with the same bits") {
   std::mt19937_64 rng(31);
   for (int trial = 0; trial < 6 * test::scale(); ++trial) {
     Workload w = random_workload(rng);

@@ -30,9 +30,8 @@ bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 bool same_stream(const eval::StreamTrace& a, const eval::StreamTrace& b) {
-  return a.layer == b.layer && a.kv_head == b.kv_head && a.head_dim == b.head_dim && a.group == b.group &&
-         a.prefix == b.prefix && a.steps == b.steps && bitwise_equal(a.keys, b.keys) && bitwise_equal(a.values, b.values) &&
-         bitwise_equal(a.queries, b.queries);
+  return a.layer == b.layer && a.kv_head == b.kv_head && a.head_dim == b.head_dim && a.group == b.group && a.prefix == b.prefix &&
+         a.steps == b.steps && bitwise_equal(a.keys, b.keys) && bitwise_equal(a.values, b.values) && bitwise_equal(a.queries, b.queries);
 }
 
 /// Softmax over all tokens at step s of query head g, in double.
@@ -89,8 +88,7 @@ struct VectorSource {
 };
 
 /// A small stream whose query drifts (so critical sets overlap but change): keys N(0, 2^2).
-eval::StreamTrace hand_made(std::uint64_t seed, std::int64_t prefix, std::int64_t steps, int d, int group, int layer = 0,
-                            int kv_head = 0) {
+eval::StreamTrace hand_made(std::uint64_t seed, std::int64_t prefix, std::int64_t steps, int d, int group, int layer = 0, int kv_head = 0) {
   eval::StreamTrace tr;
   tr.layer = layer;
   tr.kv_head = kv_head;
@@ -235,12 +233,11 @@ TEST_CASE("synthetic: keys and queries are the pre-RoPE vectors rotated with rot
     }
     return err <= 2e-6 * (1 + norm);
   };
-  for (std::int64_t t : {std::int64_t{0}, std::int64_t{1}, std::int64_t{63}, std::int64_t{64}, std::int64_t{65}, context / 2,
-                         context - 1, context + steps - 1})
+  for (std::int64_t t :
+       {std::int64_t{0}, std::int64_t{1}, std::int64_t{63}, std::int64_t{64}, std::int64_t{65}, context / 2, context - 1, context + steps - 1})
     CHECK(close(post.key(t), rope_reference(pre.key(t), d, t, preset.rope_theta)));
   for (std::int64_t s = 0; s < steps; ++s)
-    for (int g = 0; g < post.group; ++g)
-      CHECK(close(post.query(s) + g * d, rope_reference(pre.query(s) + g * d, d, context + s, preset.rope_theta)));
+    for (int g = 0; g < post.group; ++g) CHECK(close(post.query(s) + g * d, rope_reference(pre.query(s) + g * d, d, context + s, preset.rope_theta)));
   // Values are not rotated.
   CHECK(bitwise_equal(post.values, pre.values));
 
@@ -409,9 +406,8 @@ TEST_CASE("trace stats: one stream against brute force") {
       }
       std::vector<std::int64_t> cand;
       for (std::int64_t q = pr.sink_end; q < pr.local_begin; ++q) cand.push_back(q);
-      std::stable_sort(cand.begin(), cand.end(), [&](std::int64_t a, std::int64_t b) {
-        return mass[static_cast<std::size_t>(a)] > mass[static_cast<std::size_t>(b)];
-      });
+      std::stable_sort(cand.begin(), cand.end(),
+                       [&](std::int64_t a, std::int64_t b) { return mass[static_cast<std::size_t>(a)] > mass[static_cast<std::size_t>(b)]; });
       const auto k = static_cast<std::size_t>(std::ceil(o.budget * static_cast<double>(cand.size()) - 1e-9));
       std::set<std::uint32_t> c;
       for (std::size_t i = 0; i < k; ++i) c.insert(static_cast<std::uint32_t>(cand[i]));

@@ -23,8 +23,8 @@ namespace {
 
 /// Applies one update to a policy's state; returns the evicted pages.
 template <class E>
-std::vector<std::uint32_t> apply(const E& e, typename E::State& s, std::vector<std::uint32_t> pages, std::vector<float> scores,
-                                 std::uint64_t step, int window, std::size_t capacity) {
+std::vector<std::uint32_t> apply(const E& e, typename E::State& s, std::vector<std::uint32_t> pages, std::vector<float> scores, std::uint64_t step,
+                                 int window, std::size_t capacity) {
   eviction::CacheUpdate u;
   u.pages = pages;
   u.scores = scores;
@@ -364,7 +364,8 @@ TEST_CASE("ImportanceGuided scores pages by the observation queries' causal atte
       test::reference_attention(q.data() + (static_cast<std::size_t>(i) * g + h) * d, kp, kp, d, in.scale, &lse);
       for (int t = 0; t <= pos; ++t) {
         double dot = 0;
-        for (int j = 0; j < d; ++j) dot += static_cast<double>(q[(static_cast<std::size_t>(i) * g + h) * d + j]) * keys[static_cast<std::size_t>(t) * d + j];
+        for (int j = 0; j < d; ++j)
+          dot += static_cast<double>(q[(static_cast<std::size_t>(i) * g + h) * d + j]) * keys[static_cast<std::size_t>(t) * d + j];
         ref[static_cast<std::size_t>(t)] += std::exp(dot * in.scale - lse) / obs;
       }
     }
@@ -440,57 +441,57 @@ TEST_CASE("the replays see what KvManager's eviction sees: pages, masses, warm-u
   c.budget = Budget::fraction(set.budget);
   std::vector<std::vector<std::uint32_t>> selections[2];  // without and with the carry
   for (int carry = 0; carry < 2; ++carry)
-  for (bool warm : {false, true}) {
-    CAPTURE(carry);
-    CAPTURE(warm);
-    c.carry = set.carry = FocusCarry{.mass = 0.02f, .share = carry ? 0.5f : 0.0f};
-    Spy spy;
-    KvManager<index::MeanKey, Spy, Tiers<tier::HostTier, tier::FaultTier<tier::HostTier>>> kv(c, {}, spy);
-    const SeqId id = kv.add_sequence();
-    kv.prefill(id, 0, make_view(tr.keys.data(), tr.prefix, 1, d), make_view(tr.values.data(), tr.prefix, 1, d));
-    if (warm) kv.warm_up(id, 0, make_view(tr.observed_queries.data(), tr.observed, g, d));
-    std::vector<float> out(static_cast<std::size_t>(g) * d);
-    const SeqId batch[] = {id};
-    for (std::int64_t s = 0; s < tr.steps; ++s)
-      kv.attend(0, batch, make_view(tr.query(s), 1, g, d), make_view(tr.key(tr.prefix + s), 1, 1, d),
-                make_view(tr.value(tr.prefix + s), 1, 1, d), make_view(out.data(), 1, g, d));
+    for (bool warm : {false, true}) {
+      CAPTURE(carry);
+      CAPTURE(warm);
+      c.carry = set.carry = FocusCarry{.mass = 0.02f, .share = carry ? 0.5f : 0.0f};
+      Spy spy;
+      KvManager<index::MeanKey, Spy, Tiers<tier::HostTier, tier::FaultTier<tier::HostTier>>> kv(c, {}, spy);
+      const SeqId id = kv.add_sequence();
+      kv.prefill(id, 0, make_view(tr.keys.data(), tr.prefix, 1, d), make_view(tr.values.data(), tr.prefix, 1, d));
+      if (warm) kv.warm_up(id, 0, make_view(tr.observed_queries.data(), tr.observed, g, d));
+      std::vector<float> out(static_cast<std::size_t>(g) * d);
+      const SeqId batch[] = {id};
+      for (std::int64_t s = 0; s < tr.steps; ++s)
+        kv.attend(0, batch, make_view(tr.query(s), 1, g, d), make_view(tr.key(tr.prefix + s), 1, 1, d), make_view(tr.value(tr.prefix + s), 1, 1, d),
+                  make_view(out.data(), 1, g, d));
 
-    std::vector<std::unique_ptr<eval::AnyIndex>> ix;
-    ix.push_back(eval::make_any_index(index::MeanKey{}));
-    std::vector<eval::SelectionLog> logs;
-    eval::evaluate_stream(tr, ix, set, &logs);
-    const auto& log = logs[0];
-    if (!warm)
-      for (std::size_t st = 0; st < log.steps(); ++st) selections[carry].emplace_back(log.step_pages(st).begin(), log.step_pages(st).end());
-    const auto& seen = *spy.seen;
-    REQUIRE(seen.size() == log.steps() + (warm ? 1 : 0));
-    const std::size_t first = warm ? 1 : 0;
-    for (std::size_t s = 0; s < log.steps(); ++s) {
-      CAPTURE(s);
-      const auto& rec = seen[first + s];
-      CHECK(rec.step == s + 1);
-      const auto pages = log.step_pages(s);
-      CHECK(rec.pages == std::vector<std::uint32_t>(pages.begin(), pages.end()));
-      const auto mass = log.step_mass(s);
-      REQUIRE(rec.scores.size() == mass.size());
-      for (std::size_t i = 0; i < mass.size(); ++i) CHECK(rec.scores[i] == doctest::Approx(mass[i]).epsilon(1e-5));
+      std::vector<std::unique_ptr<eval::AnyIndex>> ix;
+      ix.push_back(eval::make_any_index(index::MeanKey{}));
+      std::vector<eval::SelectionLog> logs;
+      eval::evaluate_stream(tr, ix, set, &logs);
+      const auto& log = logs[0];
+      if (!warm)
+        for (std::size_t st = 0; st < log.steps(); ++st) selections[carry].emplace_back(log.step_pages(st).begin(), log.step_pages(st).end());
+      const auto& seen = *spy.seen;
+      REQUIRE(seen.size() == log.steps() + (warm ? 1 : 0));
+      const std::size_t first = warm ? 1 : 0;
+      for (std::size_t s = 0; s < log.steps(); ++s) {
+        CAPTURE(s);
+        const auto& rec = seen[first + s];
+        CHECK(rec.step == s + 1);
+        const auto pages = log.step_pages(s);
+        CHECK(rec.pages == std::vector<std::uint32_t>(pages.begin(), pages.end()));
+        const auto mass = log.step_mass(s);
+        REQUIRE(rec.scores.size() == mass.size());
+        for (std::size_t i = 0; i < mass.size(); ++i) CHECK(rec.scores[i] == doctest::Approx(mass[i]).epsilon(1e-5));
+      }
+      eval::ReplaySettings r;
+      r.window = 3;
+      r.warm_up = warm;
+      tier::PageRanking ranking;
+      if (warm) {
+        ranking = eval::warm_ranking(tr, set, tier::ImportanceGuided{});
+        std::vector<std::uint32_t> pages;
+        std::vector<float> scores;
+        eval::warm_pages(ranking, 3 * static_cast<std::size_t>(log.budget[0]), pages, scores);
+        CHECK(seen[0].step == 0);
+        CHECK(seen[0].pages == pages);  // the manager warms the pages the replay warms
+      }
+      const eval::CacheTally t = eval::replay_cache(eviction::Lookahead{}, log, r, warm ? &ranking : nullptr);
+      CHECK(kv.total_stats().hits == t.hits);
+      CHECK(kv.total_stats().misses == t.misses);
+      CHECK(kv.total_stats().evictions == t.evictions);
     }
-    eval::ReplaySettings r;
-    r.window = 3;
-    r.warm_up = warm;
-    tier::PageRanking ranking;
-    if (warm) {
-      ranking = eval::warm_ranking(tr, set, tier::ImportanceGuided{});
-      std::vector<std::uint32_t> pages;
-      std::vector<float> scores;
-      eval::warm_pages(ranking, 3 * static_cast<std::size_t>(log.budget[0]), pages, scores);
-      CHECK(seen[0].step == 0);
-      CHECK(seen[0].pages == pages);  // the manager warms the pages the replay warms
-    }
-    const eval::CacheTally t = eval::replay_cache(eviction::Lookahead{}, log, r, warm ? &ranking : nullptr);
-    CHECK(kv.total_stats().hits == t.hits);
-    CHECK(kv.total_stats().misses == t.misses);
-    CHECK(kv.total_stats().evictions == t.evictions);
-  }
   CHECK(selections[0] != selections[1]);  // the carry did change some selection: the comparison covered it
 }

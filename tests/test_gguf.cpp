@@ -66,7 +66,10 @@ struct TempFile {
     path = (fs::temp_directory_path() / fmt::format("kvd_test_gguf_{}_{}{}", ::getpid(), counter++, suffix)).string();
     std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   }
-  ~TempFile() { std::error_code ec; fs::remove(path, ec); }
+  ~TempFile() {
+    std::error_code ec;
+    fs::remove(path, ec);
+  }
   TempFile(const TempFile&) = delete;
   TempFile& operator=(const TempFile&) = delete;
 };
@@ -194,10 +197,9 @@ std::string metadata_file(const std::vector<std::string>& kvs) {
 }
 /// The metadata of a llama model: dim 64, hidden 128, 2 layers, 4/2 heads, 512 positions, vocab 100.
 std::vector<std::string> llama_keys() {
-  return {kv_str("general.architecture", "llama"),       kv_u32("llama.embedding_length", 64),
-          kv_u32("llama.feed_forward_length", 128),       kv_u32("llama.block_count", 2),
-          kv_u32("llama.attention.head_count", 4),        kv_u32("llama.attention.head_count_kv", 2),
-          kv_u32("llama.context_length", 512),            kv_u32("llama.vocab_size", 100)};
+  return {kv_str("general.architecture", "llama"), kv_u32("llama.embedding_length", 64),    kv_u32("llama.feed_forward_length", 128),
+          kv_u32("llama.block_count", 2),          kv_u32("llama.attention.head_count", 4), kv_u32("llama.attention.head_count_kv", 2),
+          kv_u32("llama.context_length", 512),     kv_u32("llama.vocab_size", 100)};
 }
 LlamaConfig config_of(const std::vector<std::string>& kvs) {
   const TempFile t(metadata_file(kvs));
@@ -482,7 +484,7 @@ TEST_CASE("GGUF: a bad header, a truncated file or bad metadata gives a clear kv
 TEST_CASE("GGUF: bad tensor infos give a clear kvdrive::Error") {
   const json& e = fixtures().at("values");
   const std::string good = read_bytes(fixture_path("values.gguf"));
-  const json& a = entry(e.at("tensors"), "name", "tensor.a");  // F32 [3, 2]
+  const json& a = entry(e.at("tensors"), "name", "tensor.a");   // F32 [3, 2]
   const json& b8 = entry(e.at("tensors"), "name", "tensor.b");  // F16 [4]
   const json& q8 = entry(e.at("tensors"), "name", "q8_0");      // Q8_0 [64, 2]
   const InfoAt ia = info_at(a), ib = info_at(b8), iq = info_at(q8);
@@ -518,7 +520,8 @@ TEST_CASE("GGUF: bad tensor infos give a clear kvdrive::Error") {
                  "tensor 'q8_0' of type Q8_0: its first dimension 63 is not a multiple of the 32-element block");
   CHECK_CONTAINS(edited([&] { put<std::uint64_t>(b, ib.offset, get<std::uint64_t>(good, ib.offset) + 1); }),
                  "tensor 'tensor.b' has offset 33, not a multiple of the alignment 32");
-  CHECK_CONTAINS(edited([&] { put<std::uint64_t>(b, ib.offset, 1 << 20); }), "tensor 'tensor.b' (F16 8 bytes at data offset 1048576) runs past the end");
+  CHECK_CONTAINS(edited([&] { put<std::uint64_t>(b, ib.offset, 1 << 20); }),
+                 "tensor 'tensor.b' (F16 8 bytes at data offset 1048576) runs past the end");
   CHECK_CONTAINS(edited([&] { put<std::uint64_t>(b, ib.offset, std::uint64_t{1} << 63); }), "runs past the end of the file");
   CHECK_CONTAINS(edited([&] { put<std::uint64_t>(b, ib.offset, 0); }), "tensors 'tensor.a' (bytes [0, 24)) and 'tensor.b' (from byte 0) overlap");
   CHECK_CONTAINS(edited([&] { b.replace(ib.n_dims - 8, 8, "tensor.a"); }), "tensor name 'tensor.a' appears twice (tensors 0 and 1)");
@@ -625,18 +628,18 @@ TEST_CASE("GGUF llama: output.weight, F16 and BF16 norms, linear RoPE scaling, d
   CHECK(c.hidden_dim == want.at("hidden_dim").get<int>());
   CHECK(c.layers == 1);
   CHECK(c.heads == want.at("heads").get<int>());
-  CHECK(c.kv_heads == c.heads);      // no head_count_kv: as many as the query heads
+  CHECK(c.kv_heads == c.heads);                   // no head_count_kv: as many as the query heads
   CHECK(c.vocab == want.at("vocab").get<int>());  // no vocab_size: the tokens
   CHECK(c.max_seq == want.at("max_seq").get<int>());
-  CHECK(c.rope_theta == 10000.0);    // no freq_base
-  CHECK(c.rms_eps == 1e-5f);         // no layer_norm_rms_epsilon
+  CHECK(c.rope_theta == 10000.0);  // no freq_base
+  CHECK(c.rms_eps == 1e-5f);       // no layer_norm_rms_epsilon
   CHECK_FALSE(c.tied_embeddings);
   CHECK(c.rope_freq_factors == want.at("rope_freq_factors").get<std::vector<float>>());  // linear, factor 4
 
   const auto& tensors = e.at("tensors");
   const auto values = [&](const char* name) { return entry(tensors, "name", name).at("values").get<std::vector<float>>(); };
   CHECK(std::vector<float>(m.layers[0].rms_att, m.layers[0].rms_att + c.dim) == values("blk.0.attn_norm.weight"));  // F16
-  CHECK(std::vector<float>(m.layers[0].rms_ffn, m.layers[0].rms_ffn + c.dim) == values("blk.0.ffn_norm.weight"));  // BF16
+  CHECK(std::vector<float>(m.layers[0].rms_ffn, m.layers[0].rms_ffn + c.dim) == values("blk.0.ffn_norm.weight"));   // BF16
   CHECK(entry(tensors, "name", "blk.0.attn_norm.weight").at("type") == "F16");
   CHECK(entry(tensors, "name", "blk.0.ffn_norm.weight").at("type") == "BF16");
 
@@ -785,8 +788,8 @@ TEST_CASE("GGUF llama: hyper-parameters from metadata; unsupported variants are 
   }
 
   // The vocabulary's own checks.
-  const TempFile t(metadata_file({kv_str_array("tokenizer.ggml.tokens", {"a", "b"}),
-                                  kv("tokenizer.ggml.scores", GgufValueType::array, u32(6) + u64(1) + f32(0.5f))}));
+  const TempFile t(metadata_file(
+      {kv_str_array("tokenizer.ggml.tokens", {"a", "b"}), kv("tokenizer.ggml.scores", GgufValueType::array, u32(6) + u64(1) + f32(0.5f))}));
   CHECK_CONTAINS(error_of([&] { read_vocab(GgufFile(t.path)); }), "tokenizer.ggml.scores has 1 entries for 2 tokens");
   const TempFile t2(metadata_file({kv("tokenizer.ggml.bos_token_id", GgufValueType::int32, u32(0xffffffffu))}));
   CHECK_CONTAINS(error_of([&] { read_vocab(GgufFile(t2.path)); }), "tokenizer.ggml.bos_token_id is -1, expected a token id");

@@ -72,8 +72,8 @@ std::vector<int> ids_of(const json& ids, const std::string& key) {
   REQUIRE(ref.size() >= 3);
   REQUIRE(ref[0] == '=');
   const std::size_t lt = ref.find('<'), gt = ref.find('>');
-  std::vector<int> out = lt != std::string::npos ? id_list(ref.substr(lt + 1, (gt == std::string::npos ? ref.size() : gt) - lt - 1))
-                                                 : std::vector<int>{};
+  std::vector<int> out =
+      lt != std::string::npos ? id_list(ref.substr(lt + 1, (gt == std::string::npos ? ref.size() : gt) - lt - 1)) : std::vector<int>{};
   const std::vector<int> mid = ids_of(ids, ref.substr(1, 2));
   out.insert(out.end(), mid.begin(), mid.end());
   if (gt != std::string::npos) {
@@ -146,8 +146,8 @@ void check_cases(const json& cases, const GgufTokenizer& tok, Mismatches& bad) {
           continue;
         }
         if (got != want)
-          bad(fmt::format("case {} '{}' add_special={} parse_special={}:\n  got       {}\n  llama.cpp {}", index, shown(text), add,
-                          parse, fmt::join(got, ","), fmt::join(want, ",")));
+          bad(fmt::format("case {} '{}' add_special={} parse_special={}:\n  got       {}\n  llama.cpp {}", index, shown(text), add, parse,
+                          fmt::join(got, ","), fmt::join(want, ",")));
       }
     }
     if (c.contains("detok")) {
@@ -158,8 +158,8 @@ void check_cases(const json& cases, const GgufTokenizer& tok, Mismatches& bad) {
           const std::string want = c.at("detok").contains(key) ? bytes_of(c.at("detok").at(key)) : text;
           const std::string got = tok.detokenize(ids, remove, unparse);
           if (got != want)
-            bad(fmt::format("case {} '{}' detokenize remove_special={} unparse_special={}:\n  got       '{}'\n  llama.cpp '{}'", index,
-                            shown(text), remove, unparse, shown(got, 200), shown(want, 200)));
+            bad(fmt::format("case {} '{}' detokenize remove_special={} unparse_special={}:\n  got       '{}'\n  llama.cpp '{}'", index, shown(text),
+                            remove, unparse, shown(got, 200), shown(want, 200)));
         }
       }
     }
@@ -223,8 +223,7 @@ TEST_CASE("GGUF tokenizer: random texts from KVD_TOKENIZER_EXTRA_GOLDEN") {
     Mismatches bad{source};
     check_vocab(g.at("vocab"), tok, bad);
     check_cases(g.at("cases"), tok, bad);
-    CHECK_MESSAGE(bad.count == 0, source << ": " << bad.count << " mismatches with llama.cpp on " << g.at("cases").size()
-                                         << " random texts");
+    CHECK_MESSAGE(bad.count == 0, source << ": " << bad.count << " mismatches with llama.cpp on " << g.at("cases").size() << " random texts");
   }
 }
 
@@ -348,8 +347,7 @@ std::vector<std::string> pcre2_split(const std::vector<std::string_view>& regexe
     int err = 0;
     PCRE2_SIZE at = 0;
     std::unique_ptr<pcre2_code, decltype(&pcre2_code_free)> code(
-        pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP, &err, &at, nullptr),
-        &pcre2_code_free);
+        pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP, &err, &at, nullptr), &pcre2_code_free);
     REQUIRE_MESSAGE(code != nullptr, "PCRE2 cannot compile " << pattern << " (error " << err << " at " << at << ")");
     std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> md(pcre2_match_data_create_from_pattern(code.get(), nullptr),
                                                                            &pcre2_match_data_free);
@@ -377,14 +375,97 @@ std::vector<std::string> pcre2_split(const std::vector<std::string_view>& regexe
 TEST_CASE("GGUF tokenizer: the pre-tokenizer scanners split as llama.cpp's regexes do (PCRE2)") {
   const GgufVocab v = tiny_vocab("tiny-gpt2");
   // Characters of every class the patterns tell apart, on which Unicode 14 and 15.1 agree.
-  const std::vector<std::string> alphabet = {
-      "a", "b", "Z", "s", "t", "S", "T", "m", "d", "r", "e", "v", "l", "L", "E", "'", "'", "0", "1", "7", " ", " ", " ", " ",
-      "\t", "\n", "\n", "\r", "\x0b", "\x0c", ".", ",", "!", "?", "$", "+", "<", "=", ">", "^", "~", "|", "`", "(", "]", "_", "-",
-      "#", "%", "&", "*", "/", "\\", "{", "\xc3\xa9", "\xc3\x9f", "\xce\xbb", "\xd0\x96", "\xe4\xb8\xad", "\xe3\x81\xae",
-      "\xea\xb0\x80", "\xd9\xa3", "\xef\xbc\x91", "\xc2\xb2", "\xc2\xbd", "\xe2\x85\xab", "\xcc\x81", "\xe0\xa4\x95",
-      "\xe0\xa5\x8d", "\xf0\x9f\x98\x80", "\xf0\x9f\x8f\xbd", "\xe2\x80\x8d", "\xc2\xa0", "\xe3\x80\x80", "\xe2\x80\xa8",
-      "\xc2\x85", "\xe1\xa0\x8e", "\xe1\x9a\x80", "\xe2\x80\x89", "\x1c", "\x1f", "\x7f", "\xcd\xb8", "\xee\x80\x80",
-      "\xc2\xad", "\xe2\x80\x94", "\xe2\x80\x99", "\xc2\xab", "\xe2\x80\xa6", "\xc2\xa7", "\xe3\x80\x82"};
+  const std::vector<std::string> alphabet = {"a",
+                                             "b",
+                                             "Z",
+                                             "s",
+                                             "t",
+                                             "S",
+                                             "T",
+                                             "m",
+                                             "d",
+                                             "r",
+                                             "e",
+                                             "v",
+                                             "l",
+                                             "L",
+                                             "E",
+                                             "'",
+                                             "'",
+                                             "0",
+                                             "1",
+                                             "7",
+                                             " ",
+                                             " ",
+                                             " ",
+                                             " ",
+                                             "\t",
+                                             "\n",
+                                             "\n",
+                                             "\r",
+                                             "\x0b",
+                                             "\x0c",
+                                             ".",
+                                             ",",
+                                             "!",
+                                             "?",
+                                             "$",
+                                             "+",
+                                             "<",
+                                             "=",
+                                             ">",
+                                             "^",
+                                             "~",
+                                             "|",
+                                             "`",
+                                             "(",
+                                             "]",
+                                             "_",
+                                             "-",
+                                             "#",
+                                             "%",
+                                             "&",
+                                             "*",
+                                             "/",
+                                             "\\",
+                                             "{",
+                                             "\xc3\xa9",
+                                             "\xc3\x9f",
+                                             "\xce\xbb",
+                                             "\xd0\x96",
+                                             "\xe4\xb8\xad",
+                                             "\xe3\x81\xae",
+                                             "\xea\xb0\x80",
+                                             "\xd9\xa3",
+                                             "\xef\xbc\x91",
+                                             "\xc2\xb2",
+                                             "\xc2\xbd",
+                                             "\xe2\x85\xab",
+                                             "\xcc\x81",
+                                             "\xe0\xa4\x95",
+                                             "\xe0\xa5\x8d",
+                                             "\xf0\x9f\x98\x80",
+                                             "\xf0\x9f\x8f\xbd",
+                                             "\xe2\x80\x8d",
+                                             "\xc2\xa0",
+                                             "\xe3\x80\x80",
+                                             "\xe2\x80\xa8",
+                                             "\xc2\x85",
+                                             "\xe1\xa0\x8e",
+                                             "\xe1\x9a\x80",
+                                             "\xe2\x80\x89",
+                                             "\x1c",
+                                             "\x1f",
+                                             "\x7f",
+                                             "\xcd\xb8",
+                                             "\xee\x80\x80",
+                                             "\xc2\xad",
+                                             "\xe2\x80\x94",
+                                             "\xe2\x80\x99",
+                                             "\xc2\xab",
+                                             "\xe2\x80\xa6",
+                                             "\xc2\xa7",
+                                             "\xe3\x80\x82"};
   std::mt19937 rng(1234);
   for (const char* pre : {"gpt-2", "smollm", "llama-bpe", "qwen2", "default"}) {
     CAPTURE(pre);
@@ -462,7 +543,7 @@ TEST_CASE("GGUF tokenizer: llama.cpp's defaults where the metadata is silent") {
   CHECK(q.bos() == 11);  // no bos_token_id: llama.cpp's BPE default
   CHECK_FALSE(q.add_bos());
   CHECK(q.eot() == *q.token_id("<|im_end|>"));  // found by its text
-  CHECK(q.is_eog(*q.token_id("<|fim_pad|>")));   // FIM pad ends generation
+  CHECK(q.is_eog(*q.token_id("<|fim_pad|>")));  // FIM pad ends generation
   CHECK(q.is_control(*q.token_id("<|fim_prefix|>")));
   GgufVocab l = tiny_vocab("tiny-llama-bpe");
   l.add_bos.reset();

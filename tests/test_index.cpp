@@ -19,14 +19,18 @@ using namespace kvdrive;
 
 namespace {
 
-using test::Stream;
 using test::brute_top;
 using test::dot;
 using test::mean_mass_recall;
 using test::query_for;
+using test::Stream;
 
 Stream make_stream(int pages, int pt, int d, int group, std::uint64_t seed) {
-  Stream s{pages, pt, d, group, test::random_floats(static_cast<std::size_t>(pages) * pt * d, seed),
+  Stream s{pages,
+           pt,
+           d,
+           group,
+           test::random_floats(static_cast<std::size_t>(pages) * pt * d, seed),
            test::random_floats(static_cast<std::size_t>(group) * d, seed + 1)};
   return s;
 }
@@ -182,7 +186,7 @@ TEST_CASE("order_by_score: best first, ties to the lower index, NaN last, -0 as 
 
 TEST_CASE("gqa_scores: max over heads of the estimate minus that head's max") {
   // Two heads, three pages. Head 0 prefers page 0, head 1 page 2 by a larger margin.
-  const std::vector<float> est{5.0f, 1.0f, 0.0f,    // head 0
+  const std::vector<float> est{5.0f,  1.0f,  0.0f,    // head 0
                                -9.0f, -8.0f, 10.0f};  // head 1
   std::vector<float> out(3);
   index::gqa_scores(est.data(), 2, 3, out.data());
@@ -239,8 +243,7 @@ TEST_CASE("Oracle picks the true top pages by the GQA rule on max q.k") {
       for (int h = 0; h < group; ++h)
         for (int p = first; p < end; ++p) {
           double best = -INFINITY;
-          for (int t = 0; t < pt; ++t)
-            best = std::max(best, dot(s.q.data() + h * d, s.keys.data() + static_cast<std::size_t>(p * pt + t) * d, d));
+          for (int t = 0; t < pt; ++t) best = std::max(best, dot(s.q.data() + h * d, s.keys.data() + static_cast<std::size_t>(p * pt + t) * d, d));
           est[h][p - first] = best;
           head_max[h] = std::max(head_max[h], best);
         }
@@ -252,8 +255,7 @@ TEST_CASE("Oracle picks the true top pages by the GQA rule on max q.k") {
       index::Oracle::State st;
       // Built in two parts: prefill, then pages appended one by one as decode seals them.
       oracle.build(st, {s.keys.data(), 0, pages - 5, pt, d});
-      for (int p = pages - 5; p < pages; ++p)
-        oracle.append(st, {s.keys.data() + static_cast<std::size_t>(p) * pt * d, p, 1, pt, d});
+      for (int p = pages - 5; p < pages; ++p) oracle.append(st, {s.keys.data() + static_cast<std::size_t>(p) * pt * d, p, 1, pt, d});
       std::vector<std::uint32_t> got;
       oracle.select(st, query_for(s, first, end, budget), got);
       CHECK(got == brute_top(score, first, budget));
@@ -424,7 +426,8 @@ Stream make_topic_stream(int pages, int pt, int d, int group, std::uint64_t seed
   const int topics = 12;
   std::vector<float> dirs(static_cast<std::size_t>(topics) * d);
   for (auto& x : dirs) x = n01(rng);
-  Stream s{pages, pt, d, group, std::vector<float>(static_cast<std::size_t>(pages) * pt * d), std::vector<float>(static_cast<std::size_t>(group) * d)};
+  Stream s{
+      pages, pt, d, group, std::vector<float>(static_cast<std::size_t>(pages) * pt * d), std::vector<float>(static_cast<std::size_t>(group) * d)};
   int topic = 0;
   for (int t = 0; t < pages * pt; ++t) {
     if (t % (pt * 3) == 0 && rng() % 2 == 0) topic = static_cast<int>(rng() % topics);
@@ -433,7 +436,8 @@ Stream make_topic_stream(int pages, int pt, int d, int group, std::uint64_t seed
   for (int h = 0; h < group; ++h) {
     const int a = static_cast<int>(rng() % topics), b = static_cast<int>(rng() % topics);
     for (int j = 0; j < d; ++j)
-      s.q[static_cast<std::size_t>(h) * d + j] = 1.5f * dirs[static_cast<std::size_t>(a) * d + j] + 0.8f * dirs[static_cast<std::size_t>(b) * d + j] + 0.3f * n01(rng);
+      s.q[static_cast<std::size_t>(h) * d + j] =
+          1.5f * dirs[static_cast<std::size_t>(a) * d + j] + 0.8f * dirs[static_cast<std::size_t>(b) * d + j] + 0.3f * n01(rng);
   }
   return s;
 }
@@ -469,9 +473,9 @@ TEST_CASE("every index returns at most the budget, unique ascending candidate pa
         CAPTURE(ix->name());
         ix->build({s.keys.data(), 0, 100, pt, d, dt});
         for (int p = 100; p < pages; ++p) ix->append({s.keys.data() + static_cast<std::size_t>(p) * pt * d, p, 1, pt, d, dt});
-        for (auto [first, end, budget] : {std::tuple{1, 148, 10}, std::tuple{3, 90, 1}, std::tuple{1, 149, 148}, std::tuple{20, 40, 20},
-                                                 std::tuple{0, 150, 37}, std::tuple{1, 49, 3}, std::tuple{5, 27, 7}, std::tuple{17, 33, 2},
-                                                 std::tuple{9, 120, 8}}) {
+        for (auto [first, end, budget] :
+             {std::tuple{1, 148, 10}, std::tuple{3, 90, 1}, std::tuple{1, 149, 148}, std::tuple{20, 40, 20}, std::tuple{0, 150, 37},
+              std::tuple{1, 49, 3}, std::tuple{5, 27, 7}, std::tuple{17, 33, 2}, std::tuple{9, 120, 8}}) {
           std::vector<std::uint32_t> got;
           ix->select(query_for(s, first, end, budget), got);
           CHECK(static_cast<int>(got.size()) == std::min(budget, end - first));
@@ -588,7 +592,9 @@ TEST_CASE("Hierarchical with pair radii and one page per cluster selects the bes
       std::vector<double> gqa(static_cast<std::size_t>(end - first), -1e300);
       for (int h = 0; h < group; ++h) {
         const double top = *std::max_element(est.begin() + h * pages + first, est.begin() + h * pages + end);
-        for (int p = first; p < end; ++p) gqa[static_cast<std::size_t>(p - first)] = std::max(gqa[static_cast<std::size_t>(p - first)], est[static_cast<std::size_t>(h) * pages + p] - top);
+        for (int p = first; p < end; ++p)
+          gqa[static_cast<std::size_t>(p - first)] =
+              std::max(gqa[static_cast<std::size_t>(p - first)], est[static_cast<std::size_t>(h) * pages + p] - top);
       }
       for (int budget : {1, 6, 20}) {
         std::vector<std::uint32_t> got, diff;
@@ -667,8 +673,7 @@ TEST_CASE("Hierarchical: below score_all_below candidates every candidate is sco
   CHECK(index::members_to_score(8.0, 0.25, 512, 8, 511) == 511);
   CHECK(index::members_to_score(8.0, 0.25, 512, 8, 512) == 128);  // max(8 x 8, 0.25 x 512)
   CHECK(index::members_to_score(8.0, 0.25, 512, 100, 1000) == 800);
-  CHECK_THROWS_WITH_AS(index::Hierarchical(index::HierarchicalParams{.score_all_below = -1}), doctest::Contains("score_all_below is -1"),
-                       Error);
+  CHECK_THROWS_WITH_AS(index::Hierarchical(index::HierarchicalParams{.score_all_below = -1}), doctest::Contains("score_all_below is -1"), Error);
 }
 
 TEST_CASE("Hierarchical: clusters partition the pages, keep neighbours together, and bound their members") {
@@ -680,8 +685,7 @@ TEST_CASE("Hierarchical: clusters partition the pages, keep neighbours together,
   hi.build(st, {s.keys.data(), 0, 300, pt, d});
   // After a full clustering a page has moved at most `neighbourhood` runs away from its own run,
   // so a cluster's pages span at most 2 x neighbourhood + 1 runs.
-  for (const auto& cl : st.clusters)
-    CHECK(cl.max_page - cl.min_page < static_cast<std::uint32_t>((2 * params.neighbourhood + 1) * cpc));
+  for (const auto& cl : st.clusters) CHECK(cl.max_page - cl.min_page < static_cast<std::uint32_t>((2 * params.neighbourhood + 1) * cpc));
   for (int p = 300; p < pages; ++p) hi.append(st, {s.keys.data() + static_cast<std::size_t>(p) * pt * d, p, 1, pt, d});
   std::vector<int> seen(pages, 0);
   for (std::size_t c = 0; c < st.clusters.size(); ++c) {
@@ -761,8 +765,7 @@ TEST_CASE("clustered indices beat random selection clearly") {
 }
 
 TEST_CASE("bad index parameters throw a clear kvdrive::Error") {
-  CHECK_THROWS_WITH_AS(index::Hierarchical(index::HierarchicalParams{.pages_per_cluster = 0}),
-                       doctest::Contains("pages_per_cluster is 0"), Error);
+  CHECK_THROWS_WITH_AS(index::Hierarchical(index::HierarchicalParams{.pages_per_cluster = 0}), doctest::Contains("pages_per_cluster is 0"), Error);
   CHECK_THROWS_AS(index::Hierarchical(index::HierarchicalParams{.expand = 0.5}), Error);
   CHECK_THROWS_AS(index::Hierarchical(index::HierarchicalParams{.split_factor = 1}), Error);
   CHECK_THROWS_WITH_AS(index::Centroid(index::CentroidParams{.pages_per_cluster = 0}), doctest::Contains("pages_per_cluster is 0"), Error);

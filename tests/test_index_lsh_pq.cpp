@@ -20,10 +20,10 @@ using namespace kvdrive;
 
 namespace {
 
-using test::Stream;
 using test::dot;
 using test::mean_mass_recall;
 using test::query_for;
+using test::Stream;
 
 /// Keys from a few topic directions: each page belongs to one topic (in runs of a few pages, as
 /// a document's sections), its tokens are the topic direction at a per-page strength plus noise.
@@ -41,15 +41,14 @@ Stream topic_stream(int pages, int pt, int d, int group, std::uint64_t seed, int
     }
     for (auto& x : v) x /= std::sqrt(n2);
   }
-  Stream s{pages, pt, d, group, std::vector<float>(static_cast<std::size_t>(pages) * pt * d),
-           std::vector<float>(static_cast<std::size_t>(group) * d)};
+  Stream s{
+      pages, pt, d, group, std::vector<float>(static_cast<std::size_t>(pages) * pt * d), std::vector<float>(static_cast<std::size_t>(group) * d)};
   int topic = 0;
   for (int p = 0; p < pages; ++p) {
     if (p % 4 == 0) topic = static_cast<int>(rng() % static_cast<std::uint64_t>(topics));
     const float strength = 2.0f + 4.0f * uniform(rng);
     for (int t = 0; t < pt; ++t)
-      for (int i = 0; i < d; ++i)
-        s.keys[(static_cast<std::size_t>(p) * pt + t) * d + i] = strength * dir[topic][i] + 0.7f * normal(rng);
+      for (int i = 0; i < d; ++i) s.keys[(static_cast<std::size_t>(p) * pt + t) * d + i] = strength * dir[topic][i] + 0.7f * normal(rng);
   }
   for (int h = 0; h < group; ++h)
     for (int i = 0; i < d; ++i) s.q[static_cast<std::size_t>(h) * d + i] = 4.0f * dir[target][i] + 0.5f * normal(rng);
@@ -57,7 +56,11 @@ Stream topic_stream(int pages, int pt, int d, int group, std::uint64_t seed, int
 }
 
 Stream random_stream(int pages, int pt, int d, int group, std::uint64_t seed) {
-  return {pages, pt, d, group, test::random_floats(static_cast<std::size_t>(pages) * pt * d, seed),
+  return {pages,
+          pt,
+          d,
+          group,
+          test::random_floats(static_cast<std::size_t>(pages) * pt * d, seed),
           test::random_floats(static_cast<std::size_t>(group) * d, seed + 1)};
 }
 
@@ -307,8 +310,7 @@ TEST_CASE("SimHash and ProductQuant recover far more attention mass than random 
     const double r_mk = mean_mass_recall(s, pick(mk, mst, q));
     // Random selection's expected mass recall is budget / pages exactly (linearity).
     const double r_random = static_cast<double>(budget) / pages;
-    MESSAGE("group " << group << ": mass recall simhash " << r_sh << ", product-quant " << r_pq << ", mean-key " << r_mk
-                     << ", random " << r_random);
+    MESSAGE("group " << group << ": mass recall simhash " << r_sh << ", product-quant " << r_pq << ", mean-key " << r_mk << ", random " << r_random);
     CHECK(r_sh > 5 * r_random);
     CHECK(r_pq > 5 * r_random);
     CHECK(r_sh > 0.8 * r_mk);
@@ -330,8 +332,7 @@ TEST_CASE("ProductQuant with a codeword per page reconstructs every mean exactly
     for (int p = 0; p < pages; ++p) {
       const std::vector<float> mean = page_mean_of(s, p);
       for (int m = 0; m < 8; ++m)
-        for (int j = 0; j < sub; ++j)
-          CHECK(book[(static_cast<std::size_t>(m) * pages + st.codes.row(p)[m]) * sub + j] == mean[m * sub + j]);
+        for (int j = 0; j < sub; ++j) CHECK(book[(static_cast<std::size_t>(m) * pages + st.codes.row(p)[m]) * sub + j] == mean[m * sub + j]);
     }
     const index::MeanKey mk;
     index::MeanKey::State mst;
@@ -615,7 +616,7 @@ TEST_CASE("f16 and bf16 KV dtypes: the index data halves, selections stay good")
       r_pq_f32 = r_pq;
     } else {
       CHECK(sst.planes.bytes() + sst.norms.bytes() == sh_f32 / 2);  // the sign bits do not shrink
-      CHECK(pst.codebook.bytes() == pq_f32 / 2);                   // nor do the codes
+      CHECK(pst.codebook.bytes() == pq_f32 / 2);                    // nor do the codes
       CHECK(pq.bytes(pending) == pq_pending_f32 / 2);
       CHECK(r_sh > 0.9 * r_sh_f32);
       CHECK(r_pq > 0.9 * r_pq_f32);

@@ -28,7 +28,11 @@ using test::Stream;
 /// Keys with channels of very different sizes (as real keys have), so a single scale per token
 /// would lose the small channels.
 Stream make_stream(int pages, int pt, int d, int group, std::uint64_t seed) {
-  Stream s{pages, pt, d, group, test::random_floats(static_cast<std::size_t>(pages) * pt * d, seed),
+  Stream s{pages,
+           pt,
+           d,
+           group,
+           test::random_floats(static_cast<std::size_t>(pages) * pt * d, seed),
            test::random_floats(static_cast<std::size_t>(group) * d, seed + 1)};
   for (std::size_t i = 0; i < s.keys.size(); ++i) s.keys[i] *= (i % d) % 7 == 0 ? 12.0f : 1.0f;
   return s;
@@ -49,9 +53,7 @@ double decoded_row(const index::TokenKeys& k, std::int64_t p, int t, int c) {
 }
 
 /// Key c of token t of page p as the store codes it: the coded mean plus the coded residual.
-double decoded(const index::TokenKeys& k, std::int64_t p, int t, int c) {
-  return decoded_row(k, p, k.page_tokens(), c) + decoded_row(k, p, t, c);
-}
+double decoded(const index::TokenKeys& k, std::int64_t p, int t, int c) { return decoded_row(k, p, k.page_tokens(), c) + decoded_row(k, p, t, c); }
 
 /// Head h's query as fold_query codes it, decoded: q8 x unit / (channel scale x softmax scale).
 double decoded_query(const index::TokenQuery& tq, const index::TokenKeys& k, int h, int c, double softmax_scale) {
@@ -96,8 +98,8 @@ TEST_CASE("TokenKeys codes every key within half a step of its channel and token
     CHECK(k.bytes() == 12 * index::token_row_bytes(8, d) + static_cast<std::size_t>(d) * sizeof(float) + k.pairs().size());
     for (std::int64_t p = 0; p < 12; ++p)
       for (int t = 0; t < 8; ++t) {
-        const float* key = p < 4 ? s.keys.data() + (static_cast<std::size_t>(p) * 8 + t) * d
-                                 : later.data() + (static_cast<std::size_t>(p - 4) * 8 + t) * d;
+        const float* key =
+            p < 4 ? s.keys.data() + (static_cast<std::size_t>(p) * 8 + t) * d : later.data() + (static_cast<std::size_t>(p - 4) * 8 + t) * d;
         const double ts = index::token_scale(k.row(p), 8, d, t);
         for (int c = 0; c < d; ++c) {
           const double step = static_cast<double>(k.channel_scales()[c]) * ts;
@@ -108,7 +110,8 @@ TEST_CASE("TokenKeys codes every key within half a step of its channel and token
     for (std::int64_t p = 0; p < 12; ++p)
       for (int c = 0; c < d; ++c) {
         double mean = 0;
-        for (int t = 0; t < 8; ++t) mean += p < 4 ? s.keys[(static_cast<std::size_t>(p) * 8 + t) * d + c] : later[(static_cast<std::size_t>(p - 4) * 8 + t) * d + c];
+        for (int t = 0; t < 8; ++t)
+          mean += p < 4 ? s.keys[(static_cast<std::size_t>(p) * 8 + t) * d + c] : later[(static_cast<std::size_t>(p - 4) * 8 + t) * d + c];
         mean /= 8;
         const double step = static_cast<double>(k.channel_scales()[c]) * index::token_scale(k.row(p), 8, d, 8);
         CHECK(std::fabs(decoded_row(k, p, 8, c) - mean) <= 0.5 * step * (1 + 1e-5) + 1e-6 * (1 + std::fabs(mean)));
@@ -207,8 +210,8 @@ TEST_CASE("token_first_looks (AVX2 where built) equals the KVD_HOST_DEVICE first
       for (int h = 0; h < group; ++h)
         for (std::int64_t p = 0; p < s.pages; ++p) {
           const auto hh = static_cast<std::size_t>(h);
-          const float one = index::token_first_look(tq.q8.data() + hh * d, tq.scale[hh], tq.sum[hh], tq.pair_w.data() + hh * index::kTokenRadii,
-                                                    k.row(p), 8, d);
+          const float one =
+              index::token_first_look(tq.q8.data() + hh * d, tq.scale[hh], tq.sum[hh], tq.pair_w.data() + hh * index::kTokenRadii, k.row(p), 8, d);
           CHECK(est[hh * s.pages + p] == doctest::Approx(one).epsilon(1e-5).scale(1.0));
           CHECK(one == doctest::Approx(reference_first_look(s, k, p, h)).epsilon(1e-4).scale(1.0));
         }

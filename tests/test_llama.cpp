@@ -55,7 +55,11 @@ class ReferenceLlama {
     f.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(raw.size() * 4));
     w_.assign(raw.begin(), raw.end());
     std::size_t o = 0;
-    auto at = [&](std::size_t n) { const std::size_t p = o; o += n; return p; };
+    auto at = [&](std::size_t n) {
+      const std::size_t p = o;
+      o += n;
+      return p;
+    };
     const std::size_t D = dim_, H = hid_, L = layers_, KV = static_cast<std::size_t>(kv_heads_) * hd_;
     emb_ = at(vocab_ * D), att_ = at(L * D), wq_ = at(L * D * D), wk_ = at(L * KV * D), wv_ = at(L * KV * D);
     wo_ = at(L * D * D), ffn_ = at(L * D), w1_ = at(L * H * D), w2_ = at(L * D * H), w3_ = at(L * H * D), fin_ = at(D);
@@ -228,20 +232,15 @@ TEST_CASE("llama2.c loader: malformed checkpoints give clear errors") {
   const Model m = load_llama2c(write("untied.bin", {8, 16, 1, 2, 1, -10, 4}, good + 80));
   CHECK_FALSE(m.config.tied_embeddings);
   CHECK(m.classifier.data != m.token_embedding.data);
-  CHECK_THROWS_WITH_AS(load_llama2c(write("short.bin", {8, 16, 1, 2, 1, 10, 4}, good - 1)),
-                       doctest::Contains("header implies"), Error);
-  CHECK_THROWS_WITH_AS(load_llama2c(write("long.bin", {8, 16, 1, 2, 1, 10, 4}, good + 3)),
-                       doctest::Contains("not a llama2.c checkpoint"), Error);
-  CHECK_THROWS_WITH_AS(load_llama2c(write("zero.bin", {8, 0, 1, 2, 1, 10, 4}, good)),
-                       doctest::Contains("hidden_dim is 0, expected > 0"), Error);
-  CHECK_THROWS_WITH_AS(load_llama2c(write("neg.bin", {8, 16, -1, 2, 1, 10, 4}, good)),
-                       doctest::Contains("n_layers is -1"), Error);
+  CHECK_THROWS_WITH_AS(load_llama2c(write("short.bin", {8, 16, 1, 2, 1, 10, 4}, good - 1)), doctest::Contains("header implies"), Error);
+  CHECK_THROWS_WITH_AS(load_llama2c(write("long.bin", {8, 16, 1, 2, 1, 10, 4}, good + 3)), doctest::Contains("not a llama2.c checkpoint"), Error);
+  CHECK_THROWS_WITH_AS(load_llama2c(write("zero.bin", {8, 0, 1, 2, 1, 10, 4}, good)), doctest::Contains("hidden_dim is 0, expected > 0"), Error);
+  CHECK_THROWS_WITH_AS(load_llama2c(write("neg.bin", {8, 16, -1, 2, 1, 10, 4}, good)), doctest::Contains("n_layers is -1"), Error);
   CHECK_THROWS_WITH_AS(load_llama2c(write("header.bin", {8, 16, 1}, 0)), doctest::Contains("shorter than the 28-byte"), Error);
   CHECK_THROWS_WITH_AS(load_llama2c(write("heads.bin", {8, 16, 1, 3, 1, 10, 4}, good)), doctest::Contains("not a multiple"), Error);
   CHECK_THROWS_WITH_AS(load_llama2c((dir / "missing.bin").string()), doctest::Contains("cannot open"), Error);
   // Sizes whose byte count wraps around 2^64 to the file's size must not be accepted.
-  CHECK_THROWS_WITH_AS(load_llama2c(write("wrap.bin", {1048576, 699048, 1048576, 524288, 1, 2097151, 1}, 2)),
-                       doctest::Contains("overflow"), Error);
+  CHECK_THROWS_WITH_AS(load_llama2c(write("wrap.bin", {1048576, 699048, 1048576, 524288, 1, 2097151, 1}, 2)), doctest::Contains("overflow"), Error);
   std::filesystem::remove_all(dir);
 }
 
@@ -252,17 +251,20 @@ TEST_CASE("synthetic models: names, seeds and shape overrides") {
   CHECK_THROWS_WITH_AS(parse_synthetic("synthetic:small:seed=x"), doctest::Contains("synthetic:NAME:seed=N"), Error);
   ThreadPool pool(2);
   CHECK_THROWS_WITH_AS(make_synthetic({"huge", 1}, {}, pool), doctest::Contains("unknown synthetic model 'huge'"), Error);
-  const Model m = make_synthetic({"tiny", 3}, ShapeOverrides{.layers = 1, .heads = 4, .kv_heads = 2, .head_dim = 16, .hidden = {}, .vocab = {}}, pool);
+  const Model m =
+      make_synthetic({"tiny", 3}, ShapeOverrides{.layers = 1, .heads = 4, .kv_heads = 2, .head_dim = 16, .hidden = {}, .vocab = {}}, pool);
   CHECK(m.config.layers == 1);
   CHECK(m.config.dim == 64);
   CHECK(m.config.kv_dim() == 32);
-  const Model again = make_synthetic({"tiny", 3}, ShapeOverrides{.layers = 1, .heads = 4, .kv_heads = 2, .head_dim = 16, .hidden = {}, .vocab = {}}, pool);
+  const Model again =
+      make_synthetic({"tiny", 3}, ShapeOverrides{.layers = 1, .heads = 4, .kv_heads = 2, .head_dim = 16, .hidden = {}, .vocab = {}}, pool);
   CHECK(std::memcmp(m.layers[0].wq.data, again.layers[0].wq.data, 64 * 64 * 4) == 0);
 }
 
 TEST_CASE("chunked prefill gives the logits of decoding the prompt token by token") {
   ThreadPool pool(2);
-  const Model m = make_synthetic({"tiny", 5}, ShapeOverrides{.layers = 2, .heads = {}, .kv_heads = {}, .head_dim = {}, .hidden = {}, .vocab = {}}, pool);
+  const Model m =
+      make_synthetic({"tiny", 5}, ShapeOverrides{.layers = 2, .heads = {}, .kv_heads = {}, .head_dim = {}, .hidden = {}, .vocab = {}}, pool);
   std::mt19937 rng(1);
   std::vector<int> prompt(150);
   for (auto& t : prompt) t = static_cast<int>(rng() % 512);
@@ -287,7 +289,8 @@ TEST_CASE("chunked prefill gives the logits of decoding the prompt token by toke
 
 TEST_CASE("the decoder's tune_clusters(): layer 0 chooses the cluster size, every layer is indexed with it") {
   ThreadPool pool(2);
-  const Model m = make_synthetic({"tiny", 9}, ShapeOverrides{.layers = 2, .heads = {}, .kv_heads = {}, .head_dim = {}, .hidden = {}, .vocab = {}}, pool);
+  const Model m =
+      make_synthetic({"tiny", 9}, ShapeOverrides{.layers = 2, .heads = {}, .kv_heads = {}, .head_dim = {}, .hidden = {}, .vocab = {}}, pool);
   std::mt19937 rng(3);
   std::vector<int> prompt(700);
   for (auto& t : prompt) t = static_cast<int>(rng() % 512);
@@ -333,10 +336,8 @@ TEST_CASE("stories260K: dense greedy decoding matches an independent double-prec
     const auto want = ref.forward(token);
     double scale = 0;
     for (double v : want) scale = std::max(scale, std::fabs(v));
-    for (std::size_t i = 0; i < want.size(); ++i)
-      worst = std::max(worst, std::fabs(want[i] - logits[static_cast<std::size_t>(pos)][i]) / scale);
-    CHECK(Sampler::argmax(logits[static_cast<std::size_t>(pos)]) ==
-          static_cast<int>(std::max_element(want.begin(), want.end()) - want.begin()));
+    for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(want[i] - logits[static_cast<std::size_t>(pos)][i]) / scale);
+    CHECK(Sampler::argmax(logits[static_cast<std::size_t>(pos)]) == static_cast<int>(std::max_element(want.begin(), want.end()) - want.begin()));
     token = ids[static_cast<std::size_t>(pos)];
   }
   MESSAGE("stories260K: worst logit error relative to the largest logit over 32 positions: " << worst);
@@ -351,8 +352,7 @@ TEST_CASE("stories260K: sparse with budget 1.0 gives bitwise the logits of dense
   const auto a = greedy<index::Dense>(m, pool, kv_config(m.config, Budget::fraction(1.0)), 100, &dense);
   const auto b = greedy<index::Oracle>(m, pool, kv_config(m.config, Budget::fraction(1.0)), 100, &sparse);
   CHECK(a == b);
-  for (std::size_t i = 0; i < dense.size(); ++i)
-    REQUIRE(std::memcmp(dense[i].data(), sparse[i].data(), dense[i].size() * 4) == 0);
+  for (std::size_t i = 0; i < dense.size(); ++i) REQUIRE(std::memcmp(dense[i].data(), sparse[i].data(), dense[i].size() * 4) == 0);
 }
 
 TEST_CASE("stories260K: sparse at budget 0.5 agrees with dense on teacher-forced text") {
@@ -392,8 +392,8 @@ TEST_CASE("stories260K: sparse at budget 0.5 agrees with dense on teacher-forced
       kl += std::exp(lp) * (lp - lq);
     }
   }
-  MESSAGE("stories260K teacher-forced, positions 256-319: argmax agreement " << agree << "/" << compared
-                                                                             << ", mean KL(dense || sparse) " << kl / compared);
+  MESSAGE("stories260K teacher-forced, positions 256-319: argmax agreement " << agree << "/" << compared << ", mean KL(dense || sparse) "
+                                                                             << kl / compared);
   CHECK(agree >= 0.9 * compared);
   CHECK(skv.total_stats().selected < skv.total_stats().candidates);  // it really was sparse
 }
@@ -475,10 +475,17 @@ std::vector<StTensor> hf_tensors(const Model& m, const std::string& dtype) {
 }
 
 void write_config(const std::filesystem::path& dir, const LlamaConfig& c, const std::string& torch_dtype) {
-  nlohmann::json j = {{"hidden_size", c.dim}, {"intermediate_size", c.hidden_dim}, {"num_hidden_layers", c.layers},
-                      {"num_attention_heads", c.heads}, {"num_key_value_heads", c.kv_heads}, {"vocab_size", c.vocab},
-                      {"max_position_embeddings", 2048}, {"rope_theta", c.rope_theta}, {"rms_norm_eps", c.rms_eps},
-                      {"tie_word_embeddings", true}, {"torch_dtype", torch_dtype}};
+  nlohmann::json j = {{"hidden_size", c.dim},
+                      {"intermediate_size", c.hidden_dim},
+                      {"num_hidden_layers", c.layers},
+                      {"num_attention_heads", c.heads},
+                      {"num_key_value_heads", c.kv_heads},
+                      {"vocab_size", c.vocab},
+                      {"max_position_embeddings", 2048},
+                      {"rope_theta", c.rope_theta},
+                      {"rms_norm_eps", c.rms_eps},
+                      {"tie_word_embeddings", true},
+                      {"torch_dtype", torch_dtype}};
   std::ofstream(dir / "config.json") << j.dump(2);
 }
 
@@ -512,7 +519,8 @@ struct TempDir {
 
 TEST_CASE("Hugging Face folders: fp32, fp16 and bf16, sharded and not, load the same model") {
   ThreadPool pool(2);
-  const Model src = make_synthetic({"tiny", 9}, ShapeOverrides{.layers = 2, .heads = {}, .kv_heads = {}, .head_dim = {}, .hidden = {}, .vocab = {}}, pool);
+  const Model src =
+      make_synthetic({"tiny", 9}, ShapeOverrides{.layers = 2, .heads = {}, .kv_heads = {}, .head_dim = {}, .hidden = {}, .vocab = {}}, pool);
   const auto want = run_logits(src, pool);
   for (const std::string dtype : {"F32", "F16", "BF16"})
     for (bool sharded : {false, true}) {
@@ -557,7 +565,8 @@ TEST_CASE("Hugging Face folders: fp32, fp16 and bf16, sharded and not, load the 
 
 TEST_CASE("Hugging Face folders: malformed files give errors naming the file and the problem") {
   ThreadPool pool(2);
-  const Model src = make_synthetic({"tiny", 9}, ShapeOverrides{.layers = 1, .heads = {}, .kv_heads = {}, .head_dim = {}, .hidden = {}, .vocab = {}}, pool);
+  const Model src =
+      make_synthetic({"tiny", 9}, ShapeOverrides{.layers = 1, .heads = {}, .kv_heads = {}, .head_dim = {}, .hidden = {}, .vocab = {}}, pool);
   TempDir dir("kvd_test_hf_bad");
   const auto file = dir.path / "model.safetensors";
   auto expect_error = [&](const std::string& what) {
@@ -723,7 +732,8 @@ TEST_CASE("prefill once, decode under several managers: prefill_from continues e
     CHECK_THROWS_WITH_AS(dec.prefill_from(snap), doctest::Contains("already run"), Error);
   }
   // A snapshot of another shape is refused.
-  const Model other = make_synthetic({"tiny", 11}, ShapeOverrides{.layers = 1, .heads = {}, .kv_heads = {}, .head_dim = {}, .hidden = {}, .vocab = {}}, pool);
+  const Model other =
+      make_synthetic({"tiny", 11}, ShapeOverrides{.layers = 1, .heads = {}, .kv_heads = {}, .head_dim = {}, .hidden = {}, .vocab = {}}, pool);
   KvManager<index::Dense, eviction::Lru> kv(kv_config(other.config, Budget::fraction(1.0)));
   Decoder<decltype(kv)> dec(other, kv, pool);
   CHECK_THROWS_WITH_AS(dec.prefill_from(snap), doctest::Contains("does not fit"), Error);

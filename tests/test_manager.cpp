@@ -34,8 +34,8 @@ struct Workload {
   // k/v for sequence s, layer l, token t: deterministic from the seed.
   std::vector<float> row(std::uint64_t tag, int s, int l, std::int64_t t, int heads) const {
     auto r = test::random_floats(static_cast<std::size_t>(heads) * cfg.shape.head_dim,
-                                 seed * 1000003 + tag * 7919 + static_cast<std::uint64_t>(s) * 104729 +
-                                     static_cast<std::uint64_t>(l) * 1299709 + static_cast<std::uint64_t>(t) * 15485863);
+                                 seed * 1000003 + tag * 7919 + static_cast<std::uint64_t>(s) * 104729 + static_cast<std::uint64_t>(l) * 1299709 +
+                                     static_cast<std::uint64_t>(t) * 15485863);
     return r;
   }
   std::vector<float> key(int s, int l, std::int64_t t) const { return row(1, s, l, t, cfg.shape.kv_heads); }
@@ -69,8 +69,8 @@ std::vector<float> decode_step(Manager& kv, const Workload& w, std::span<const S
     k.insert(k.end(), kr.begin(), kr.end());
     v.insert(v.end(), vr.begin(), vr.end());
   }
-  kv.attend(layer, ids, make_view(q, b, sh.q_heads, d), make_view(k, b, sh.kv_heads, d),
-            make_view(v, b, sh.kv_heads, d), make_view(out, b, sh.q_heads, d));
+  kv.attend(layer, ids, make_view(q, b, sh.q_heads, d), make_view(k, b, sh.kv_heads, d), make_view(v, b, sh.kv_heads, d),
+            make_view(out, b, sh.q_heads, d));
   return out;
 }
 
@@ -178,7 +178,7 @@ TEST_CASE("every token is attended exactly once: sink, candidates, local and tai
         w.cfg.local_tokens = local;
         w.cfg.sink_tokens = sink;
         w.prompt = {0, 1, 13, 50};  // 0: decoded without prefill
-        w.steps = pt + 2;  // crosses a page boundary
+        w.steps = pt + 2;           // crosses a page boundary
         w.zero_queries = true;
         w.index_values = true;
         SUBCASE("dense") {
@@ -189,8 +189,8 @@ TEST_CASE("every token is attended exactly once: sink, candidates, local and tai
           for (int step = 0; step < w.steps; ++step)
             for (int s = 0; s < static_cast<int>(w.prompt.size()); ++s, at += 4 * d) {
               const double n = w.prompt[s] + step + 1;
-              CHECK(out[at + 1] == doctest::Approx((n - 1) / 2).epsilon(1e-5));                // mean of t
-              CHECK(out[at] == doctest::Approx((n - 1) * (2 * n - 1) / 6).epsilon(1e-5));    // mean of t^2
+              CHECK(out[at + 1] == doctest::Approx((n - 1) / 2).epsilon(1e-5));            // mean of t
+              CHECK(out[at] == doctest::Approx((n - 1) * (2 * n - 1) / 6).epsilon(1e-5));  // mean of t^2
             }
           // Every token of every stream, once: the count over the whole run.
           std::uint64_t tokens = 0;
@@ -217,8 +217,7 @@ TEST_CASE("every token is attended exactly once: sink, candidates, local and tai
                 const int first = p * pt, last = std::min(n, first + pt) - 1;
                 if (first < sink || last >= n - local || last == n - 1)
                   for (int t = first; t <= last; ++t) always.push_back(t);
-                else
-                  candidate_pages.push_back(p);
+                else candidate_pages.push_back(p);
               }
               const int budget = candidate_pages.empty() ? 0 : static_cast<int>(std::ceil(0.3 * static_cast<double>(candidate_pages.size()) - 1e-9));
               std::vector<int> attended = always;
@@ -288,9 +287,7 @@ TEST_CASE("outputs are bitwise identical across threads, tiers and eviction poli
     KvManager<index::Oracle, eviction::Lru> kv(w.cfg, {}, {}, {}, {}, backend::Cpu({1}));
     reference = run(kv, w);
   }
-  auto same = [&](const std::vector<float>& o) {
-    return o.size() == reference.size() && std::memcmp(o.data(), reference.data(), o.size() * 4) == 0;
-  };
+  auto same = [&](const std::vector<float>& o) { return o.size() == reference.size() && std::memcmp(o.data(), reference.data(), o.size() * 4) == 0; };
   for (unsigned threads : {2u, 4u}) {
     KvManager<index::Oracle, eviction::Lru> kv(w.cfg, {}, {}, {}, {}, backend::Cpu({threads}));
     CHECK(same(run(kv, w)));
@@ -342,8 +339,7 @@ TEST_CASE("commit or nothing: a failed step leaves every sequence as it was") {
 
   // What a step must leave untouched when it fails, for every sequence and head.
   auto snapshot = [&](M& kv, int l) {
-    std::vector<std::size_t> s{kv.tiers().template get<0>().used_pages(),
-                               kv.tiers().template get<1>().inner().stored_pages()};
+    std::vector<std::size_t> s{kv.tiers().template get<0>().used_pages(), kv.tiers().template get<1>().inner().stored_pages()};
     for (SeqId id : ids) {
       s.push_back(static_cast<std::size_t>(kv.length(id, l)));
       for (int h = 0; h < w.cfg.shape.kv_heads; ++h) s.push_back(kv.cached_pages(id, l, h));
@@ -482,8 +478,8 @@ TEST_CASE("bad input throws kvdrive::Error naming the problem") {
   const SeqId id = kv.add_sequence();
   const SeqId batch[] = {id};
   auto attend = [&](int layer, std::span<const SeqId> b, int qd = 64) {
-    kv.attend(layer, b, make_view(q.data(), 1, sh.q_heads, qd), make_view(k, 1, sh.kv_heads, d),
-              make_view(k, 1, sh.kv_heads, d), make_view(out, 1, sh.q_heads, d));
+    kv.attend(layer, b, make_view(q.data(), 1, sh.q_heads, qd), make_view(k, 1, sh.kv_heads, d), make_view(k, 1, sh.kv_heads, d),
+              make_view(out, 1, sh.q_heads, d));
   };
   CHECK_NOTHROW(attend(0, batch));
   CHECK_THROWS_WITH_AS(attend(0, batch, 32), doctest::Contains("head_dim 32 does not match the config's 64"), Error);
@@ -493,14 +489,14 @@ TEST_CASE("bad input throws kvdrive::Error naming the problem") {
   CHECK_THROWS_WITH_AS(attend(0, unknown), doctest::Contains("unknown sequence 99"), Error);
   const SeqId twice[] = {id, id};
   std::vector<float> q2(2 * q.size()), k2(2 * k.size()), o2(2 * q.size());
-  CHECK_THROWS_WITH_AS(kv.attend(0, twice, make_view(q2, 2, sh.q_heads, d), make_view(k2, 2, sh.kv_heads, d),
-                                 make_view(k2, 2, sh.kv_heads, d), make_view(o2, 2, sh.q_heads, d)),
+  CHECK_THROWS_WITH_AS(kv.attend(0, twice, make_view(q2, 2, sh.q_heads, d), make_view(k2, 2, sh.kv_heads, d), make_view(k2, 2, sh.kv_heads, d),
+                                 make_view(o2, 2, sh.q_heads, d)),
                        doctest::Contains("appears twice"), Error);
-  CHECK_THROWS_WITH_AS(kv.attend(0, batch, make_view(q2, 2, sh.q_heads, d), make_view(k, 1, sh.kv_heads, d),
-                                 make_view(k, 1, sh.kv_heads, d), make_view(out, 1, sh.q_heads, d)),
+  CHECK_THROWS_WITH_AS(kv.attend(0, batch, make_view(q2, 2, sh.q_heads, d), make_view(k, 1, sh.kv_heads, d), make_view(k, 1, sh.kv_heads, d),
+                                 make_view(out, 1, sh.q_heads, d)),
                        doctest::Contains("expected 1 (the batch size)"), Error);
-  CHECK_THROWS_WITH_AS(kv.prefill(id, 0, make_view(k, 1, sh.kv_heads, d), make_view(k, 1, sh.kv_heads, d)),
-                       doctest::Contains("prefill comes first"), Error);
+  CHECK_THROWS_WITH_AS(kv.prefill(id, 0, make_view(k, 1, sh.kv_heads, d), make_view(k, 1, sh.kv_heads, d)), doctest::Contains("prefill comes first"),
+                       Error);
   kv.release(id);
   CHECK_THROWS_WITH_AS(attend(0, batch), doctest::Contains("sequence 1 was released"), Error);
   CHECK_THROWS_WITH_AS(kv.release(id), doctest::Contains("was released"), Error);
@@ -596,7 +592,6 @@ TEST_CASE("every index policy runs inside KvManager; at budget 1 each attends ex
                        doctest::Contains("do not divide head_dim"), Error);
 }
 
-
 TEST_CASE("outputs are bitwise identical for every eviction policy, window plan and warm-up") {
   Workload w;
   w.cfg = small_config(DType::f16);
@@ -671,7 +666,8 @@ TEST_CASE("warm-up fills the cache at step 0, so the first step hits") {
   const PageRanges r = page_ranges(201, w.cfg.page_tokens, w.cfg.sink_tokens, w.cfg.local_tokens);
   const std::size_t capacity = 3 * static_cast<std::size_t>(w.cfg.budget.pages_for(r.candidates()));
   for (int l = 0; l < w.cfg.shape.layers; ++l)
-    for (int h = 0; h < w.cfg.shape.kv_heads; ++h) CHECK(hot.cached_pages(ids[0], l, h) == std::min<std::size_t>(capacity, static_cast<std::size_t>(r.candidates())));
+    for (int h = 0; h < w.cfg.shape.kv_heads; ++h)
+      CHECK(hot.cached_pages(ids[0], l, h) == std::min<std::size_t>(capacity, static_cast<std::size_t>(r.candidates())));
   CHECK(hot.total_stats().warmed == 4 * std::min<std::size_t>(capacity, static_cast<std::size_t>(r.candidates())));
   for (int l = 0; l < w.cfg.shape.layers; ++l) decode_step(hot, w, ids, l, 0);
   CHECK(cold.total_stats().hits == 0);
@@ -801,7 +797,8 @@ TEST_CASE("a warm-up whose middle-tier copy fails changes nothing") {
   w.steps = 0;
   using Slow = tier::FaultTier<tier::HostTier>;
   using Three = Tiers<tier::HostTier, Slow, Slow>;
-  KvManager<index::Quest, eviction::Lookahead, Three> kv(w.cfg, {}, {}, Three(tier::HostTier{}, Slow(tier::HostTier({40, 64})), Slow(tier::HostTier{})));
+  KvManager<index::Quest, eviction::Lookahead, Three> kv(w.cfg, {}, {},
+                                                         Three(tier::HostTier{}, Slow(tier::HostTier({40, 64})), Slow(tier::HostTier{})));
   run(kv, w);
   const auto& sh = w.cfg.shape;
   const std::vector<float> q = observation_queries(w, 0, 0, 16);

@@ -194,7 +194,7 @@ TEST_CASE("Elastic over an SSD store: several micro-batches' reads in flight at 
   };
   KvManager<index::Quest, eviction::Lookahead, SsdTiers> serial(w.cfg, {}, eviction::Lookahead{1}, store("serial"));
   KvManager<index::Quest, eviction::Lookahead, SsdTiers, pipeline::Elastic> elastic(w.cfg, {}, eviction::Lookahead{1}, store("elastic"),
-                                                                                   pipeline::Elastic({1}), backend::Cpu({2}));
+                                                                                    pipeline::Elastic({1}), backend::Cpu({2}));
   const auto a = prefill(serial, w), b = prefill(elastic, w);
   std::mt19937_64 rng(5);
   int failures = 0;
@@ -366,8 +366,8 @@ TEST_CASE("tune_clusters() chooses by its rule and re-indexes the layer, reindex
   const auto choice = kv.tune_clusters(id, 0, make_view(q_obs, observed, sh.q_heads, sh.head_dim), sizes, 0.02);
   REQUIRE(choice.cases.size() == sizes.size());
   for (const auto& c : choice.cases)
-    MESSAGE(fmt::format("cluster size {:3}: select {:7.1f} us, mass recall {:.4f}, index {} B", c.pages_per_cluster, c.select_us,
-                        c.mass_recall, c.index_bytes));
+    MESSAGE(fmt::format("cluster size {:3}: select {:7.1f} us, mass recall {:.4f}, index {} B", c.pages_per_cluster, c.select_us, c.mass_recall,
+                        c.index_bytes));
   double best = 0;
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     CHECK(choice.cases[i].pages_per_cluster == sizes[i]);
@@ -380,7 +380,8 @@ TEST_CASE("tune_clusters() chooses by its rule and re-indexes the layer, reindex
   CHECK(choice.cases.back().index_bytes < choice.cases.front().index_bytes);
   // The rule: of the sizes within the tolerance of the best recall, the fastest, where times
   // within 10% tie and the largest tied size wins.
-  const auto chosen = std::find_if(choice.cases.begin(), choice.cases.end(), [&](const auto& c) { return c.pages_per_cluster == choice.pages_per_cluster; });
+  const auto chosen =
+      std::find_if(choice.cases.begin(), choice.cases.end(), [&](const auto& c) { return c.pages_per_cluster == choice.pages_per_cluster; });
   REQUIRE(chosen != choice.cases.end());
   CHECK(chosen->mass_recall >= best - 0.02);
   double fastest = 1e300;
@@ -416,8 +417,8 @@ TEST_CASE("tune_clusters() chooses by its rule and re-indexes the layer, reindex
       const SeqId ia[] = {id}, ib[] = {fid};
       kv.attend(l, ia, make_view(q, 1, sh.q_heads, sh.head_dim), make_view(k, 1, sh.kv_heads, sh.head_dim), make_view(v, 1, sh.kv_heads, sh.head_dim),
                 make_view(oa, 1, sh.q_heads, sh.head_dim));
-      fresh.attend(l, ib, make_view(q, 1, sh.q_heads, sh.head_dim), make_view(k, 1, sh.kv_heads, sh.head_dim), make_view(v, 1, sh.kv_heads, sh.head_dim),
-                   make_view(ob, 1, sh.q_heads, sh.head_dim));
+      fresh.attend(l, ib, make_view(q, 1, sh.q_heads, sh.head_dim), make_view(k, 1, sh.kv_heads, sh.head_dim),
+                   make_view(v, 1, sh.kv_heads, sh.head_dim), make_view(ob, 1, sh.q_heads, sh.head_dim));
       CHECK(same_bits(oa, ob));
     }
   // After decoding, tuning is refused.

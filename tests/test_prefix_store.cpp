@@ -26,10 +26,10 @@
 #include "model/synthetic.hpp"
 
 using namespace kvdrive;
+using test::flip_byte;
 using tier::PageKey;
 using tier::PrefixStore;
 using tier::RemoteRead;
-using test::flip_byte;
 
 namespace {
 
@@ -51,8 +51,7 @@ std::vector<std::byte> page_of(const PrefixDigest& key, std::uint32_t layer, std
 }
 
 /// Publishes every stream of pages [first, last) of the chain, layer by layer as prefill does.
-void publish(PrefixStore& s, const std::vector<PrefixDigest>& chain, std::uint32_t first, std::uint32_t last,
-             std::uint32_t layers = kLayers) {
+void publish(PrefixStore& s, const std::vector<PrefixDigest>& chain, std::uint32_t first, std::uint32_t last, std::uint32_t layers = kLayers) {
   for (std::uint32_t l = 0; l < layers; ++l) {
     std::vector<std::vector<std::byte>> keep;
     std::vector<tier::WriteRequest> w;
@@ -90,11 +89,10 @@ std::vector<PrefixDigest> chain_of(std::uint64_t seed, std::size_t n) {
   return c;
 }
 
-
 /// The two-layer synthetic Llama the decoder tests run.
 llama::Model tiny_model(ThreadPool& pool) {
-  return llama::make_synthetic({"tiny", 4}, llama::ShapeOverrides{.layers = 2, .heads = {}, .kv_heads = {}, .head_dim = {}, .hidden = {}, .vocab = {}},
-                               pool);
+  return llama::make_synthetic({"tiny", 4},
+                               llama::ShapeOverrides{.layers = 2, .heads = {}, .kv_heads = {}, .head_dim = {}, .hidden = {}, .vocab = {}}, pool);
 }
 
 /// A manager config for it: sparse at 25%, a 32-token local window.
@@ -219,7 +217,7 @@ TEST_CASE("PrefixStore: past its capacity the least recently used files go first
     publish(s, c, 0, 1);
     CHECK(s.stored_bytes() == 3 * file);
     CHECK(read_back(s, a, 1)[0] == RemoteRead::hit);  // a is now the most recently used
-    publish(s, d, 0, 1);                               // b goes
+    publish(s, d, 0, 1);                              // b goes
     CHECK(s.evicted() == 1);
     CHECK(s.lookup(b, kLayers, kHeads) == 0);
     CHECK(s.lookup(a, kLayers, kHeads) == 1);

@@ -52,9 +52,8 @@ struct Rng {
   float value(float scale) { return static_cast<float>(in(-1000, 1000)) * (scale / 1000.0f); }
 };
 
-constexpr GgmlType kAll[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0,
-                             GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
-                             GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+constexpr GgmlType kAll[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
+                             GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
 
 bool is_float_type(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16; }
 std::int64_t block_of(GgmlType t) { return ggml_type_traits(t).block_elems; }
@@ -93,14 +92,18 @@ std::vector<std::byte> random_matrix(GgmlType t, std::int64_t rows, std::int64_t
         std::memcpy(p, &h, 2);
         break;
       }
-      case GgmlType::Q4_0: case GgmlType::Q5_0: case GgmlType::Q8_0: put_half(p, sign() * scale()); break;
-      case GgmlType::Q4_1: case GgmlType::Q5_1: {
+      case GgmlType::Q4_0:
+      case GgmlType::Q5_0:
+      case GgmlType::Q8_0: put_half(p, sign() * scale()); break;
+      case GgmlType::Q4_1:
+      case GgmlType::Q5_1: {
         const float d = scale();
         put_half(p, d);
         put_half(p + 2, -8.0f * d * (0.5f + static_cast<float>(rng.in(0, 100)) / 100.0f));
         break;
       }
-      case GgmlType::Q4_K: case GgmlType::Q5_K:
+      case GgmlType::Q4_K:
+      case GgmlType::Q5_K:
         put_half(p, scale() * 0.1f);
         put_half(p + 2, scale() * 0.1f);
         break;
@@ -233,8 +236,8 @@ TEST_CASE("the 6-bit packed scales of Q4_K/Q5_K: bytewise and wordwise") {
 TEST_CASE("types without kernels and partial blocks are errors") {
   std::vector<std::byte> buf(4096);
   std::vector<float> out(1024);
-  for (GgmlType t : {GgmlType::Q8_1, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q8_K, GgmlType::IQ4_NL, GgmlType::I8,
-                     GgmlType::F64, GgmlType::MXFP4}) {
+  for (GgmlType t :
+       {GgmlType::Q8_1, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q8_K, GgmlType::IQ4_NL, GgmlType::I8, GgmlType::F64, GgmlType::MXFP4}) {
     CAPTURE(ggml_type_name(t));
     CHECK_THROWS_AS(dequantize_row(t, buf.data(), out.data(), 256), Error);
     ThreadPool pool(1);
@@ -380,17 +383,14 @@ TEST_CASE("matvec and matmul: thread counts, tiles, matmul rows equal matvec") {
         matmul(pool, w, x.data(), y.data(), n);
         for (std::size_t i = 0; i < n; ++i) matvec(pool, w, x.data() + i * cols, yv.data() + i * rows);
         CHECK(std::memcmp(y.data(), yv.data(), y.size() * sizeof(float)) == 0);
-        if (first.empty())
-          first = y;
-        else
-          CHECK(std::memcmp(first.data(), y.data(), y.size() * sizeof(float)) == 0);
+        if (first.empty()) first = y;
+        else CHECK(std::memcmp(first.data(), y.data(), y.size() * sizeof(float)) == 0);
         if (!is_float_type(t)) {  // and equal to the row dot
           quant::QuantizedActs acts;
           acts.quantize(quant::act_format(t), x.data(), n, cols);
           bool same = true;
           for (std::size_t i = 0; i < n; ++i)
-            for (std::int64_t r = 0; r < rows; ++r)
-              same = same && bits_of(quant::row_dot(w, r, acts.row(i))) == bits_of(y[i * rows + r]);
+            for (std::int64_t r = 0; r < rows; ++r) same = same && bits_of(quant::row_dot(w, r, acts.row(i))) == bits_of(y[i * rows + r]);
           CHECK(same);
         }
       }

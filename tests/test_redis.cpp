@@ -23,9 +23,9 @@
 
 using namespace kvdrive;
 using kvdrive::testing::RedisServer;
+using tier::PageKey;
 using tier::RedisTier;
 using tier::RemoteRead;
-using tier::PageKey;
 
 namespace {
 
@@ -82,8 +82,8 @@ TEST_CASE("redis URL: the forms a user writes, and clear errors for the rest") {
   CHECK(u.socket_path == "/run/redis/redis.sock");
   CHECK(u.db == 3);
 
-  for (const char* bad : {"http://host", "redis://", "redis://host:0", "redis://host:65536", "redis://host:12x", "redis://host/abc",
-                          "rediss://host", "unix://relative.sock", "unix:///s.sock?database=1", "redis://[::1", "redis://u:%zz@h"})
+  for (const char* bad : {"http://host", "redis://", "redis://host:0", "redis://host:65536", "redis://host:12x", "redis://host/abc", "rediss://host",
+                          "unix://relative.sock", "unix:///s.sock?database=1", "redis://[::1", "redis://u:%zz@h"})
     CHECK_THROWS_AS(tier::RedisUrl::parse(bad), Error);
   CHECK_THROWS_WITH_AS(tier::RedisUrl::parse("redis://h:99999"), doctest::Contains("port '99999'"), Error);
   try {
@@ -178,7 +178,8 @@ TEST_CASE("RedisTier: a damaged, truncated or misplaced value is a checksum miss
   t.write(kd, a.data());
   CHECK(server.command({"SET", t.key(kd), vb}) == "OK");  // b's whole value under d's key: checksum bound to b's key
   std::vector<std::byte> out(4 * kBytes, std::byte{0x55});
-  const std::vector<tier::ReadRequest> reads{{ka, out.data()}, {kb, out.data() + kBytes}, {kc, out.data() + 2 * kBytes}, {kd, out.data() + 3 * kBytes}};
+  const std::vector<tier::ReadRequest> reads{
+      {ka, out.data()}, {kb, out.data() + kBytes}, {kc, out.data() + 2 * kBytes}, {kd, out.data() + 3 * kBytes}};
   std::vector<RemoteRead> outcome(4);
   t.wait_each(t.submit(reads), outcome);
   for (auto o : outcome) CHECK(o == RemoteRead::corrupt);
@@ -501,8 +502,8 @@ TEST_CASE("load_prefix: misuse is a clear error; a sequence without a digest, or
   w.cfg.page_tokens = 8;
   w.cfg.local_tokens = 16;
   w.prompt = {100};
-  RedisTier nowhere({.url = fmt::format("redis://127.0.0.1:{}/0", kvdrive::testing::free_loopback_port()), .model = PrefixDigest{7, 7, 0},
-                     .timeout_ms = 200});
+  RedisTier nowhere(
+      {.url = fmt::format("redis://127.0.0.1:{}/0", kvdrive::testing::free_loopback_port()), .model = PrefixDigest{7, 7, 0}, .timeout_ms = 200});
   {
     RedisTier no_model({.url = "redis://127.0.0.1:1/0"});
     KvManager<index::Quest, eviction::Lookahead, Tiers<tier::HostTier>, pipeline::Serial, backend::Cpu, RedisTier> other(w.cfg);
@@ -533,7 +534,8 @@ TEST_CASE("the decoder reads a shared prompt prefix from the server instead of c
   using namespace kvdrive::llama;
   RedisServer server;
   ThreadPool pool(2);
-  const Model m = make_synthetic({"tiny", 4}, ShapeOverrides{.layers = 2, .heads = {}, .kv_heads = {}, .head_dim = {}, .hidden = {}, .vocab = {}}, pool);
+  const Model m =
+      make_synthetic({"tiny", 4}, ShapeOverrides{.layers = 2, .heads = {}, .kv_heads = {}, .head_dim = {}, .hidden = {}, .vocab = {}}, pool);
   std::mt19937 rng(2);
   std::vector<int> prompt(330);
   for (auto& t : prompt) t = static_cast<int>(rng() % 512);
@@ -642,8 +644,7 @@ TEST_CASE("RedisTier with a secret: a value written without it, or with another 
   // value keyed by another secret: both are misses, and the reader's buffers keep their bytes.
   const auto evil = page_bytes(kBytes, 666);
   CHECK(server.command({"SET", a.key(chain[1], PageKey{0, 0, 0, 1}), forged_value(a.key(chain[1], PageKey{0, 0, 0, 1}), evil, nullptr)}) == "OK");
-  CHECK(server.command({"SET", a.key(chain[2], PageKey{0, 0, 0, 2}), forged_value(a.key(chain[2], PageKey{0, 0, 0, 2}), evil, &kSecretB)}) ==
-        "OK");
+  CHECK(server.command({"SET", a.key(chain[2], PageKey{0, 0, 0, 2}), forged_value(a.key(chain[2], PageKey{0, 0, 0, 2}), evil, &kSecretB)}) == "OK");
   std::vector<std::byte> buf(3 * kBytes, std::byte{9});
   std::vector<tier::ReadRequest> reads;
   for (std::uint32_t p = 0; p < 3; ++p) reads.push_back({PageKey{5, 0, 0, p}, buf.data() + p * kBytes});
@@ -663,7 +664,8 @@ TEST_CASE("a forged page on the server never reaches the decoder: the run ends b
   using namespace kvdrive::llama;
   RedisServer server;
   ThreadPool pool(2);
-  const Model m = make_synthetic({"tiny", 4}, ShapeOverrides{.layers = 2, .heads = {}, .kv_heads = {}, .head_dim = {}, .hidden = {}, .vocab = {}}, pool);
+  const Model m =
+      make_synthetic({"tiny", 4}, ShapeOverrides{.layers = 2, .heads = {}, .kv_heads = {}, .head_dim = {}, .hidden = {}, .vocab = {}}, pool);
   std::mt19937 rng(8);
   std::vector<int> prompt(200);
   for (auto& t : prompt) t = static_cast<int>(rng() % 512);

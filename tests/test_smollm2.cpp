@@ -131,9 +131,8 @@ Agreement check_model(const Model& m, const Bounds& b) {
     a.greedy_steps += steps;
   }
   REQUIRE(a.rows > 0);
-  MESSAGE("logits against the fp32 reference: largest difference " << a.worst << ", mean " << a.sum / static_cast<double>(a.rows)
-                                                                   << "; greedy: " << a.greedy_compared << " of " << a.greedy_steps
-                                                                   << " tokens compared");
+  MESSAGE("logits against the fp32 reference: largest difference " << a.worst << ", mean " << a.sum / static_cast<double>(a.rows) << "; greedy: "
+                                                                   << a.greedy_compared << " of " << a.greedy_steps << " tokens compared");
   return a;
 }
 
@@ -248,8 +247,13 @@ TEST_CASE("SmolLM2, real attention: MeanKey, Centroid and ProductQuant at their 
       REQUIRE(cs.clustered > 0);  // the first segment is clustered
       REQUIRE(ps.trained());
       for (int s = 0; s < steps; ++s) {
-        index::IndexQuery q{st.queries.data() + static_cast<std::size_t>(s) * st.group * st.head_dim, st.group, st.head_dim,
-                            1.0f / std::sqrt(static_cast<float>(st.head_dim)), 1, pages - 8, 0};
+        index::IndexQuery q{st.queries.data() + static_cast<std::size_t>(s) * st.group * st.head_dim,
+                            st.group,
+                            st.head_dim,
+                            1.0f / std::sqrt(static_cast<float>(st.head_dim)),
+                            1,
+                            pages - 8,
+                            0};
         q.budget_pages = (q.candidates() + 15) / 16;  // 6.25%
         std::vector<std::uint32_t> a, b, c;
         mean_key.select(ms, q, a);

@@ -98,7 +98,8 @@ TEST_CASE("SsdTier: pages round-trip through both I/O engines, in any batch orde
       TempDir dir;
       Ssd t(params(dir.file("store"), io));
       t.open({page_bytes});
-      MESSAGE("SsdTier I/O: " << std::string(t.io_name()) << (t.direct_io() ? std::string(", O_DIRECT") : std::string(", buffered (O_DIRECT refused)")));
+      MESSAGE("SsdTier I/O: " << std::string(t.io_name())
+                              << (t.direct_io() ? std::string(", O_DIRECT") : std::string(", buffered (O_DIRECT refused)")));
       CHECK(t.slot_bytes() == (page_bytes == 4096 ? 4096u : 1008u));  // 1000 bytes: packed, 16-byte slots, 4 to a block
       CHECK(t.pages_per_block() == (page_bytes == 4096 ? 1u : 4u));
       std::vector<PageKey> keys;
@@ -169,8 +170,7 @@ TEST_CASE("SsdTier: merged reads go straight into aligned caller buffers (readv)
     t.wait(t.submit(reads));
     CHECK(t.read_ops() - ops == 2);
     CHECK(t.scattered_ops() - scattered == 2);
-    for (std::uint32_t page = 0; page < 12; ++page)
-      CHECK(std::memcmp(reads[page].dst, page_bytes_of(4096, {7, 2, 1, page}).data(), 4096) == 0);
+    for (std::uint32_t page = 0; page < 12; ++page) CHECK(std::memcmp(reads[page].dst, page_bytes_of(4096, {7, 2, 1, page}).data(), 4096) == 0);
     // A buffer that is not aligned sends the batch through the bounce buffer (under O_DIRECT).
     reads[5].dst = arena.get() + 12 * 4096 + 8;
     t.wait(t.submit(reads));
@@ -183,7 +183,8 @@ TEST_CASE("SsdTier: merged reads go straight into aligned caller buffers (readv)
   }
 }
 
-TEST_CASE("SsdTier: small pages are packed several to a block; a batch fills fresh blocks in its order; a block holding pages is never written again") {
+TEST_CASE(
+    "SsdTier: small pages are packed several to a block; a batch fills fresh blocks in its order; a block holding pages is never written again") {
   constexpr std::size_t kPage = 1000;  // 1008-byte slots, four to a 4 KiB block
   const auto key = [](std::uint32_t page) { return PageKey{1, 0, 0, page}; };
   const auto read_all = [&](Ssd& t, const std::vector<std::uint32_t>& pages) {
@@ -211,7 +212,7 @@ TEST_CASE("SsdTier: small pages are packed several to a block; a batch fills fre
     t.write_batch(batch);
     for (std::size_t i = 0; i < order.size(); ++i) CHECK(t.slot_of(key(order[i])) == i);
     CHECK(t.slot_offset(5) == 4096 + 4096 + 1008);  // the header block, block 0, then slot 1 of block 1
-    CHECK(t.free_pages() == 4);                      // block 1 holds pages: its two free slots are not usable
+    CHECK(t.free_pages() == 4);                     // block 1 holds pages: its two free slots are not usable
     // The next write goes to a fresh block, not into block 1's free slots.
     t.write(key(6), page_bytes_of(kPage, key(6)).data());
     CHECK(t.slot_of(key(6)) == 8);
@@ -288,8 +289,7 @@ TEST_CASE("SsdTier: reads into registered memory are io_uring fixed reads; KvMan
   t.wait(t.submit(reads));
   CHECK(t.read_ops() - ops == 8);
   CHECK(t.fixed_reads() == (registered ? 8u : 0u));
-  for (std::uint32_t page = 0; page < 8; ++page)
-    CHECK(std::memcmp(reads[page].dst, page_bytes_of(4096, {1, 0, 0, 2 * page}).data(), 4096) == 0);
+  for (std::uint32_t page = 0; page < 8; ++page) CHECK(std::memcmp(reads[page].dst, page_bytes_of(4096, {1, 0, 0, 2 * page}).data(), 4096) == 0);
   // A buffer outside the registered memory reads as before.
   std::vector<std::byte> other = read_one(t, {1, 0, 0, 6}, 4096);
   CHECK(other == page_bytes_of(4096, {1, 0, 0, 6}));
@@ -384,11 +384,17 @@ TEST_CASE("SsdTier: a store whose making was cut short opens as an empty store; 
     finishes("both files empty");
   }
   SUBCASE("the data file's header written, the log empty or missing") {
-    { Ssd t(params(path)); t.open({4096}); }
+    {
+      Ssd t(params(path));
+      t.open({4096});
+    }
     REQUIRE(::truncate((path + ".log").c_str(), 0) == 0);
     finishes("log empty");
     SsdTier::remove_files(path);
-    { Ssd t(params(path)); t.open({4096}); }
+    {
+      Ssd t(params(path));
+      t.open({4096});
+    }
     std::filesystem::remove(path + ".log");
     finishes("log missing");
   }
@@ -448,46 +454,79 @@ TEST_CASE("SsdTier: bad stores, flipped bits, short reads and a full store give 
     CHECK_THROWS_WITH_AS(t.open({4096}), doctest::Contains("is not a kvdrive store"), Error);
   }
   SUBCASE("another page size") {
-    { Ssd t(params(dir.file("store"))); t.open({4096}); t.write({1, 0, 0, 0}, page_bytes_of(4096, {1, 0, 0, 0}).data()); }
+    {
+      Ssd t(params(dir.file("store")));
+      t.open({4096});
+      t.write({1, 0, 0, 0}, page_bytes_of(4096, {1, 0, 0, 0}).data());
+    }
     Ssd t(params(dir.file("store")));
     CHECK_THROWS_WITH_AS(t.open({2048}), doctest::Contains("another model shape or page size"), Error);
   }
   SUBCASE("another format version") {
-    { Ssd t(params(dir.file("store"))); t.open({4096}); }
+    {
+      Ssd t(params(dir.file("store")));
+      t.open({4096});
+    }
     // Rewrite the version with a valid header checksum: the version check, not the checksum, refuses it.
     ssd_format::Header h;
-    { std::ifstream f(dir.file("store"), std::ios::binary); f.read(reinterpret_cast<char*>(&h), sizeof h); }
+    {
+      std::ifstream f(dir.file("store"), std::ios::binary);
+      f.read(reinterpret_cast<char*>(&h), sizeof h);
+    }
     h.version = 99;
     h.checksum = h.compute_checksum();
-    { std::fstream f(dir.file("store"), std::ios::binary | std::ios::in | std::ios::out); f.write(reinterpret_cast<const char*>(&h), sizeof h); }
+    {
+      std::fstream f(dir.file("store"), std::ios::binary | std::ios::in | std::ios::out);
+      f.write(reinterpret_cast<const char*>(&h), sizeof h);
+    }
     Ssd t(params(dir.file("store")));
     CHECK_THROWS_WITH_AS(t.open({4096}), doctest::Contains("format version 99"), Error);
   }
   SUBCASE("a version-1 store (made before packing) still opens and reads") {
     const PageKey k{1, 0, 0, 0};
-    { Ssd t(params(dir.file("store"))); t.open({4096}); t.write(k, page_bytes_of(4096, k).data()); }
+    {
+      Ssd t(params(dir.file("store")));
+      t.open({4096});
+      t.write(k, page_bytes_of(4096, k).data());
+    }
     for (const std::string& file : {dir.file("store"), dir.file("store.log")}) {
       ssd_format::Header h;
-      { std::ifstream f(file, std::ios::binary); f.read(reinterpret_cast<char*>(&h), sizeof h); }
+      {
+        std::ifstream f(file, std::ios::binary);
+        f.read(reinterpret_cast<char*>(&h), sizeof h);
+      }
       REQUIRE(h.version == ssd_format::kVersion);
       h.version = 1;
       h.checksum = h.compute_checksum();
-      { std::fstream f(file, std::ios::binary | std::ios::in | std::ios::out); f.write(reinterpret_cast<const char*>(&h), sizeof h); }
+      {
+        std::fstream f(file, std::ios::binary | std::ios::in | std::ios::out);
+        f.write(reinterpret_cast<const char*>(&h), sizeof h);
+      }
     }
     Ssd t(params(dir.file("store")));
     t.open({4096});
     CHECK(read_one(t, k, 4096) == page_bytes_of(4096, k));
   }
   SUBCASE("a slot size this page size cannot have") {
-    { Ssd t(params(dir.file("store"))); t.open({1000}); }
-    for (const std::uint64_t bad : {std::uint64_t{1000}, std::uint64_t{992}, std::uint64_t{3008}}) {  // not a multiple of 16, under the page, over half a block
+    {
+      Ssd t(params(dir.file("store")));
+      t.open({1000});
+    }
+    for (const std::uint64_t bad :
+         {std::uint64_t{1000}, std::uint64_t{992}, std::uint64_t{3008}}) {  // not a multiple of 16, under the page, over half a block
       CAPTURE(bad);
       for (const std::string& file : {dir.file("store"), dir.file("store.log")}) {
         ssd_format::Header h;
-        { std::ifstream f(file, std::ios::binary); f.read(reinterpret_cast<char*>(&h), sizeof h); }
+        {
+          std::ifstream f(file, std::ios::binary);
+          f.read(reinterpret_cast<char*>(&h), sizeof h);
+        }
         h.slot_bytes = bad;
         h.checksum = h.compute_checksum();
-        { std::fstream f(file, std::ios::binary | std::ios::in | std::ios::out); f.write(reinterpret_cast<const char*>(&h), sizeof h); }
+        {
+          std::fstream f(file, std::ios::binary | std::ios::in | std::ios::out);
+          f.write(reinterpret_cast<const char*>(&h), sizeof h);
+        }
       }
       Ssd t(params(dir.file("store")));
       CHECK_THROWS_WITH_AS(t.open({1000}), doctest::Contains("bad slot size"), Error);
@@ -846,8 +885,11 @@ TEST_CASE("SsdTier over a failing File: each failed call is an error that names 
       std::uint64_t nth;
       const char* says;
     };
-    for (const Fault& f : {Fault{FileOp::fstat, 1, "stat failed"}, Fault{FileOp::pread, 4, "read error during recovery"},
-                           Fault{FileOp::ftruncate, 2, "cannot cut the log after recovery"}}) {  // pread 1: the data header checked before the log is opened; ftruncate 1: the lock file's pid
+    for (const Fault& f :
+         {Fault{FileOp::fstat, 1, "stat failed"}, Fault{FileOp::pread, 4, "read error during recovery"},
+          Fault{
+              FileOp::ftruncate, 2,
+              "cannot cut the log after recovery"}}) {  // pread 1: the data header checked before the log is opened; ftruncate 1: the lock file's pid
       CAPTURE(f.says);
       disk->fail(f.op, f.nth);
       auto t = make();
@@ -1031,10 +1073,8 @@ TEST_CASE("SsdTier kill test: acknowledged pages survive SIGKILL at any moment, 
       std::size_t acked = 0;
       std::uint32_t msg = 0;
       while (::read(acks[0], &msg, sizeof msg) == static_cast<ssize_t>(sizeof msg)) {
-        if (msg == kOpened)
-          opened = true;
-        else
-          acked += msg;
+        if (msg == kOpened) opened = true;
+        else acked += msg;
       }
       ::close(acks[0]);
       in_open += opened ? 0 : 1;
@@ -1058,9 +1098,8 @@ TEST_CASE("SsdTier kill test: acknowledged pages survive SIGKILL at any moment, 
     }
   }
   CHECK(kills == static_cast<std::size_t>(seeds * cycles));
-  MESSAGE("kill test: " << kills << " of " << seeds * cycles << " planned kills (" << seeds << " stores x " << cycles
-                        << " cycles), " << in_open << " of them before open() returned; " << least << " to " << most
-                        << " pages survived a cycle");
+  MESSAGE("kill test: " << kills << " of " << seeds * cycles << " planned kills (" << seeds << " stores x " << cycles << " cycles), " << in_open
+                        << " of them before open() returned; " << least << " to " << most << " pages survived a cycle");
 }
 
 TEST_CASE("SsdTier power-loss test: acknowledged pages survive, nothing else is wrong, torn blocks are caught") {
@@ -1074,7 +1113,7 @@ TEST_CASE("SsdTier power-loss test: acknowledged pages survive, nothing else is 
     TempDir dir;
     const std::string path = dir.file("store");
     std::mt19937_64 rng(seed);
-    std::map<std::uint32_t, int> acked;     // page -> version acknowledged
+    std::map<std::uint32_t, int> acked;      // page -> version acknowledged
     std::map<std::uint32_t, int> in_flight;  // the batch the power cut
     const auto key = [&](std::uint32_t page) { return PageKey{seed + 1, page % 2, 0, page}; };
     {
@@ -1114,8 +1153,7 @@ TEST_CASE("SsdTier power-loss test: acknowledged pages survive, nothing else is 
         REQUIRE(t.contains(key(page)));
         const auto got = read_one(t, key(page), 4096);
         const auto f = in_flight.find(page);
-        CHECK((got == page_bytes_of(4096, key(page), version) ||
-               (f != in_flight.end() && got == page_bytes_of(4096, key(page), f->second))));
+        CHECK((got == page_bytes_of(4096, key(page), version) || (f != in_flight.end() && got == page_bytes_of(4096, key(page), f->second))));
       }
       for (const auto& [page, version] : in_flight)
         if (!acked.count(page) && t.contains(key(page))) {
@@ -1181,7 +1219,8 @@ struct CrashWorkload {
             const auto it = pick(live, rng);
             pages[it->first] = it->second + 1;
           }
-          const VersionBatch b(pages, [&](std::uint32_t page) { return key(page); }, page_size);
+          const VersionBatch b(
+              pages, [&](std::uint32_t page) { return key(page); }, page_size);
           try {
             t.write_batch(b.reqs);
           } catch (...) {
@@ -1252,67 +1291,67 @@ TEST_CASE("SsdTier crash sweep: power lost at every sync point, unsynced writes 
   test::FaultDisk::Fates fates;
   std::uint64_t packed_points = 0;
   for (std::size_t page_size : {std::size_t{4096}, std::size_t{1000}})  // 1000: packed, so a torn block holds only the batch in flight
-  for (std::uint64_t seed = 0; seed < static_cast<std::uint64_t>(seeds); ++seed) {
-    for (std::uint64_t at = 1;; ++at) {
-      CAPTURE(page_size);
-      CAPTURE(seed);
-      CAPTURE(at);
-      TempDir dir;
-      const std::string path = dir.file("store");
-      CrashWorkload w{seed, {}, {}, {}, 0};
-      w.page_size = page_size;
-      bool finished = false;
-      {
-        const auto disk = std::make_shared<test::FaultDisk>();
-        auto t = test::store_over(params(path), test::FaultFile(disk));
-        t.open({page_size});
-        disk->power_loss_at_sync(at, seed * 1000 + at);
-        finished = w.run(t, kOps);
-        const auto f = disk->fates();
-        fates.kept += f.kept, fates.dropped += f.dropped, fates.torn_512 += f.torn_512, fates.torn_4096 += f.torn_4096,
-            fates.garbage += f.garbage;
-      }
-      if (finished) break;  // the workload has fewer sync points than `at`
-      ++points;
-      packed_points += page_size < 2048;
-      std::size_t present = 0;
-      {
-        Ssd t(params(path));
-        t.open({page_size});
-        const ssd::LogEnd r = t.recovery();
-        reports += r.dropped_bytes > 0;
-        dropped_records += r.dropped_records;
-        present = w.check(t);
-        // The store goes on: more pages, an erase, a sync, then another reopen.
+    for (std::uint64_t seed = 0; seed < static_cast<std::uint64_t>(seeds); ++seed) {
+      for (std::uint64_t at = 1;; ++at) {
+        CAPTURE(page_size);
+        CAPTURE(seed);
+        CAPTURE(at);
+        TempDir dir;
+        const std::string path = dir.file("store");
+        CrashWorkload w{seed, {}, {}, {}, 0};
+        w.page_size = page_size;
+        bool finished = false;
+        {
+          const auto disk = std::make_shared<test::FaultDisk>();
+          auto t = test::store_over(params(path), test::FaultFile(disk));
+          t.open({page_size});
+          disk->power_loss_at_sync(at, seed * 1000 + at);
+          finished = w.run(t, kOps);
+          const auto f = disk->fates();
+          fates.kept += f.kept, fates.dropped += f.dropped, fates.torn_512 += f.torn_512, fates.torn_4096 += f.torn_4096, fates.garbage += f.garbage;
+        }
+        if (finished) break;  // the workload has fewer sync points than `at`
+        ++points;
+        packed_points += page_size < 2048;
+        std::size_t present = 0;
+        {
+          Ssd t(params(path));
+          t.open({page_size});
+          const ssd::LogEnd r = t.recovery();
+          reports += r.dropped_bytes > 0;
+          dropped_records += r.dropped_records;
+          present = w.check(t);
+          // The store goes on: more pages, an erase, a sync, then another reopen.
+          const PageKey more{999, 0, 0, static_cast<std::uint32_t>(at)};
+          t.write(more, page_bytes_of(page_size, more).data());
+          for (const auto& [page, versions] : w.allowed)
+            if (t.contains(w.key(page))) {
+              t.erase(w.key(page));
+              w.allowed[page] = {-1};
+              --present;
+              break;
+            }
+          t.sync();
+        }
+        Ssd again(params(path));
+        again.open({page_size});
         const PageKey more{999, 0, 0, static_cast<std::uint32_t>(at)};
-        t.write(more, page_bytes_of(page_size, more).data());
-        for (const auto& [page, versions] : w.allowed)
-          if (t.contains(w.key(page))) {
-            t.erase(w.key(page));
-            w.allowed[page] = {-1};
-            --present;
-            break;
-          }
-        t.sync();
+        CHECK(again.contains(more));
+        CHECK(read_one(again, more, page_size) == page_bytes_of(page_size, more));
+        CHECK(again.stored_pages() == present + 1);
+        CHECK(again.recovery().dropped_bytes == 0);
       }
-      Ssd again(params(path));
-      again.open({page_size});
-      const PageKey more{999, 0, 0, static_cast<std::uint32_t>(at)};
-      CHECK(again.contains(more));
-      CHECK(read_one(again, more, page_size) == page_bytes_of(page_size, more));
-      CHECK(again.stored_pages() == present + 1);
-      CHECK(again.recovery().dropped_bytes == 0);
     }
-  }
   CHECK(points >= static_cast<std::uint64_t>(seeds) * 20);
   CHECK(packed_points >= static_cast<std::uint64_t>(seeds) * 10);
   CHECK(fates.torn_512 > 0);
   CHECK(fates.torn_4096 > 0);
   CHECK(fates.garbage > 0);
-  MESSAGE("crash sweep: " << points << " crash points (" << packed_points << " of them with 1000-byte pages, packed four to a block; every sync of " << seeds << " workloads of " << kOps
-                          << " puts, overwrites, erases and syncs); unsynced writes kept " << fates.kept << ", dropped " << fates.dropped
-                          << ", torn at 512 " << fates.torn_512 << ", torn at 4096 " << fates.torn_4096 << ", garbage " << fates.garbage
-                          << "; recovery cut a damaged log tail in " << reports << " (" << dropped_records << " intact records after the cut)");
+  MESSAGE("crash sweep: " << points << " crash points (" << packed_points << " of them with 1000-byte pages, packed four to a block; every sync of "
+                          << seeds << " workloads of " << kOps << " puts, overwrites, erases and syncs); unsynced writes kept " << fates.kept
+                          << ", dropped " << fates.dropped << ", torn at 512 " << fates.torn_512 << ", torn at 4096 " << fates.torn_4096
+                          << ", garbage " << fates.garbage << "; recovery cut a damaged log tail in " << reports << " (" << dropped_records
+                          << " intact records after the cut)");
 }
 
 TEST_CASE("SsdTier fault sweep: an I/O fault at every operation index, then more work, then a reopen") {
@@ -1328,8 +1367,10 @@ TEST_CASE("SsdTier fault sweep: an I/O fault at every operation index, then more
     bool rollback_fails;
     IoBackend io = IoBackend::automatic;
   };
-  const std::vector<Fault> faults{{"pwrite EIO", FileOp::pwrite, EIO, false},       {"pwrite ENOSPC", FileOp::pwrite, ENOSPC, false},
-                                  {"fdatasync EIO", FileOp::fdatasync, EIO, false}, {"fdatasync ENOSPC", FileOp::fdatasync, ENOSPC, false},
+  const std::vector<Fault> faults{{"pwrite EIO", FileOp::pwrite, EIO, false},
+                                  {"pwrite ENOSPC", FileOp::pwrite, ENOSPC, false},
+                                  {"fdatasync EIO", FileOp::fdatasync, EIO, false},
+                                  {"fdatasync ENOSPC", FileOp::fdatasync, ENOSPC, false},
                                   {"pwrite EIO, rollback EIO", FileOp::pwrite, EIO, true},
                                   {"read EIO (io_uring completion)", FileOp::uring_result, EIO, false},
                                   {"read EIO (the thread pool's preadv)", FileOp::preadv, EIO, false, IoBackend::threads},
@@ -1386,8 +1427,8 @@ TEST_CASE("SsdTier fault sweep: an I/O fault at every operation index, then more
       }
     }
   CHECK(runs >= 100);
-  MESSAGE("fault sweep: " << runs << " runs, one fault each at every index of its call (" << seeds << " workloads of " << kOps
-                          << " operations); " << failed_calls << " calls failed in all");
+  MESSAGE("fault sweep: " << runs << " runs, one fault each at every index of its call (" << seeds << " workloads of " << kOps << " operations); "
+                          << failed_calls << " calls failed in all");
 }
 
 TEST_CASE("faults under KvManager with an SSD store: clear errors naming the page, nothing lost, retry works") {
@@ -1406,8 +1447,8 @@ TEST_CASE("faults under KvManager with an SSD store: clear errors naming the pag
   const SeqId id = kv.add_sequence();
   // ENOSPC while prefill writes its pages: an error that says so; nothing is stored; a retry works.
   ssd.fail_writes_after(10, Faulty::WriteFault::no_space);
-  CHECK_THROWS_WITH_AS(kv.prefill(id, 0, make_view(k, prompt, 2, d), make_view(v, prompt, 2, d)),
-                       doctest::Contains("no space left on device"), Error);
+  CHECK_THROWS_WITH_AS(kv.prefill(id, 0, make_view(k, prompt, 2, d), make_view(v, prompt, 2, d)), doctest::Contains("no space left on device"),
+                       Error);
   CHECK(ssd.inner().stored_pages() == 0);
   CHECK(kv.length(id, 0) == 0);
   ssd.heal();
@@ -1461,8 +1502,8 @@ TEST_CASE("MmapTier, the strawman: pages round-trip, and a read loads its whole 
   t.wait(t.submit(reads));
   CHECK(a == page_bytes_of(4096, {1, 1, 0, 3}));
   CHECK(b == page_bytes_of(4096, {1, 1, 0, 17}));
-  CHECK(t.layer_loads() == 1);                // both pages are in layer 1: loaded once
-  CHECK(t.bytes_loaded() == 20 * 4096);       // all of it
+  CHECK(t.layer_loads() == 1);           // both pages are in layer 1: loaded once
+  CHECK(t.bytes_loaded() == 20 * 4096);  // all of it
   CHECK(t.free_pages() == 24);
   for (std::uint32_t page = 0; page < 24; ++page) t.write({2, 0, 0, page}, a.data());
   CHECK_THROWS_WITH_AS(t.write({3, 0, 0, 0}, a.data()), doctest::Contains("full"), Error);

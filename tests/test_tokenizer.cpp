@@ -65,9 +65,9 @@ void write_tiktoken(const std::filesystem::path& path, const std::vector<std::st
 
 TEST_CASE("llama2.c tokenizer: merges by score, byte fallback, and round-trips") {
   const auto path = temp("kvd_tok.bin");
-  const std::vector<std::pair<std::string, float>> pieces{
-      {" ", -1}, {"a", -2}, {"b", -2}, {"c", -2}, {"h", -2}, {"e", -2}, {"l", -2}, {"o", -2}, {" h", -10},
-      {"he", 5}, {"ll", 4}, {"llo", 3}, {"hello", 2}, {" hello", 1}, {"ab", 0.5f}, {"\xc3\xa9", -3}};
+  const std::vector<std::pair<std::string, float>> pieces{{" ", -1},    {"a", -2},     {"b", -2},    {"c", -2},       {"h", -2}, {"e", -2},
+                                                          {"l", -2},    {"o", -2},     {" h", -10},  {"he", 5},       {"ll", 4}, {"llo", 3},
+                                                          {"hello", 2}, {" hello", 1}, {"ab", 0.5f}, {"\xc3\xa9", -3}};
   const int vocab = write_llama2c(path, pieces);
   Tokenizer tok(path.string(), vocab);
   CHECK_FALSE(tok.is_tiktoken());
@@ -102,8 +102,7 @@ TEST_CASE("Llama-3 tokenizer: pre-tokenizer pattern, byte-level BPE by rank, spe
   TiktokenTokenizer tt(path.string());
   // The Llama-3 pattern: words with their leading space, contractions, digits in threes,
   // punctuation runs with their newlines, and whitespace before a word left for the word.
-  CHECK(tt.split("Hello world's 12345!!\n\n  x") ==
-        std::vector<std::string>{"Hello", " world", "'s", " ", "123", "45", "!!\n\n", " ", " x"});
+  CHECK(tt.split("Hello world's 12345!!\n\n  x") == std::vector<std::string>{"Hello", " world", "'s", " ", "123", "45", "!!\n\n", " ", " x"});
   CHECK(tt.split("don't") == std::vector<std::string>{"don", "'t"});
   // BPE: lowest rank first. hello: he(256) ll(257) llo(258) hello(259); " world" ends at 264.
   CHECK(tok.encode("hello world", false) == std::vector<int>{259, 264});
@@ -118,9 +117,7 @@ TEST_CASE("Llama-3 tokenizer: pre-tokenizer pattern, byte-level BPE by rank, spe
     for (int id : tok.encode(text, false)) out += tok.decode(-1, id);
     CHECK(out == text);
   }
-  {
-    std::ofstream(path) << "aGVsbG8= notanumber\n";
-  }
+  { std::ofstream(path) << "aGVsbG8= notanumber\n"; }
   CHECK_THROWS_WITH_AS(TiktokenTokenizer(path.string()), doctest::Contains("invalid rank"), Error);
   {
     std::ofstream(path) << "QQ== 100000000\n";  // one token at a huge rank: gaps are rejected, nothing huge allocated

@@ -42,8 +42,7 @@ TEST_CASE("trace: written records read back; corrupt or truncated files are reje
     std::vector<float> q, k, v;
     r.read(1, 3, q, k, v);
     const auto want = test::random_floats(2 * 16, 300 * 3 + 1);
-    for (std::size_t i = 0; i < want.size(); ++i)
-      CHECK(v[i] == (dtype == DType::f32 ? want[i] : bf16_bits_to_float(float_to_bf16_bits(want[i]))));
+    for (std::size_t i = 0; i < want.size(); ++i) CHECK(v[i] == (dtype == DType::f32 ? want[i] : bf16_bits_to_float(float_to_bf16_bits(want[i]))));
     CHECK_THROWS_WITH_AS(r.read(3, 0, q, k, v), doctest::Contains("no record for layer 3"), Error);
   }
   // One flipped byte in a record fails the checksum; a cut-off file has no footer.
@@ -165,7 +164,8 @@ TEST_CASE("trace: the decoder records Q and K after RoPE and V, every layer and 
     CHECK(q[static_cast<std::size_t>(i)] == doctest::Approx(a * std::cos(angle) - b * std::sin(angle)).epsilon(1e-4).scale(1));
     CHECK(q[static_cast<std::size_t>(i) + 1] == doctest::Approx(a * std::sin(angle) + b * std::cos(angle)).epsilon(1e-4).scale(1));
   }
-  for (int i = 0; i < c.kv_dim(); ++i) CHECK(v[static_cast<std::size_t>(i)] == doctest::Approx(project(m.layers[0].wv.floats(), i)).epsilon(1e-4).scale(1));
+  for (int i = 0; i < c.kv_dim(); ++i)
+    CHECK(v[static_cast<std::size_t>(i)] == doctest::Approx(project(m.layers[0].wv.floats(), i)).epsilon(1e-4).scale(1));
   std::filesystem::remove(path);
 }
 

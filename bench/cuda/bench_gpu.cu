@@ -98,7 +98,6 @@ double copy_bandwidth(cudaStream_t s, std::size_t bytes) {
   return 2.0 * static_cast<double>(bytes) / (ms * 1e-3);
 }
 
-
 // The kernels' workload: a Llama-3-8B-shaped layer (8 KV heads, group 4, head_dim 128, f16,
 // 16-token pages), batch 8, at a 6.25% budget.
 constexpr int kKvHeads = 8, kGroup = 4, kHeadDim = 128, kPageTokens = 16, kBatch = 8;
@@ -239,10 +238,11 @@ void attention_report(cudaStream_t stream, std::mt19937& rng, KernelFigures& f) 
   const double ms = time_ms(stream, [&] { att.launch(stream); });
   f.att_bps = static_cast<double>(att.attended_bytes) / (ms * 1e-3);
   f.att_one_bps = static_cast<double>(att.attended_bytes) / (ms_one * 1e-3);
-  std::printf("sparse attention: %lld pages x %d streams, %.3f ms, %.1f GB/s of K+V = %.2f of copy bandwidth (goal 0.7); "
-              "pages staged one at a time: %.3f ms, %.2f of copy (staged together: %.2fx faster)\n",
-              static_cast<long long>(sel_pages), kBatch * kKvHeads, ms, f.att_bps / 1e9, f.att_bps / f.copy_bps, ms_one, f.att_one_bps / f.copy_bps,
-              ms_one / ms);
+  std::printf(
+      "sparse attention: %lld pages x %d streams, %.3f ms, %.1f GB/s of K+V = %.2f of copy bandwidth (goal 0.7); "
+      "pages staged one at a time: %.3f ms, %.2f of copy (staged together: %.2fx faster)\n",
+      static_cast<long long>(sel_pages), kBatch * kKvHeads, ms, f.att_bps / 1e9, f.att_bps / f.copy_bps, ms_one, f.att_one_bps / f.copy_bps,
+      ms_one / ms);
 }
 
 /// Gather: 4 KiB blocks (the keys or the values of a 16-token page of head_dim 128, f16).
@@ -299,10 +299,10 @@ DecodeRow decode_row(cudaStream_t stream, std::mt19937& rng, std::int64_t contex
     g.kernel(stream);
     sp.launch(stream);
   });
-  std::printf("decode step (one layer, batch 1) at %lld tokens: dense %.3f ms (DenseDecodeKernel; every page by the split-KV "
-              "kernel %.3f ms), sparse %.3f ms, tiered %.3f ms; dense (split-KV) / sparse %.1fx\n",
-              static_cast<long long>(context), row.dense_ms, row.dense_split_ms, row.sparse_ms, row.tiered_ms,
-              row.dense_split_ms / row.sparse_ms);
+  std::printf(
+      "decode step (one layer, batch 1) at %lld tokens: dense %.3f ms (DenseDecodeKernel; every page by the split-KV "
+      "kernel %.3f ms), sparse %.3f ms, tiered %.3f ms; dense (split-KV) / sparse %.1fx\n",
+      static_cast<long long>(context), row.dense_ms, row.dense_split_ms, row.sparse_ms, row.tiered_ms, row.dense_split_ms / row.sparse_ms);
   return row;
 }
 
@@ -313,21 +313,23 @@ void write_json(const std::string& json, const cudaDeviceProp& prop, const Kerne
   KVD_EXPECT(f != nullptr, "bench_gpu: cannot write {}", json);
   std::fprintf(f, "{\n  \"device\": \"%s\",\n  \"sm\": %d%d,\n  \"repeats\": %d,\n", prop.name, prop.major, prop.minor, g_repeats);
   std::fprintf(f, "  \"copy_bytes_per_s\": %.6g,\n", k.copy_bps);
-  std::fprintf(f, "  \"attention\": {\"bytes_per_s\": %.6g, \"vs_copy\": %.4f, \"goal\": 0.7, \"page_by_page_bytes_per_s\": %.6g},\n",
-               k.att_bps, k.att_bps / k.copy_bps, k.att_one_bps);
-  std::fprintf(f, "  \"gather\": {\"page_bytes\": %zu, \"pages\": %d, \"kernel_bytes_per_s\": %.6g, \"memcpy_bytes_per_s\": %.6g, "
-                  "\"contiguous_bytes_per_s\": %.6g, \"best_vs_contiguous\": %.4f, \"goal\": 0.8},\n",
+  std::fprintf(f, "  \"attention\": {\"bytes_per_s\": %.6g, \"vs_copy\": %.4f, \"goal\": 0.7, \"page_by_page_bytes_per_s\": %.6g},\n", k.att_bps,
+               k.att_bps / k.copy_bps, k.att_one_bps);
+  std::fprintf(f,
+               "  \"gather\": {\"page_bytes\": %zu, \"pages\": %d, \"kernel_bytes_per_s\": %.6g, \"memcpy_bytes_per_s\": %.6g, "
+               "\"contiguous_bytes_per_s\": %.6g, \"best_vs_contiguous\": %.4f, \"goal\": 0.8},\n",
                k.page_bytes, k.gather_pages, k.g_kernel, k.g_memcpy, k.g_contig, std::max(k.g_kernel, k.g_memcpy) / k.g_contig);
   std::fprintf(f, "  \"decode\": [");
   for (std::size_t i = 0; i < k.decode.size(); ++i)
     std::fprintf(f, "%s\n    {\"context\": %lld, \"dense_ms\": %.4f, \"dense_split_ms\": %.4f, \"sparse_ms\": %.4f, \"tiered_ms\": %.4f}",
-                 i ? "," : "", static_cast<long long>(k.decode[i].context), k.decode[i].dense_ms, k.decode[i].dense_split_ms,
-                 k.decode[i].sparse_ms, k.decode[i].tiered_ms);
+                 i ? "," : "", static_cast<long long>(k.decode[i].context), k.decode[i].dense_ms, k.decode[i].dense_split_ms, k.decode[i].sparse_ms,
+                 k.decode[i].tiered_ms);
   std::fprintf(f, "\n  ],\n  \"pipeline\": [");
   for (std::size_t i = 0; i < pipeline_rows.size(); ++i) {
     const PipelineRow& r = pipeline_rows[i];
-    std::fprintf(f, "%s\n    {\"context\": %lld, \"batch\": %d, \"micro_batch\": %zu, \"serial_ms\": %.4f, \"elastic_ms\": %.4f, "
-                    "\"serial_over_elastic\": %.4f, \"hit_rate\": %.4f}",
+    std::fprintf(f,
+                 "%s\n    {\"context\": %lld, \"batch\": %d, \"micro_batch\": %zu, \"serial_ms\": %.4f, \"elastic_ms\": %.4f, "
+                 "\"serial_over_elastic\": %.4f, \"hit_rate\": %.4f}",
                  i ? "," : "", static_cast<long long>(r.context), r.batch, r.micro_batch, r.serial_ms, r.elastic_ms, r.serial_ms / r.elastic_ms,
                  r.hit_rate);
   }
@@ -344,10 +346,11 @@ void pipeline_report(const std::string& json, const cudaDeviceProp& prop, const 
   for (int batch : {1, 4}) {
     const PipelineRow r = pipeline_case(32768, batch, pipeline_steps);
     const double n = pipeline_steps;
-    std::printf("KvManager step (one layer, 8 KV heads, 32K, batch %d, micro-batch %zu): serial %.3f ms, elastic %.3f ms, serial/elastic %.2f; "
-                "hit rate %.1f%%; serial stages (mean ms) select %.3f classify %.3f fetch %.3f compute %.3f commit %.3f\n",
-                batch, r.micro_batch, r.serial_ms, r.elastic_ms, r.serial_ms / r.elastic_ms, 100 * r.hit_rate, r.serial_stages.select_ms / n,
-                r.serial_stages.classify_ms / n, r.serial_stages.fetch_ms / n, r.serial_stages.compute_ms / n, r.serial_stages.commit_ms / n);
+    std::printf(
+        "KvManager step (one layer, 8 KV heads, 32K, batch %d, micro-batch %zu): serial %.3f ms, elastic %.3f ms, serial/elastic %.2f; "
+        "hit rate %.1f%%; serial stages (mean ms) select %.3f classify %.3f fetch %.3f compute %.3f commit %.3f\n",
+        batch, r.micro_batch, r.serial_ms, r.elastic_ms, r.serial_ms / r.elastic_ms, 100 * r.hit_rate, r.serial_stages.select_ms / n,
+        r.serial_stages.classify_ms / n, r.serial_stages.fetch_ms / n, r.serial_stages.compute_ms / n, r.serial_stages.commit_ms / n);
     std::fflush(stdout);
     pipeline_rows.push_back(r);
     write_json(json, prop, k, pipeline_rows, false);

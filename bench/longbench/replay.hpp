@@ -51,16 +51,16 @@
 
 namespace kvdrive::longbench {
 
-inline constexpr std::array<std::string_view, 7> kSparseIndices = {"hierarchical", "quest", "mean-key", "centroid",
-                                                                   "simhash", "product-quant", "oracle-mass"};
+inline constexpr std::array<std::string_view, 7> kSparseIndices = {"hierarchical", "quest",         "mean-key",   "centroid",
+                                                                   "simhash",      "product-quant", "oracle-mass"};
 
 /// Hierarchical's parameters a configuration may set: name, then where it goes.
-inline constexpr std::array<std::string_view, 7> kHierarchicalKeys = {
-    "expand", "min_scored", "score_all_below", "pair_radii", "pair_weight", "radius_weight", "pages_per_cluster"};
+inline constexpr std::array<std::string_view, 7> kHierarchicalKeys = {"expand",      "min_scored",    "score_all_below",  "pair_radii",
+                                                                      "pair_weight", "radius_weight", "pages_per_cluster"};
 
 /// The manager's parameters any index's configuration may set: the focus carry's (Config::carry)
 /// and the cold codec's width (Config::cold_codec); and token-level rescoring (index::TokenRescore).
-inline constexpr std::array<std::string_view, 11> kAnyIndexKeys = {"carry_share",   "carry_mass",  "codec_bits",  "rescore_pool",
+inline constexpr std::array<std::string_view, 11> kAnyIndexKeys = {"carry_share",   "carry_mass",    "codec_bits",     "rescore_pool",
                                                                    "rescore_share", "rescore_inner", "rescore_coarse", "rescore_max",
                                                                    "rescore_sum",   "outlier_share", "pin_share"};
 
@@ -185,8 +185,7 @@ inline std::vector<std::pair<std::string, double>> parse_params(std::string_view
     const std::string key(kv.substr(0, eq));
     KVD_EXPECT(std::find(kHierarchicalKeys.begin(), kHierarchicalKeys.end(), key) != kHierarchicalKeys.end() ||
                    std::find(kAnyIndexKeys.begin(), kAnyIndexKeys.end(), key) != kAnyIndexKeys.end(),
-               "configuration '{}': unknown parameter '{}' ({}, {})", whole, key, fmt::join(kHierarchicalKeys, ", "),
-               fmt::join(kAnyIndexKeys, ", "));
+               "configuration '{}': unknown parameter '{}' ({}, {})", whole, key, fmt::join(kHierarchicalKeys, ", "), fmt::join(kAnyIndexKeys, ", "));
     out.emplace_back(key, number_in_config(whole, kv.substr(eq + 1), "the value of " + key));
     if (end == std::string_view::npos) break;
     s.remove_prefix(end + 1);
@@ -260,8 +259,8 @@ struct ReplayContext {
 
 /// What one configuration decoded: the tokens, the logits after each step, the decode time.
 struct Replay {
-  std::vector<int> ids;                     ///< greedy: the generated tokens; forced: the forced ones
-  std::vector<std::vector<float>> logits;   ///< after each decode step (the snapshot's logits not included)
+  std::vector<int> ids;                    ///< greedy: the generated tokens; forced: the forced ones
+  std::vector<std::vector<float>> logits;  ///< after each decode step (the snapshot's logits not included)
   double decode_ms = 0;
   std::int64_t steps = 0;
   double selected_per_stream = 0;  ///< pages the index (with carry and pins) selected per stream and step: the budget used

@@ -68,8 +68,9 @@ inline std::filesystem::path trace_path(const std::string& dir, const TaskSpec& 
 /// is kept only where some configuration scored below dense.
 inline Sample run_sample(const ReplayContext& cx, const Prompter& pr, const TaskSpec& spec, const std::vector<ConfigSpec>& configs,
                          const std::string& trace_dir = {}) {
-  const Task task = make_task(spec, [&](const std::string& u, const std::string& r) { return static_cast<std::int64_t>(pr.ids(u, r).size()); },
-                              [&](const std::string& s) { return static_cast<std::int64_t>(pr.tok.encode(s, false).size()); });
+  const Task task = make_task(
+      spec, [&](const std::string& u, const std::string& r) { return static_cast<std::int64_t>(pr.ids(u, r).size()); },
+      [&](const std::string& s) { return static_cast<std::int64_t>(pr.tok.encode(s, false).size()); });
   const std::vector<int> ids = pr.ids(task.user, task.reply_prefix);
   Sample s;
   s.spec = spec;
@@ -116,8 +117,7 @@ inline Sample run_sample(const ReplayContext& cx, const Prompter& pr, const Task
     a.ids = std::move(r.ids);
     s.by_config.push_back(std::move(a));
   }
-  if (!trace_dir.empty() &&
-      std::none_of(s.by_config.begin(), s.by_config.end(), [&](const Answer& a) { return a.score < s.by_config[0].score; }))
+  if (!trace_dir.empty() && std::none_of(s.by_config.begin(), s.by_config.end(), [&](const Answer& a) { return a.score < s.by_config[0].score; }))
     std::filesystem::remove(trace_path(trace_dir, spec));
   return s;
 }
@@ -127,7 +127,9 @@ inline Sample run_sample(const ReplayContext& cx, const Prompter& pr, const Task
 /// --require-dense-correct, dense answers every sample. Returns the failures, each said on stderr.
 inline int check_sample(const Sample& s, const std::vector<ConfigSpec>& configs, bool require_dense) {
   int failures = 0;
-  const auto where = [&] { return fmt::format("{} {} {} tokens seed {}", task_name(s.spec.kind), haystack_name(s.spec.haystack), s.spec.context, s.spec.seed); };
+  const auto where = [&] {
+    return fmt::format("{} {} {} tokens seed {}", task_name(s.spec.kind), haystack_name(s.spec.haystack), s.spec.context, s.spec.seed);
+  };
   for (std::size_t i = 0; i < configs.size(); ++i) {
     const ConfigSpec& c = configs[i];
     if (c.tiered)

@@ -89,8 +89,10 @@ inline nlohmann::json pooled_where_dense_works(const std::vector<Sample>& sample
   std::size_t cells_kept = 0;
   for (const auto& [key, ss] : by_cell(samples))
     if (cell_of(ss, 0).accuracy.mean > 0.5) kept.insert(kept.end(), ss.begin(), ss.end()), ++cells_kept;
-  fmt::print("\npooled over the {} cells where dense scores above 0.5 ({} samples); '- dense' is the paired difference "
-             "with its 95% interval:\n", cells_kept, kept.size());
+  fmt::print(
+      "\npooled over the {} cells where dense scores above 0.5 ({} samples); '- dense' is the paired difference "
+      "with its 95% interval:\n",
+      cells_kept, kept.size());
   fmt::print("{:<26} {:>18} {:>24} {:>7}\n", "configuration", "accuracy", "- dense [95%]", "agree");
   nlohmann::json out = nlohmann::json::array();
   const auto scores = [&](std::size_t c) {
@@ -104,8 +106,14 @@ inline nlohmann::json pooled_where_dense_works(const std::vector<Sample>& sample
     const Interval d = paired_difference95(scores(c), dense);
     fmt::print("{:<26} {:>18} {:>24} {:>7.3f}\n", configs[c].name(), cell_text(p.accuracy),
                fmt::format("{:+.3f} [{:+.3f},{:+.3f}]", d.mean, d.low, d.high), p.agreement);
-    out.push_back({{"config", configs[c].name()}, {"accuracy", p.accuracy.mean}, {"low", p.accuracy.low}, {"high", p.accuracy.high},
-                   {"n", p.accuracy.n}, {"agreement", p.agreement}, {"minus_dense", d.mean}, {"minus_dense_low", d.low},
+    out.push_back({{"config", configs[c].name()},
+                   {"accuracy", p.accuracy.mean},
+                   {"low", p.accuracy.low},
+                   {"high", p.accuracy.high},
+                   {"n", p.accuracy.n},
+                   {"agreement", p.agreement},
+                   {"minus_dense", d.mean},
+                   {"minus_dense_low", d.low},
                    {"minus_dense_high", d.high}});
   }
   return out;
@@ -123,17 +131,22 @@ inline nlohmann::json print_depth_bands(const std::vector<Sample>& samples, cons
   for (const auto& [h, keys] : by_haystack) {
     fmt::print("\n{} haystack: accuracy pooled over the tasks, per context and needle depth band (N)\n", haystack_name(static_cast<Haystack>(h)));
     fmt::print("{:<26}", "configuration");
-    for (const auto& k : keys)
-      fmt::print(" {:>16}", fmt::format("{} {} ({})", std::get<1>(k), depth_band_name(std::get<2>(k)), bands[k].size()));
+    for (const auto& k : keys) fmt::print(" {:>16}", fmt::format("{} {} ({})", std::get<1>(k), depth_band_name(std::get<2>(k)), bands[k].size()));
     fmt::print("\n");
     for (std::size_t c = 0; c < configs.size(); ++c) {
       fmt::print("{:<26}", configs[c].name());
       for (const auto& k : keys) {
         const Cell x = cell_of(bands[k], c);
         fmt::print(" {:>16.3f}", x.accuracy.mean);
-        out.push_back({{"haystack", haystack_name(static_cast<Haystack>(h))}, {"context", std::get<1>(k)},
-                       {"band", depth_band_name(std::get<2>(k))}, {"config", configs[c].name()}, {"accuracy", x.accuracy.mean},
-                       {"low", x.accuracy.low}, {"high", x.accuracy.high}, {"n", x.accuracy.n}, {"agreement", x.agreement}});
+        out.push_back({{"haystack", haystack_name(static_cast<Haystack>(h))},
+                       {"context", std::get<1>(k)},
+                       {"band", depth_band_name(std::get<2>(k))},
+                       {"config", configs[c].name()},
+                       {"accuracy", x.accuracy.mean},
+                       {"low", x.accuracy.low},
+                       {"high", x.accuracy.high},
+                       {"n", x.accuracy.n},
+                       {"agreement", x.agreement}});
       }
       fmt::print("\n");
     }
@@ -144,13 +157,23 @@ inline nlohmann::json print_depth_bands(const std::vector<Sample>& samples, cons
 inline nlohmann::json samples_json(const std::vector<Sample>& samples, const std::vector<ConfigSpec>& configs) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& s : samples) {
-    nlohmann::json j = {{"task", task_name(s.spec.kind)}, {"haystack", haystack_name(s.spec.haystack)}, {"context", s.spec.context},
-                        {"depth", s.spec.depth}, {"seed", s.spec.seed}, {"prompt_tokens", s.prompt_tokens},
-                        {"document_tokens", s.document_tokens}, {"prefill_ms", s.prefill_ms}, {"answers", s.answers}};
+    nlohmann::json j = {{"task", task_name(s.spec.kind)},
+                        {"haystack", haystack_name(s.spec.haystack)},
+                        {"context", s.spec.context},
+                        {"depth", s.spec.depth},
+                        {"seed", s.spec.seed},
+                        {"prompt_tokens", s.prompt_tokens},
+                        {"document_tokens", s.document_tokens},
+                        {"prefill_ms", s.prefill_ms},
+                        {"answers", s.answers}};
     for (std::size_t c = 0; c < configs.size(); ++c) {
       const Answer& a = s.by_config[c];
-      j["configs"][configs[c].name()] = {{"reply", a.text}, {"ids", a.ids}, {"score", a.score}, {"same_tokens", a.same_tokens},
-                                         {"same_bits", a.same_bits}, {"ms_per_token", a.ms_per_token},
+      j["configs"][configs[c].name()] = {{"reply", a.text},
+                                         {"ids", a.ids},
+                                         {"score", a.score},
+                                         {"same_tokens", a.same_tokens},
+                                         {"same_bits", a.same_bits},
+                                         {"ms_per_token", a.ms_per_token},
                                          {"pages_per_step", a.pages_per_step}};
     }
     out.push_back(std::move(j));
@@ -163,10 +186,17 @@ inline nlohmann::json cells_json(const std::vector<Sample>& samples, const std::
   for (const auto& [key, ss] : by_cell(samples))
     for (std::size_t c = 0; c < configs.size(); ++c) {
       const Cell x = cell_of(ss, c);
-      out.push_back({{"task", task_name(static_cast<TaskKind>(std::get<0>(key)))}, {"haystack", haystack_name(static_cast<Haystack>(std::get<1>(key)))},
-                     {"context", std::get<2>(key)}, {"config", configs[c].name()}, {"accuracy", x.accuracy.mean},
-                     {"low", x.accuracy.low}, {"high", x.accuracy.high}, {"n", x.accuracy.n}, {"agreement", x.agreement},
-                     {"same_tokens", x.same_tokens}, {"ms_per_token", x.ms_per_token},
+      out.push_back({{"task", task_name(static_cast<TaskKind>(std::get<0>(key)))},
+                     {"haystack", haystack_name(static_cast<Haystack>(std::get<1>(key)))},
+                     {"context", std::get<2>(key)},
+                     {"config", configs[c].name()},
+                     {"accuracy", x.accuracy.mean},
+                     {"low", x.accuracy.low},
+                     {"high", x.accuracy.high},
+                     {"n", x.accuracy.n},
+                     {"agreement", x.agreement},
+                     {"same_tokens", x.same_tokens},
+                     {"ms_per_token", x.ms_per_token},
                      {"pages_per_step", x.pages_per_step}});
     }
   return out;

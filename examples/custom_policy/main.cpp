@@ -76,9 +76,10 @@ std::vector<float> decode(const eval::SyntheticPreset& preset, const Options& o,
 /// are bitwise equal.
 bool compare_outputs(const eval::SyntheticPreset& preset, const Options& o) {
   const auto dir = std::filesystem::temp_directory_path();
-  std::printf("1. KvManager<custom::FirstKey, custom::Fifo> over DRAM + SSD: one layer of the synthetic trace `default`, %lld "
-              "tokens, %d steps, 6.25%% budget, W = 3\n",
-              static_cast<long long>(o.context), o.steps);
+  std::printf(
+      "1. KvManager<custom::FirstKey, custom::Fifo> over DRAM + SSD: one layer of the synthetic trace `default`, %lld "
+      "tokens, %d steps, 6.25%% budget, W = 3\n",
+      static_cast<long long>(o.context), o.steps);
   const std::vector<float> fifo = decode<custom::Fifo>(preset, o, (dir / "kvd_custom_fifo.store").string());
   const std::vector<float> lookahead = decode<eviction::Lookahead>(preset, o, (dir / "kvd_custom_lookahead.store").string());
   const bool same = fifo.size() == lookahead.size() && std::memcmp(fifo.data(), lookahead.data(), fifo.size() * sizeof(float)) == 0;
@@ -120,8 +121,8 @@ Selections compare_indices(const eval::SyntheticPreset& preset, const Options& o
   std::printf("2. Indices on %d streams (eval::evaluate_stream), 6.25%% budget:\n", o.streams);
   std::printf("  %-14s %12s %12s %10s %14s %12s\n", "index", "mass recall", "worst head", "out err", "bytes/token", "select us");
   for (const eval::IndexTally& t : total)
-    std::printf("  %-14s %12.3f %12.3f %10.4f %14.2f %12.1f\n", t.name.c_str(), t.mean(t.mass_recall), t.mean(t.mass_recall_min),
-                t.mean(t.out_err), t.bytes_per_token(), t.select_us());
+    std::printf("  %-14s %12.3f %12.3f %10.4f %14.2f %12.1f\n", t.name.c_str(), t.mean(t.mass_recall), t.mean(t.mass_recall_min), t.mean(t.out_err),
+                t.bytes_per_token(), t.select_us());
   return sel;
 }
 

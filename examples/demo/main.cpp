@@ -107,15 +107,18 @@ struct Totals {
 class Demo {
  public:
   explicit Demo(const Options& o)
-      : o_(o), cfg_(demo_config(o)), sparse_(cfg_, {}, {}, {}, {}, backend::Cpu({o.threads})),
-        dense_(cfg_, {}, {}, {}, {}, backend::Cpu({o.threads})), gen_(cfg_.shape, 64, o.seed) {}
+      : o_(o),
+        cfg_(demo_config(o)),
+        sparse_(cfg_, {}, {}, {}, {}, backend::Cpu({o.threads})),
+        dense_(cfg_, {}, {}, {}, {}, backend::Cpu({o.threads})),
+        gen_(cfg_.shape, 64, o.seed) {}
 
   void print_header() const {
     const auto& sh = cfg_.shape;
-    fmt::print("kvd-demo: {} layers x {} query heads / {} KV heads x head_dim {}, {} KV, {}-token pages\n",
-               sh.layers, sh.q_heads, sh.kv_heads, sh.head_dim, dtype_name(cfg_.dtype), cfg_.page_tokens);
-    fmt::print("context {} tokens, budget {:.2f}% of candidate pages (+{} sink, {} local tokens), {} threads\n",
-               o_.context, 100 * o_.budget, cfg_.sink_tokens, cfg_.local_tokens, backend::Cpu({o_.threads}).threads());
+    fmt::print("kvd-demo: {} layers x {} query heads / {} KV heads x head_dim {}, {} KV, {}-token pages\n", sh.layers, sh.q_heads, sh.kv_heads,
+               sh.head_dim, dtype_name(cfg_.dtype), cfg_.page_tokens);
+    fmt::print("context {} tokens, budget {:.2f}% of candidate pages (+{} sink, {} local tokens), {} threads\n", o_.context, 100 * o_.budget,
+               cfg_.sink_tokens, cfg_.local_tokens, backend::Cpu({o_.threads}).threads());
   }
 
   /// The whole context into both managers, layer by layer in chunks.
@@ -132,16 +135,16 @@ class Demo {
         dense_.prefill(d_id_, l, make_view(k_, n, sh.kv_heads, sh.head_dim), make_view(v_, n, sh.kv_heads, sh.head_dim));
       }
     const double prefill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_prefill).count();
-    const double kv_mib = static_cast<double>(o_.context) * sh.layers * sh.kv_heads * static_cast<double>(cfg_.page_bytes()) / cfg_.page_tokens / (1 << 20);
+    const double kv_mib =
+        static_cast<double>(o_.context) * sh.layers * sh.kv_heads * static_cast<double>(cfg_.page_bytes()) / cfg_.page_tokens / (1 << 20);
     fmt::print("prefill: {:.1f} s (generating and storing {:.0f} MiB of KV per manager)\n\n", prefill_s, kv_mib);
   }
 
   /// --steps decode steps, a line of the table each.
   Totals decode() {
-    fmt::print("{:>4}  {:>9} {:>9} {:>9} {:>9}  {:>10} {:>9}  {:>9}  {:>10}\n", "step", "select", "compute",
-               "other", "sparse", "pages/strm", "attended", "dense", "rel. error");
-    fmt::print("{:>4}  {:>9} {:>9} {:>9} {:>9}  {:>10} {:>9}  {:>9}  {:>10}\n", "", "ms", "ms", "ms", "ms", "selected",
-               "tokens", "ms", "vs dense");
+    fmt::print("{:>4}  {:>9} {:>9} {:>9} {:>9}  {:>10} {:>9}  {:>9}  {:>10}\n", "step", "select", "compute", "other", "sparse", "pages/strm",
+               "attended", "dense", "rel. error");
+    fmt::print("{:>4}  {:>9} {:>9} {:>9} {:>9}  {:>10} {:>9}  {:>9}  {:>10}\n", "", "ms", "ms", "ms", "ms", "selected", "tokens", "ms", "vs dense");
     const auto& sh = cfg_.shape;
     out_s_.resize(static_cast<std::size_t>(sh.q_heads) * sh.head_dim);
     out_d_.resize(out_s_.size());
@@ -150,9 +153,8 @@ class Demo {
       Stats ss, ds;
       const double step_error = decode_step(step, ss, ds);
       const double other = ss.time.classify_ms + ss.time.fetch_ms + ss.time.commit_ms;
-      fmt::print("{:>4}  {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f}  {:>10.1f} {:>9.0f}  {:>9.2f}  {:>10.2e}\n", step,
-                 ss.time.select_ms, ss.time.compute_ms, other, ss.time.total_ms(),
-                 static_cast<double>(ss.selected) / static_cast<double>(ss.streams),
+      fmt::print("{:>4}  {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f}  {:>10.1f} {:>9.0f}  {:>9.2f}  {:>10.2e}\n", step, ss.time.select_ms, ss.time.compute_ms,
+                 other, ss.time.total_ms(), static_cast<double>(ss.selected) / static_cast<double>(ss.streams),
                  static_cast<double>(ss.attended_tokens) / static_cast<double>(ss.streams), ds.time.total_ms(), step_error);
       total.sparse += ss;
       total.dense += ds;
@@ -173,13 +175,11 @@ class Demo {
     fmt::print("  tokens attended per stream: {:.0f} sparse vs {:.0f} dense\n",
                static_cast<double>(sparse_total.attended_tokens) / static_cast<double>(sparse_total.streams),
                static_cast<double>(dense_total.attended_tokens) / static_cast<double>(dense_total.streams));
-    fmt::print("  attention compute: {:.2f} ms sparse vs {:.2f} ms dense per step ({:.1f}x less)\n",
-               sparse_total.time.compute_ms / o_.steps, dense_total.time.compute_ms / o_.steps,
-               dense_total.time.compute_ms / std::max(1e-9, sparse_total.time.compute_ms));
+    fmt::print("  attention compute: {:.2f} ms sparse vs {:.2f} ms dense per step ({:.1f}x less)\n", sparse_total.time.compute_ms / o_.steps,
+               dense_total.time.compute_ms / o_.steps, dense_total.time.compute_ms / std::max(1e-9, sparse_total.time.compute_ms));
     fmt::print("  selection (exact oracle, scans every key): {:.2f} ms per step\n", sparse_total.time.select_ms / o_.steps);
     fmt::print("  sparse vs dense relative output error: mean {:.2e}, worst {:.2e}\n", t.sum_error / o_.steps, t.worst_error);
-    fmt::print("  index size: {:.1f} MiB (the oracle keeps every key in float)\n",
-               static_cast<double>(sparse_.index_bytes()) / (1 << 20));
+    fmt::print("  index size: {:.1f} MiB (the oracle keeps every key in float)\n", static_cast<double>(sparse_.index_bytes()) / (1 << 20));
   }
 
  private:

@@ -63,8 +63,7 @@ class KvManager {
   static constexpr bool kDeviceFast = Core::kDeviceFast;
   static constexpr bool kRemote = Core::kRemote;
   static_assert(backend::Backend<Backend>, "KvManager: the backend needs parallel_for(n, fn)");
-  static_assert(std::is_nothrow_move_constructible_v<typename Index::State> &&
-                    std::is_nothrow_move_constructible_v<typename Eviction::State>,
+  static_assert(std::is_nothrow_move_constructible_v<typename Index::State> && std::is_nothrow_move_constructible_v<typename Eviction::State>,
                 "KvManager: the index's and the eviction policy's State must move without throwing (they live in vectors "
                 "that grow); use std::vector rather than std::deque, or give the State a noexcept move constructor");
   static_assert(kDeviceFast == backend::DeviceBackend<Backend>,
@@ -78,17 +77,22 @@ class KvManager {
   using TuneReport = manager::TuneReport;
   using WindowGrowth = manager::WindowGrowth;
 
-  explicit KvManager(Config config, Index index = {}, Eviction eviction = {}, TierList tiers = {}, Pipeline pipeline = {},
-                     Backend backend = {})
+  explicit KvManager(Config config, Index index = {}, Eviction eviction = {}, TierList tiers = {}, Pipeline pipeline = {}, Backend backend = {})
       : core_(std::move(config), std::move(index), std::move(eviction), std::move(tiers), std::move(pipeline), std::move(backend)) {
     Config& cfg = core_.cfg;
     cfg.validate();
     index::check_for_head_dim(core_.index, cfg.shape.head_dim);
     if constexpr (requires { core_.backend.validate(cfg); }) core_.backend.validate(cfg);  // e.g. the CUDA kernels' limits
-    if constexpr (requires { core_.tiers.fast().device(); core_.backend.device(); })
+    if constexpr (requires {
+                    core_.tiers.fast().device();
+                    core_.backend.device();
+                  })
       KVD_EXPECT(core_.tiers.fast().device() == core_.backend.device(), "KvManager: the fast tier is on device {} but the backend on device {}",
                  core_.tiers.fast().device(), core_.backend.device());
-    if constexpr (requires { core_.tiers.fast().device(); core_.index.device; })
+    if constexpr (requires {
+                    core_.tiers.fast().device();
+                    core_.index.device;
+                  })
       KVD_EXPECT(core_.tiers.fast().device() == core_.index.device, "KvManager: the fast tier is on device {} but the index selects on device {}",
                  core_.tiers.fast().device(), core_.index.device);
     store_.register_fast_memory();
@@ -124,8 +128,8 @@ class KvManager {
   void release(SeqId id) {
     auto& s = core_.sequences.find(id);
     for (std::size_t i = 0; i < s.streams.size(); ++i) {
-      const tier::PageKey base{id, static_cast<std::uint32_t>(i / core_.cfg.shape.kv_heads),
-                               static_cast<std::uint32_t>(i % core_.cfg.shape.kv_heads), 0};
+      const tier::PageKey base{id, static_cast<std::uint32_t>(i / core_.cfg.shape.kv_heads), static_cast<std::uint32_t>(i % core_.cfg.shape.kv_heads),
+                               0};
       const PageTable& pages = s.streams[i].pages;
       for (std::size_t p = 0; p < pages.size(); ++p) {
         if (pages[p].slot >= 0) core_.tiers.fast().release(pages[p].slot);
@@ -155,9 +159,7 @@ class KvManager {
   /// from this manager's layout (shape, page size, dtype), so managers that lay pages out
   /// differently never share. The remote tier is never the only copy of a page:
   /// every page is also on this manager's own tiers.
-  void share_prefixes(Remote& remote)
-    requires kRemote
-  {
+  void share_prefixes(Remote& remote) requires kRemote {
     if constexpr (requires { remote.params().model; })
       KVD_EXPECT(remote.params().model.low != 0 || remote.params().model.high != 0,
                  "share_prefixes: the remote tier has no model digest (Params::model): pages of different models would meet");
@@ -181,15 +183,11 @@ class KvManager {
   /// while it reads them. The server's trouble never throws; a local failure while prefilling
   /// the run does, as prefill() does, and may leave some layers holding it: release the sequence.
   template <class OnLayer>
-  PrefixLoad load_prefix(SeqId id, std::int64_t max_tokens, std::int64_t chunk, OnLayer&& on_layer)
-    requires kRemote
-  {
+  PrefixLoad load_prefix(SeqId id, std::int64_t max_tokens, std::int64_t chunk, OnLayer&& on_layer) requires kRemote {
     const auto prefill_chunk = [&](int l, View<const float, 3> k, View<const float, 3> v) { prefill(id, l, k, v); };
     return manager::PrefixLoader<Core>(core_, store_).run(id, max_tokens, chunk, prefill_chunk, on_layer);
   }
-  PrefixLoad load_prefix(SeqId id, std::int64_t max_tokens, std::int64_t chunk)
-    requires kRemote
-  {
+  PrefixLoad load_prefix(SeqId id, std::int64_t max_tokens, std::int64_t chunk) requires kRemote {
     return load_prefix(id, max_tokens, chunk, [](int, View<const float, 3>, View<const float, 3>) {});
   }
 
@@ -228,8 +226,7 @@ class KvManager {
   /// One decode step of one layer for a batch of sequences. q and out are
   /// [batch][q_heads][head_dim]; k and v, the new token's, are [batch][kv_heads][head_dim].
   /// The new token is appended and attended. On error nothing changes (Decision 8).
-  void attend(int layer, std::span<const SeqId> batch, View<const float, 3> q, View<const float, 3> k, View<const float, 3> v,
-              View<float, 3> out) {
+  void attend(int layer, std::span<const SeqId> batch, View<const float, 3> q, View<const float, 3> k, View<const float, 3> v, View<float, 3> out) {
     const manager::StepInputs in = check_step(layer, batch, q, k, v, out);
     manager::Step<Core> step(core_, store_, plans_, in);
     try {
@@ -251,8 +248,8 @@ class KvManager {
   /// turns round by round so that drift in the machine's speed hits them alike, and the size
   /// with the fastest median is set; a split must beat the whole batch by 10%. Call it after
   /// warm-up, with a representative batch. Arguments as attend().
-  TuneReport tune(int layer, std::span<const SeqId> batch, View<const float, 3> q, View<const float, 3> k, View<const float, 3> v,
-                  View<float, 3> out, int repeats = 9) {
+  TuneReport tune(int layer, std::span<const SeqId> batch, View<const float, 3> q, View<const float, 3> k, View<const float, 3> v, View<float, 3> out,
+                  int repeats = 9) {
     KVD_EXPECT(repeats >= 1, "tune: repeats {} must be >= 1", repeats);
     return manager::tune_micro_batch(core_, store_, plans_, check_step(layer, batch, q, k, v, out), repeats);
   }
@@ -269,9 +266,7 @@ class KvManager {
   /// it on the first layer, after its prefill and before warm_up (packing follows the clusters).
   /// Set params.pages_per_cluster by hand instead to skip it. On error nothing changes.
   index::ClusterSizeChoice tune_clusters(SeqId id, int layer, View<const float, 3> q_obs, std::span<const int> sizes = kClusterSizes,
-                                         double tolerance = 0.01)
-    requires index::HasClusterSize<Index>
-  {
+                                         double tolerance = 0.01) requires index::HasClusterSize<Index> {
     return manager::tune_clusters(core_, store_, id, layer, q_obs, sizes, tolerance);
   }
 
@@ -371,8 +366,8 @@ class KvManager {
   }
 
   /// attend()'s and tune()'s inputs, checked.
-  manager::StepInputs check_step(int layer, std::span<const SeqId> batch, View<const float, 3> q, View<const float, 3> k,
-                                 View<const float, 3> v, View<float, 3> out) {
+  manager::StepInputs check_step(int layer, std::span<const SeqId> batch, View<const float, 3> q, View<const float, 3> k, View<const float, 3> v,
+                                 View<float, 3> out) {
     core_.check_layer(layer);
     manager::check_step_inputs(core_.cfg, batch, q, k, v, out, [this](SeqId id) { core_.sequences.usable(id); });
     return manager::StepInputs{layer, batch, q, k, v, out};

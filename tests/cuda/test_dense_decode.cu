@@ -79,12 +79,11 @@ static int check(int streams, int group, int d, int page_tokens, std::mt19937& r
     for (int h = 0; h < group; ++h) {
       if (std::fabs(clse[h] - lse[static_cast<std::size_t>(s) * group + h]) > 1e-4f) ++bad;
       for (int pg = 0; pg < n_pages; ++pg)
-        if (std::fabs(cplse[static_cast<std::size_t>(pg) * group + h] -
-                      plse[(static_cast<std::size_t>(s) * max_pages + pg) * group + h]) > 1e-4f) ++bad;
+        if (std::fabs(cplse[static_cast<std::size_t>(pg) * group + h] - plse[(static_cast<std::size_t>(s) * max_pages + pg) * group + h]) > 1e-4f)
+          ++bad;
     }
   }
-  std::printf("dense_decode %s group %d d %d page %d: %s\n", dtype_name(dtype_of<T>).data(), group, d,
-              page_tokens, bad ? "MISMATCH" : "ok");
+  std::printf("dense_decode %s group %d d %d page %d: %s\n", dtype_name(dtype_of<T>).data(), group, d, page_tokens, bad ? "MISMATCH" : "ok");
   return bad;
 }
 

@@ -30,12 +30,12 @@ namespace kc = kvdrive::cuda;
 namespace {
 
 int failures = 0;
-#define EXPECT(cond)                                                          \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
+#define EXPECT(cond)                                                           \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
       std::fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                             \
-    }                                                                         \
+      ++failures;                                                              \
+    }                                                                          \
   } while (0)
 
 void device_tier_contract() {
@@ -79,7 +79,7 @@ void device_tier_contract() {
 void device_tier_upload_pages() {
   constexpr std::size_t page = 4096, pages = 40;
   std::vector<std::byte> pinned((pages + 1) * page), pageable(pages * page);  // +1: a source that starts mid-page
-  kc::DeviceTier t;  // after the memory it pins: it unregisters that memory when it closes
+  kc::DeviceTier t;                                                           // after the memory it pins: it unregisters that memory when it closes
   t.open({page});
   for (std::size_t i = 0; i < pinned.size(); ++i) pinned[i] = static_cast<std::byte>(i * 13 + 1);
   for (std::size_t i = 0; i < pageable.size(); ++i) pageable[i] = static_cast<std::byte>(i * 5 + 3);
@@ -159,8 +159,8 @@ void manager_against_cpu(const test::TempDir& dir, std::mt19937_64& rng, int tri
   EXPECT(z.bytes_read == y.bytes_read);
   EXPECT(elastic.tiers().fast().used_pages() == serial.tiers().fast().used_pages());
   retried_total += retried;
-  std::printf("trial %d: %zu sequences, %d steps, %s: max |gpu - cpu| %.2e, %llu misses, %d failed steps retried\n", trial, w.prompt.size(),
-              w.steps, dtype_name(w.cfg.dtype).data(), worst, static_cast<unsigned long long>(y.misses), retried);
+  std::printf("trial %d: %zu sequences, %d steps, %s: max |gpu - cpu| %.2e, %llu misses, %d failed steps retried\n", trial, w.prompt.size(), w.steps,
+              dtype_name(w.cfg.dtype).data(), worst, static_cast<unsigned long long>(y.misses), retried);
 }
 
 void gpu_selection(const test::TempDir& dir, std::mt19937_64& rng, int trial) {
@@ -176,11 +176,11 @@ void gpu_selection(const test::TempDir& dir, std::mt19937_64& rng, int trial) {
   };
   const std::string tag = std::to_string(trial);
   KvManager<index::Hierarchical, eviction::Lookahead, GpuSsd, pipeline::Serial, backend::Cuda> host_index(w.cfg, {}, eviction::Lookahead{2},
-                                                                                                         tiers("hh" + tag));
+                                                                                                          tiers("hh" + tag));
   KvManager<kc::DeviceHierarchical, eviction::Lookahead, GpuSsd, pipeline::Serial, backend::Cuda> serial(w.cfg, {}, eviction::Lookahead{2},
-                                                                                                        tiers("hs" + tag));
-  KvManager<kc::DeviceHierarchical, eviction::Lookahead, GpuSsd, pipeline::Elastic, backend::Cuda> elastic(
-      w.cfg, {}, eviction::Lookahead{2}, tiers("he" + tag), pipeline::Elastic({3}));
+                                                                                                         tiers("hs" + tag));
+  KvManager<kc::DeviceHierarchical, eviction::Lookahead, GpuSsd, pipeline::Elastic, backend::Cuda> elastic(w.cfg, {}, eviction::Lookahead{2},
+                                                                                                           tiers("he" + tag), pipeline::Elastic({3}));
   const auto a = test::prefill(host_index, w), b = test::prefill(serial, w), c = test::prefill(elastic, w);
   int close = 0, total = 0;
   for (int s = 0; s < w.steps; ++s)

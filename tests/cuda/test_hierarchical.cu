@@ -108,8 +108,8 @@ static int check(DType dtype, int group, std::mt19937& rng, const ki::Hierarchic
     const bool ordered = std::is_sorted(got.begin(), got.end()) && std::adjacent_find(got.begin(), got.end()) == got.end();
     const bool ok = got.size() == want.size() && ordered && diff.size() <= std::max<std::size_t>(2, want.size() / 50);
     bad += !ok;
-    std::printf("hierarchical %s group %d pair radii %d stream %d: %zu pages, %zu differ from the CPU's: %s\n", kvdrive::dtype_name(dtype).data(), group, params.pair_radii, s,
-                got.size(), diff.size() / 2, ok ? "ok" : "MISMATCH");
+    std::printf("hierarchical %s group %d pair radii %d stream %d: %zu pages, %zu differ from the CPU's: %s\n", kvdrive::dtype_name(dtype).data(),
+                group, params.pair_radii, s, got.size(), diff.size() / 2, ok ? "ok" : "MISMATCH");
   }
   return bad;
 }

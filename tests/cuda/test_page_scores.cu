@@ -37,8 +37,8 @@ static int check(int group, int d, std::int64_t pages, std::mt19937& rng) {
   std::vector<std::uint8_t> pq(static_cast<std::size_t>(pages) * M);
   for (auto& c : pq) c = static_cast<std::uint8_t>(rng() % C);
 
-  cuda::DeviceBuffer<float> dq{std::span<const float>(q)}, dqn{std::span<const float>(q_norms)},
-      dcos{std::span<const float>(cos_table)}, dlut{std::span<const float>(lut)}, dest(static_cast<std::size_t>(group) * pages);
+  cuda::DeviceBuffer<float> dq{std::span<const float>(q)}, dqn{std::span<const float>(q_norms)}, dcos{std::span<const float>(cos_table)},
+      dlut{std::span<const float>(lut)}, dest(static_cast<std::size_t>(group) * pages);
   cuda::DeviceBuffer<T> dlo{std::span<const T>(lo)}, dhi{std::span<const T>(hi)}, dn{std::span<const T>(norms)};
   cuda::DeviceBuffer<std::uint64_t> dc{std::span<const std::uint64_t>(codes)}, dqc{std::span<const std::uint64_t>(q_codes)};
   cuda::DeviceBuffer<std::uint8_t> dpq{std::span<const std::uint8_t>(pq)};
@@ -61,8 +61,8 @@ static int check(int group, int d, std::int64_t pages, std::mt19937& rng) {
   p.C = C;
   p.est = dest.data();
   int bad = 0;
-  for (auto kind : {cuda::PageScoreKind::mean_dot, cuda::PageScoreKind::quest_bound, cuda::PageScoreKind::simhash,
-                    cuda::PageScoreKind::product_quant}) {
+  for (auto kind :
+       {cuda::PageScoreKind::mean_dot, cuda::PageScoreKind::quest_bound, cuda::PageScoreKind::simhash, cuda::PageScoreKind::product_quant}) {
     KVD_CUDA_CHECK(cuda::page_scores(p, kind));
     KVD_CUDA_CHECK(cudaDeviceSynchronize());
     const auto est = dest.download();
@@ -75,8 +75,7 @@ static int check(int group, int d, std::int64_t pages, std::mt19937& rng) {
           case cuda::PageScoreKind::quest_bound: want = index::quest_page_score(q.data() + h * d, lo.data() + at, hi.data() + at, d); break;
           case cuda::PageScoreKind::simhash:
             want = index::simhash_estimate(q_norms[static_cast<std::size_t>(h)], to_float(norms[static_cast<std::size_t>(pg)]),
-                                           index::simhash_hamming(codes.data() + pg * words, q_codes.data() + h * words, words),
-                                           cos_table.data());
+                                           index::simhash_hamming(codes.data() + pg * words, q_codes.data() + h * words, words), cos_table.data());
             break;
           case cuda::PageScoreKind::product_quant:
             want = index::pq_page_score(lut.data() + static_cast<std::size_t>(h) * M * C, pq.data() + pg * M, M, C);
@@ -86,8 +85,8 @@ static int check(int group, int d, std::int64_t pages, std::mt19937& rng) {
         if (std::fabs(got - want) > 1e-4f * (1.0f + std::fabs(want))) ++bad;
       }
   }
-  std::printf("page_scores %s group %d d %d pages %lld: %s\n", dtype_name(dtype_of<T>).data(), group, d,
-              static_cast<long long>(pages), bad ? "MISMATCH" : "ok");
+  std::printf("page_scores %s group %d d %d pages %lld: %s\n", dtype_name(dtype_of<T>).data(), group, d, static_cast<long long>(pages),
+              bad ? "MISMATCH" : "ok");
   return bad;
 }
 

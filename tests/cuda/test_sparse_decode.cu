@@ -59,7 +59,7 @@ static int check(int streams, int group, int d, int page_tokens, std::mt19937& r
       KVD_CUDA_CHECK(cudaMemcpy(const_cast<T*>(pk[i]), k.data() + i * page_elems, page_elems * sizeof(T), cudaMemcpyHostToDevice));
       KVD_CUDA_CHECK(cudaMemcpy(const_cast<T*>(pv[i]), v.data() + i * page_elems, page_elems * sizeof(T), cudaMemcpyHostToDevice));
     }
-    cuda::DeviceBuffer<const T*> dpk{std::span<const T* const>(pk)}, dpv{std::span<const T* const>(pv)};
+    cuda::DeviceBuffer<const T*> dpk{std::span<const T*const>(pk)}, dpv{std::span<const T*const>(pv)};
     cuda::DeviceBuffer<float> dout(q.size()), dlse(static_cast<std::size_t>(streams) * group), dplse(pages * group);
     const int max_splits = static_cast<int>(attention::split_count(40));
     cuda::DeviceBuffer<float> dsplit_out(static_cast<std::size_t>(streams) * max_splits * group * d),
@@ -124,8 +124,7 @@ static int check(int streams, int group, int d, int page_tokens, std::mt19937& r
   };
   for (std::size_t r = 1; r < outs.size(); ++r)  // independent of placement, staging and alignment
     if (!same(outs[0], outs[r]) || !same(lses[0], lses[r]) || !same(page_lses[0], page_lses[r])) ++bad;
-  std::printf("sparse_decode %s group %d d %d page %d: %s\n", dtype_name(dtype_of<T>).data(), group, d, page_tokens,
-              bad ? "MISMATCH" : "ok");
+  std::printf("sparse_decode %s group %d d %d page %d: %s\n", dtype_name(dtype_of<T>).data(), group, d, page_tokens, bad ? "MISMATCH" : "ok");
   return bad;
 }
 

@@ -29,7 +29,8 @@ int main() {
   for (int s = 0; s < streams; ++s) first[static_cast<std::size_t>(s)] = 4 + 1000 * s;
 
   kvdrive::cuda::DeviceBuffer<float> d_est{std::span<const float>(est)};
-  kvdrive::cuda::DeviceBuffer<int> d_cand{std::span<const int>(candidates)}, d_k{std::span<const int>(ks)}, d_count(static_cast<std::size_t>(streams));
+  kvdrive::cuda::DeviceBuffer<int> d_cand{std::span<const int>(candidates)}, d_k{std::span<const int>(ks)},
+      d_count(static_cast<std::size_t>(streams));
   kvdrive::cuda::DeviceBuffer<std::int64_t> d_first{std::span<const std::int64_t>(first)};
   kvdrive::cuda::DeviceBuffer<std::uint32_t> d_out(static_cast<std::size_t>(streams) * max_k);
   kvdrive::cuda::TopKParams p;
@@ -52,8 +53,7 @@ int main() {
     const auto n = static_cast<std::size_t>(candidates[static_cast<std::size_t>(s)]);
     std::vector<float> head_est(static_cast<std::size_t>(group) * n), score(n);
     for (int h = 0; h < group; ++h)
-      for (std::size_t i = 0; i < n; ++i)
-        head_est[static_cast<std::size_t>(h) * n + i] = est[(static_cast<std::size_t>(s) * group + h) * stride + i];
+      for (std::size_t i = 0; i < n; ++i) head_est[static_cast<std::size_t>(h) * n + i] = est[(static_cast<std::size_t>(s) * group + h) * stride + i];
     index::gqa_scores(head_est.data(), group, n, score.data());
     std::vector<std::uint32_t> want;
     index::top_pages(score, first[static_cast<std::size_t>(s)], ks[static_cast<std::size_t>(s)], want);

@@ -49,7 +49,8 @@ int run_cpu(const RunOptions& o, const Model& model, ThreadPool& pool) {
 
 /// The model: a file, the cached SmolLM2 or a synthetic one (with its shape), and a tokenizer.
 void add_model_options(CLI::App& app, RunOptions& o) {
-  app.add_option("--model", o.model, "GGUF file (its tokenizer and chat template included), smollm2 (the cached SmolLM2-135M-Instruct; "
+  app.add_option("--model", o.model,
+                 "GGUF file (its tokenizer and chat template included), smollm2 (the cached SmolLM2-135M-Instruct; "
                  "scripts/get-model), llama2.c checkpoint (.bin), Hugging Face folder (config.json + safetensors), or "
                  "synthetic:NAME[:seed=N] (tiny, small, smollm2-shape, llama3-8b, llama3-8b-layer)");
   app.add_option("--layers", o.shape.layers, "synthetic models: layers")->check(CLI::Range(1, 1024));
@@ -68,16 +69,19 @@ void add_prompt_options(CLI::App& app, RunOptions& o) {
   app.add_flag("--chat", o.chat, "wrap the prompt in the model's chat template (GGUF models: ChatML, Llama-3 or Llama-2) as the user's turn");
   app.add_option("--system", o.system, "--chat: the system turn (default: the template's own, if it has one)");
   app.add_option("--reply-prefix", o.reply_prefix, "--chat: the first words of the assistant's reply, which the model continues");
-  app.add_option("--needle", o.needle_tokens, "a needle-in-a-haystack question (implies --chat): a document of N tokens of the licence "
+  app.add_option("--needle", o.needle_tokens,
+                 "a needle-in-a-haystack question (implies --chat): a document of N tokens of the licence "
                  "texts in /usr/share/common-licenses with one magic number inserted; the summary says whether the reply has it")
       ->check(CLI::Range(std::int64_t{64}, std::int64_t{1} << 24));
   app.add_option("--needle-depth", o.needle_depth, "--needle: where the number goes, as a fraction of the document")->check(CLI::Range(0.0, 1.0));
   app.add_option("--needle-seed", o.needle_seed, "--needle: picks the number");
-  app.add_option("--question", o.question, "--needle: ask this after the document instead of the magic-number question (the reply "
+  app.add_option("--question", o.question,
+                 "--needle: ask this after the document instead of the magic-number question (the reply "
                  "is not checked; with --prefix-store, the document's pages stored by an earlier run are read back)");
   app.add_option("--expect", o.expect, "the reply must contain this text; the summary says whether it does (and --needle sets it)");
   app.add_flag("--ignore-eos", o.ignore_eos, "decode all --steps even past an end-of-generation token");
-  app.add_option("--batch", o.batch, "decode N sequences of different lengths together (one attend per layer for the batch): "
+  app.add_option("--batch", o.batch,
+                 "decode N sequences of different lengths together (one attend per layer for the batch): "
                  "N --needle documents (seeds, depths and lengths vary; each answer is checked) or N --prompt-len prompts")
       ->check(CLI::Range(1, 256));
   app.add_option("--prompt-ids", o.prompt_ids, "prompt as space-separated token ids");
@@ -101,13 +105,16 @@ void add_attention_options(CLI::App& app, RunOptions& o, std::string& weights) {
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 50));
   app.add_option("--host-bytes", o.host_bytes, "tiered: a DRAM tier between the fast tier and the SSD (0: none)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 50));
-  app.add_option("--warm-up", o.warm_up, "tiered: after prefill, rank pages by the last N prompt queries' attention (SnapKV) and "
+  app.add_option("--warm-up", o.warm_up,
+                 "tiered: after prefill, rank pages by the last N prompt queries' attention (SnapKV) and "
                  "place the best in the cache, the next in the host tier (0: no placement)")
       ->check(CLI::Range(0, 1024));
-  app.add_option("--pipeline", o.pipeline, "tiered: serial (one stage after another) or elastic (select, classify and fetch "
+  app.add_option("--pipeline", o.pipeline,
+                 "tiered: serial (one stage after another) or elastic (select, classify and fetch "
                  "overlapped over micro-batches, tuned on the first step)")
       ->check(CLI::IsMember({"serial", "elastic"}));
-  app.add_option("--tune", o.tune, "tiered: on (choose the index's cluster size after prefill, grow the cache windows while the "
+  app.add_option("--tune", o.tune,
+                 "tiered: on (choose the index's cluster size after prefill, grow the cache windows while the "
                  "reads outlast selection over the first steps, and with elastic the micro-batch size) or off")
       ->check(CLI::IsMember({"on", "off"}));
   app.add_option_function<std::string>(
@@ -115,28 +122,35 @@ void add_attention_options(CLI::App& app, RunOptions& o, std::string& weights) {
          "tiered: on (pages of up to half a 4 KiB block packed several to a block: fewer device bytes for pages read together) or off "
          "(a block per page, the layout before packing)")
       ->check(CLI::IsMember({"on", "off"}));
-  app.add_option("--ssd-path", o.ssd_path, "tiered: the SSD store file (recreated each run, never over a file that is not a kvdrive store; PATH.log and PATH.lock beside it)");
+  app.add_option("--ssd-path", o.ssd_path,
+                 "tiered: the SSD store file (recreated each run, never over a file that is not a kvdrive store; PATH.log and PATH.lock beside it)");
   app.add_option("--budget", o.budget, "sparse budget: fraction of candidate pages, in (0, 1]");
-  app.add_option("--carry-share", o.carry.share, "focus carry: the budget's share that pages the last step attended heavily may "
+  app.add_option("--carry-share", o.carry.share,
+                 "focus carry: the budget's share that pages the last step attended heavily may "
                  "take, in [0, 1); 0 turns it off")
       ->check(CLI::Range(0.0, 0.999999));
-  app.add_option("--carry-mass", o.carry.mass, "focus carry: a page that held this much of one head's attention at the last "
+  app.add_option("--carry-mass", o.carry.mass,
+                 "focus carry: a page that held this much of one head's attention at the last "
                  "step stays selected, in (0, 1]")
       ->check(CLI::Range(1e-6, 1.0));
   app.add_option("--index", o.index, "sparse index: hierarchical (KVDrive), quest, mean-key, centroid, simhash, product-quant, oracle, oracle-mass")
       ->check(CLI::IsMember({"hierarchical", "quest", "mean-key", "centroid", "simhash", "product-quant", "oracle", "oracle-mass", "dense"}));
-  app.add_option("--pin-share", o.pins.share, "sparse and tiered: the budget's share that the pages the prompt's last --warm-up "
+  app.add_option("--pin-share", o.pins.share,
+                 "sparse and tiered: the budget's share that the pages the prompt's last --warm-up "
                  "queries attended most may take at every step (observation pins, SnapKV's window); 0 turns it off")
       ->check(CLI::Range(0.0, 0.999999));
-  app.add_option("--rescore-pool", o.rescore_pool, "sparse and tiered: a first look at every page's coded mean and radii proposes this many times the budget (and at "
+  app.add_option("--rescore-pool", o.rescore_pool,
+                 "sparse and tiered: a first look at every page's coded mean and radii proposes this many times the budget (and at "
                  "least half the candidates) and 4-bit copies of the pages' keys, scored token by token, keep the budget's best "
                  "(index::TokenRescore); 0 turns it off; default: 8 for hierarchical, 0 for the others")
       ->check(CLI::Range(0.0, 1e9));
   app.add_option("--threads", o.threads, "CPU threads (0: all)");
-  app.add_option("--weights", weights, "blocks: compute from the GGUF blocks (activations quantized per block, as llama.cpp does); "
+  app.add_option("--weights", weights,
+                 "blocks: compute from the GGUF blocks (activations quantized per block, as llama.cpp does); "
                  "f32: decode every matrix to float first (exact, slower, more memory)")
       ->check(CLI::IsMember({"blocks", "f32"}));
-  app.add_option("--device", o.device, "cpu, or cuda: the KV cache in GPU memory (cuda::DeviceTier, attention by backend::Cuda) "
+  app.add_option("--device", o.device,
+                 "cpu, or cuda: the KV cache in GPU memory (cuda::DeviceTier, attention by backend::Cuda) "
                  "and the projections in cuBLAS; modes dense, sparse and tiered (SSD behind), index hierarchical")
       ->check(CLI::IsMember({"cpu", "cuda"}));
 }
@@ -158,20 +172,24 @@ void add_output_options(CLI::App& app, RunOptions& o) {
 
 /// Sharing the prompt's prefix: through a Redis server, or a local prefix store across runs.
 void add_remote_options(CLI::App& app, RunOptions& o) {
-  app.add_option("--remote", o.remote, "share the prompt's prefix with other engines through a Redis server: "
+  app.add_option("--remote", o.remote,
+                 "share the prompt's prefix with other engines through a Redis server: "
                  "redis://[[user]:password@]host[:port][/db] or unix:///path; prefill reads the pages another engine published "
                  "instead of computing them, and publishes its own (docs/remote.md)");
   app.add_option("--remote-ttl", o.remote_ttl_ms, "--remote: milliseconds the published pages live (0: until the server evicts them)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
-  app.add_option("--remote-secret-file", o.remote_secret_file, "--remote: a file (mode 600) holding the secret every engine of the "
+  app.add_option("--remote-secret-file", o.remote_secret_file,
+                 "--remote: a file (mode 600) holding the secret every engine of the "
                  "deployment shares, at least 16 bytes: pages are stored with an HMAC-SHA-256 under it, in a key space it names, so "
                  "pages written by a client without it are never used");
-  app.add_option("--prefix-store", o.prefix_store, "keep the prompt's pages in this folder across runs (made if missing; one kvd-llama "
+  app.add_option("--prefix-store", o.prefix_store,
+                 "keep the prompt's pages in this folder across runs (made if missing; one kvd-llama "
                  "at a time): prefill reads the longest stored run of the prompt's leading pages instead of computing it (the same "
                  "document asked again with a new question), and stores the rest (docs/remote.md)");
   app.add_option("--prefix-store-bytes", o.prefix_store_bytes, "--prefix-store: bytes it keeps; least recently used pages go first (default 8 GiB)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 50));
-  app.add_option("--shared-prefix", o.shared_prefix, "--remote, --prefix-store: the first N prompt tokens are shared, page by page "
+  app.add_option("--shared-prefix", o.shared_prefix,
+                 "--remote, --prefix-store: the first N prompt tokens are shared, page by page "
                  "(default: the whole prompt)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
 }

@@ -23,10 +23,10 @@
 namespace kvdrive::llama {
 
 struct NeedleTask {
-  std::string prompt;        ///< instruction, document and question: the user's turn
-  std::string question;      ///< the question: the end of prompt
-  std::string reply_prefix;  ///< the start of the assistant's reply
-  std::string answer;        ///< the number the reply must contain
+  std::string prompt;                ///< instruction, document and question: the user's turn
+  std::string question;              ///< the question: the end of prompt
+  std::string reply_prefix;          ///< the start of the assistant's reply
+  std::string answer;                ///< the number the reply must contain
   std::int64_t document_tokens = 0;  ///< tokens of the document (haystack and needle)
   std::int64_t needle_token = 0;     ///< tokens of the document before the needle
   std::vector<std::string> sources;  ///< the files the haystack was taken from
@@ -97,8 +97,8 @@ inline NeedleTask make_needle_task(const NeedleSpec& spec, const std::function<s
     total += c;
   }
   KVD_EXPECT(n > 0, "needle: the first paragraph of {} alone exceeds {} tokens", spec.dir, spec.tokens);
-  KVD_EXPECT(n < paras.size() || total + needle_tokens >= spec.tokens * 9 / 10,
-             "needle: {} holds only {} tokens of text, fewer than the {} asked", spec.dir, total, spec.tokens);
+  KVD_EXPECT(n < paras.size() || total + needle_tokens >= spec.tokens * 9 / 10, "needle: {} holds only {} tokens of text, fewer than the {} asked",
+             spec.dir, total, spec.tokens);
   // The needle goes at the paragraph boundary nearest to depth x total tokens.
   const auto want = static_cast<std::int64_t>(spec.depth * static_cast<double>(total));
   std::size_t at = 0;
@@ -118,8 +118,10 @@ inline NeedleTask make_needle_task(const NeedleSpec& spec, const std::function<s
   t.document_tokens = total + needle_tokens;
   t.needle_token = before;
   t.question = "What is the special magic number mentioned in the provided text?";
-  t.prompt = "Some special magic numbers are hidden within the following text. Make sure to memorize it. I will quiz you about "
-             "the numbers afterwards.\n" + doc + "\n" + t.question;
+  t.prompt =
+      "Some special magic numbers are hidden within the following text. Make sure to memorize it. I will quiz you about "
+      "the numbers afterwards.\n" +
+      doc + "\n" + t.question;
   t.reply_prefix = "The special magic number mentioned in the provided text is";
   return t;
 }

@@ -51,7 +51,8 @@ int run(const RunOptions& o, const Model& model, ThreadPool& pool, Backend backe
   using Manager = KvManager<Index, eviction::Lookahead, TierList, Pipeline, Backend, Remote>;
   PrefixShare<Remote>::check(o);
   PrefixShare<Remote> share;  // outlives kv
-  Manager kv(cfg, index_for<Index>(model.config, rescore_pool_of(o)), eviction::Lookahead{plan.window}, make_tiers<TierList>(o, plan), {}, std::move(backend));
+  Manager kv(cfg, index_for<Index>(model.config, rescore_pool_of(o)), eviction::Lookahead{plan.window}, make_tiers<TierList>(o, plan), {},
+             std::move(backend));
   share.connect(o, model, kv, in.ids);
   Decoder<Manager, Linear> decoder(model, kv, pool, o.prefill_chunk, std::span<const int>(share.shared));
   if constexpr (tiered) set_up_tiered<Index, Pipeline>(o, plan, kv, decoder);

@@ -72,7 +72,8 @@ inline BatchInput batch_input(const RunOptions& o, const Model& model, const std
 
 inline void print_batch_header(const RunOptions& o, const Model& model, const Config& cfg, const BatchInput& in, std::string_view index,
                                unsigned threads) {
-  const auto shortest = std::min_element(in.prompts.begin(), in.prompts.end(), [](const auto& x, const auto& y) { return x.ids.size() < y.ids.size(); });
+  const auto shortest =
+      std::min_element(in.prompts.begin(), in.prompts.end(), [](const auto& x, const auto& y) { return x.ids.size() < y.ids.size(); });
   fmt::print("kvd-llama: {} ({}, weights {}); batch of {} sequences, {} to {} prompt tokens\n", model.source, shape_text(model.config),
              weights_text(model), in.prompts.size(), shortest->ids.size(), in.longest);
   fmt::print("attention: {} ({}) on {}, {} KV, {}-token pages, {} threads\n", o.mode, index, o.device, dtype_name(cfg.dtype), cfg.page_tokens,
@@ -138,7 +139,8 @@ int run_batch(const RunOptions& o, const Model& model, ThreadPool& pool, Backend
   TierPlan plan;
   if constexpr (tiered) plan = plan_tiers(o, cfg, in.longest + o.steps, in.prompts.size());
   using Manager = KvManager<Index, eviction::Lookahead, TierList, Pipeline, Backend>;
-  Manager kv(cfg, index_for<Index>(model.config, rescore_pool_of(o)), eviction::Lookahead{plan.window}, make_tiers<TierList>(o, plan), {}, std::move(backend));
+  Manager kv(cfg, index_for<Index>(model.config, rescore_pool_of(o)), eviction::Lookahead{plan.window}, make_tiers<TierList>(o, plan), {},
+             std::move(backend));
   BatchDecoder<Manager, Linear> batch(model, kv, pool, o.prefill_chunk);
   print_batch_header(o, model, cfg, in, Index::name(), pool.threads());
 
@@ -167,8 +169,7 @@ int run_batch(const RunOptions& o, const Model& model, ThreadPool& pool, Backend
   summary.sequences = batch_sequences(in, out, tokenizer);
   summary.stats = kv.total_stats();
   if constexpr (tiered)
-    summary.reads = tier_reads<TierList>(kv, prefill,
-                                         std::max(1.0, static_cast<double>(summary.steps) * static_cast<double>(in.prompts.size())));
+    summary.reads = tier_reads<TierList>(kv, prefill, std::max(1.0, static_cast<double>(summary.steps) * static_cast<double>(in.prompts.size())));
   print_batch_sequences(summary);
   write_stats_json(o.stats_json, batch_json(summary));
   print_batch_summary(summary);

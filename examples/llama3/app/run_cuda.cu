@@ -20,7 +20,8 @@ int run_on_cuda(const RunOptions& o, const Model& model, ThreadPool& pool) {
   const auto gpu = [&] { return backend::Cuda({0, o.threads}); };
   if (o.mode == "tiered") {
     KVD_EXPECT(o.index == "hierarchical", "--mode tiered is sparse: choose --index hierarchical");
-    if (o.pipeline == "elastic") return run<cuda::DeviceHierarchical, DeviceSsd, pipeline::Elastic, backend::Cuda, CublasLinear>(o, model, pool, gpu());
+    if (o.pipeline == "elastic")
+      return run<cuda::DeviceHierarchical, DeviceSsd, pipeline::Elastic, backend::Cuda, CublasLinear>(o, model, pool, gpu());
     return run<cuda::DeviceHierarchical, DeviceSsd, pipeline::Serial, backend::Cuda, CublasLinear>(o, model, pool, gpu());
   }
   if (o.mode == "dense" || o.index == "dense") return run<index::Dense, Device, pipeline::Serial, backend::Cuda, CublasLinear>(o, model, pool, gpu());

@@ -125,10 +125,8 @@ TierList make_tiers(const RunOptions& o, const TierPlan& p) {
     sp.pack_pages = o.ssd_pack;
     using Fast = typename TierList::template Type<0>;  // HostTier, or cuda::DeviceTier
     Fast fast(typename Fast::Params{p.fast_pages});
-    if constexpr (TierList::kCount == 2)
-      return TierList(std::move(fast), tier::SsdTier(sp));
-    else
-      return TierList(std::move(fast), tier::HostTier(tier::HostTier::Params{p.host_pages, p.host_alignment}), tier::SsdTier(sp));
+    if constexpr (TierList::kCount == 2) return TierList(std::move(fast), tier::SsdTier(sp));
+    else return TierList(std::move(fast), tier::HostTier(tier::HostTier::Params{p.host_pages, p.host_alignment}), tier::SsdTier(sp));
   }
 }
 

@@ -16,18 +16,18 @@ struct RunOptions {
   ShapeOverrides shape;
   std::string tokenizer;
   std::string prompt;
-  std::string prompt_file;          ///< the prompt's text from a file
+  std::string prompt_file;  ///< the prompt's text from a file
   std::string prompt_ids;
-  bool chat = false;                ///< wrap the prompt in the model's chat template
-  std::string system;               ///< --chat: the system turn (default: the template's own, if any)
-  std::string reply_prefix;         ///< --chat: the first words of the reply, which the model continues
-  std::int64_t needle_tokens = 0;   ///< a needle-in-a-haystack task of this many document tokens (needle.hpp)
+  bool chat = false;               ///< wrap the prompt in the model's chat template
+  std::string system;              ///< --chat: the system turn (default: the template's own, if any)
+  std::string reply_prefix;        ///< --chat: the first words of the reply, which the model continues
+  std::int64_t needle_tokens = 0;  ///< a needle-in-a-haystack task of this many document tokens (needle.hpp)
   double needle_depth = 0.5;
   std::uint64_t needle_seed = 1;
-  std::string question;  ///< --needle: asked instead of the magic-number question (the reply is then not checked)
-  std::string expect;               ///< the reply must contain this text (the summary says whether it does)
-  bool ignore_eos = false;          ///< run every --steps even past an end-of-generation token
-  int batch = 1;                    ///< sequences decoded together (run_batch.hpp)
+  std::string question;     ///< --needle: asked instead of the magic-number question (the reply is then not checked)
+  std::string expect;       ///< the reply must contain this text (the summary says whether it does)
+  bool ignore_eos = false;  ///< run every --steps even past an end-of-generation token
+  int batch = 1;            ///< sequences decoded together (run_batch.hpp)
   std::int64_t prompt_len = 0;
   int steps = 32;
   float temperature = 0.0f;
@@ -35,8 +35,8 @@ struct RunOptions {
   std::uint64_t seed = 1;
   std::string mode = "sparse";
   double budget = 0.0625;
-  FocusCarry carry;                 ///< sparse and tiered: pages the last step attended heavily stay selected
-  ObservationPins pins;             ///< sparse and tiered: pages the prompt's last --warm-up queries attended most stay selected
+  FocusCarry carry;      ///< sparse and tiered: pages the last step attended heavily stay selected
+  ObservationPins pins;  ///< sparse and tiered: pages the prompt's last --warm-up queries attended most stay selected
   std::string index = "hierarchical";
   /// > 0: the index wrapped by token-level rescoring of pool x budget pages (index::TokenRescore);
   /// 0: off; below 0 (the default): index::TokenRescoreParams' pool for hierarchical, off for the others.
@@ -50,20 +50,20 @@ struct RunOptions {
   int page_tokens = 8, sink_tokens = 4, local_tokens = 64, prefill_chunk = 256;
   // tiered mode
   std::int64_t fast_bytes = 64ll << 20, host_bytes = 0;
-  int warm_up = 32;  ///< tiered: observation queries for placement after prefill; sparse and tiered: for the pins
+  int warm_up = 32;                 ///< tiered: observation queries for placement after prefill; sparse and tiered: for the pins
   std::string pipeline = "serial";  ///< tiered: serial or elastic
   std::string tune = "on";          ///< tiered: tune cluster size, cache windows and micro-batch
   std::string ssd_path = "kvd-llama.store";
-  bool ssd_pack = true;             ///< tiered: pages of up to 2 KiB packed several to a 4 KiB block of the store
-  std::string device = "cpu";       ///< cpu, or cuda (run_cuda.cu)
+  bool ssd_pack = true;        ///< tiered: pages of up to 2 KiB packed several to a 4 KiB block of the store
+  std::string device = "cpu";  ///< cpu, or cuda (run_cuda.cu)
   // sharing the prompt's prefix: through a Redis server (tier::RedisTier), or a local folder kept
   // across runs (tier::PrefixStore)
-  std::string remote;               ///< redis://... or unix://...; empty: no sharing
-  std::int64_t remote_ttl_ms = 0;   ///< expiry of the pages it stores (0: none)
-  std::string remote_secret_file;   ///< the deployment's shared secret (keyed values); empty: none
-  std::string prefix_store;         ///< a folder; empty: none
+  std::string remote;                                       ///< redis://... or unix://...; empty: no sharing
+  std::int64_t remote_ttl_ms = 0;                           ///< expiry of the pages it stores (0: none)
+  std::string remote_secret_file;                           ///< the deployment's shared secret (keyed values); empty: none
+  std::string prefix_store;                                 ///< a folder; empty: none
   std::int64_t prefix_store_bytes = std::int64_t{8} << 30;  ///< its capacity (least recently used pages go first)
-  std::int64_t shared_prefix = -1;  ///< prompt tokens that form the shared prefix (-1: the whole prompt)
+  std::int64_t shared_prefix = -1;                          ///< prompt tokens that form the shared prefix (-1: the whole prompt)
 };
 
 /// kvd-llama's exit status when the reply lacks the --expect (or --needle) answer.

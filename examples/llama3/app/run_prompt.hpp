@@ -71,12 +71,13 @@ inline PromptText prompt_text(const RunOptions& o, const Model& m, const Tokeniz
   if (!o.prompt_file.empty()) {
     p.text = read_text_file(o.prompt_file);
     KVD_EXPECT(!p.text.empty(), "--prompt-file {}: the file is empty", o.prompt_file);
-  }
-  else p.text = o.prompt;
+  } else p.text = o.prompt;
   KVD_EXPECT(o.expect.empty() || tok != nullptr, "--expect checks the reply's text: it needs a tokenizer");
   if (o.needle_tokens > 0) {
-    KVD_EXPECT(m.vocab != nullptr && !m.vocab->chat_template.empty(), "--needle asks its question in the model's chat template: {} has "
-               "none (a GGUF model with tokenizer.chat_template)", m.source);
+    KVD_EXPECT(m.vocab != nullptr && !m.vocab->chat_template.empty(),
+               "--needle asks its question in the model's chat template: {} has "
+               "none (a GGUF model with tokenizer.chat_template)",
+               m.source);
     KVD_EXPECT(tok != nullptr, "--needle needs a tokenizer (a GGUF model carries one)");
     const NeedleTask t = make_needle_task({o.needle_tokens, o.needle_depth, o.needle_seed},
                                           [&](const std::string& s) { return static_cast<std::int64_t>(tok->encode(s, false).size()); });
@@ -88,8 +89,8 @@ inline PromptText prompt_text(const RunOptions& o, const Model& m, const Tokeniz
       p.text = t.prompt.substr(0, t.prompt.size() - t.question.size()) + o.question;
     }
     chat = true;
-    p.what = fmt::format("needle: a {}-token document from {} ({} files), the number {} after its first {} tokens (depth {:.2f})",
-                         t.document_tokens, NeedleSpec{}.dir, t.sources.size(), t.answer, t.needle_token,
+    p.what = fmt::format("needle: a {}-token document from {} ({} files), the number {} after its first {} tokens (depth {:.2f})", t.document_tokens,
+                         NeedleSpec{}.dir, t.sources.size(), t.answer, t.needle_token,
                          static_cast<double>(t.needle_token) / static_cast<double>(std::max<std::int64_t>(1, t.document_tokens)));
   }
   KVD_EXPECT(!chat || !p.text.empty(), "--chat needs a prompt (--prompt, --prompt-file or --needle)");
@@ -119,14 +120,14 @@ inline bool reply_has(const std::string& reply, const std::string& expect) {
 }
 
 /// The prompt's ids: text (with a tokenizer), ids, a seeded synthetic prompt, or BOS alone.
-inline std::vector<int> make_prompt(const RunOptions& o, const LlamaConfig& c, const std::optional<Tokenizer>& tokenizer,
-                                    const PromptText& text) {
+inline std::vector<int> make_prompt(const RunOptions& o, const LlamaConfig& c, const std::optional<Tokenizer>& tokenizer, const PromptText& text) {
   KVD_EXPECT(text.text.empty() || tokenizer, "a text prompt needs a tokenizer (--tokenizer, or a GGUF model), or give --prompt-ids");
   KVD_EXPECT(text.text.empty() || o.prompt_ids.empty(), "--prompt-ids excludes a text prompt");
-  KVD_EXPECT(o.prompt_len == 0 || text.text.empty(), "--prompt-len pads an id prompt with random tokens; it excludes a text, chat or "
+  KVD_EXPECT(o.prompt_len == 0 || text.text.empty(),
+             "--prompt-len pads an id prompt with random tokens; it excludes a text, chat or "
              "needle prompt");
-  std::vector<int> prompt = tokenizer && !text.text.empty() ? tokenizer->encode(text.text, tokenizer->adds_bos(text.text), text.special)
-                                                            : parse_ids(o.prompt_ids, c.vocab);
+  std::vector<int> prompt =
+      tokenizer && !text.text.empty() ? tokenizer->encode(text.text, tokenizer->adds_bos(text.text), text.special) : parse_ids(o.prompt_ids, c.vocab);
   if (o.prompt_len > 0) {
     std::mt19937_64 rng(o.seed);
     std::uniform_int_distribution<int> tok(std::min(3, c.vocab - 1), c.vocab - 1);

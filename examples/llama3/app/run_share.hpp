@@ -92,8 +92,9 @@ struct PrefixShare {
     if constexpr (kBuiltIn) {
       if (!on) return std::nullopt;
       const tier::RemoteStats rs = remote.remote_stats();
-      return RemoteSummary{remote.describe(), static_cast<std::int64_t>(shared.size()), rs.hits, rs.missing, rs.corrupt, rs.errors + rs.lookup_errors,
-                           rs.written, rs.write_errors + rs.over_budget + rs.dropped};
+      return RemoteSummary{
+          remote.describe(), static_cast<std::int64_t>(shared.size()),     rs.hits, rs.missing, rs.corrupt, rs.errors + rs.lookup_errors,
+          rs.written,        rs.write_errors + rs.over_budget + rs.dropped};
     } else {
       return std::nullopt;
     }

@@ -69,11 +69,9 @@ void print_run_header(const RunOptions& o, const Model& model, const Config& cfg
   fmt::print("kvd-llama: {} ({}, vocab {}, {:.1f}M parameters, weights {})\n", model.source, shape_text(c), c.vocab,
              static_cast<double>(model.parameters()) / 1e6, weights_text(model));
   if (!in.text.what.empty()) fmt::print("{}\n", in.text.what);
-  const std::string cold =
-      cfg.cold_codec.coded()
-          ? fmt::format(", cold pages {} ({} of {} bytes)", cfg.cold_codec.name(),
-                        cfg.stored_page_bytes(), cfg.page_bytes())
-          : std::string();
+  const std::string cold = cfg.cold_codec.coded()
+                               ? fmt::format(", cold pages {} ({} of {} bytes)", cfg.cold_codec.name(), cfg.stored_page_bytes(), cfg.page_bytes())
+                               : std::string();
   fmt::print("attention: {} ({}) on {}, {} KV, {}-token pages{}, sink {}, local {}, {} threads; projections: {}; prompt {} tokens, {} steps\n",
              o.mode, Index::name(), o.device, dtype_name(cfg.dtype), cfg.page_tokens, cold, cfg.sink_tokens, cfg.local_tokens, threads,
              Linear::name(), in.ids.size(), o.steps);

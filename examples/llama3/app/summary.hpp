@@ -67,12 +67,12 @@ inline nlohmann::json reads_json(const std::vector<TierReads>& reads) {
 
 /// The tiered run's autotuning: the cluster size, the cache windows and the micro-batch.
 struct TuningSummary {
-  bool enabled = false;              ///< --tune on
+  bool enabled = false;  ///< --tune on
   index::ClusterSizeChoice clusters;
-  std::vector<int> windows;          ///< W of every (layer, KV head), layer by layer
-  int grown = 0;                     ///< times a layer's windows grew (counted with --tune on)
-  int planned_window = 0;            ///< W before growing (TierPlan)
-  std::size_t micro_batch = 0;       ///< what the pipeline's tuning chose (0: none)
+  std::vector<int> windows;     ///< W of every (layer, KV head), layer by layer
+  int grown = 0;                ///< times a layer's windows grew (counted with --tune on)
+  int planned_window = 0;       ///< W before growing (TierPlan)
+  std::size_t micro_batch = 0;  ///< what the pipeline's tuning chose (0: none)
 };
 
 /// A pipeline that overlaps its stages (not Serial): its micro-batch size.
@@ -84,14 +84,14 @@ struct PipelineSummary {
 /// The tiered run's tiers and what placement after prefill did.
 struct TierSummary {
   double fast_mib = 0;
-  int window = 0;                    ///< the lookahead cache window W planned
-  std::optional<double> host_mib;    ///< with a DRAM tier between the fast tier and the SSD
-  std::size_t host_pages = 0;        ///< pages the DRAM tier holds
+  int window = 0;                  ///< the lookahead cache window W planned
+  std::optional<double> host_mib;  ///< with a DRAM tier between the fast tier and the SSD
+  std::size_t host_pages = 0;      ///< pages the DRAM tier holds
   std::string ssd_path, ssd_io;
   bool direct_io = false;
   std::size_t ssd_pages = 0;
-  std::vector<TierReads> reads;      ///< per slower tier, per decoded token
-  int warm_up = 0;                   ///< --warm-up: observation queries (0: no placement)
+  std::vector<TierReads> reads;  ///< per slower tier, per decoded token
+  int warm_up = 0;               ///< --warm-up: observation queries (0: no placement)
 };
 
 /// --remote: the prompt's shared prefix through the remote tier.
@@ -107,7 +107,7 @@ struct RunSummary {
   double budget = 0;
   unsigned threads = 0;
   DecoderTimes times;
-  Stats stats;                                ///< the manager's totals
+  Stats stats;  ///< the manager's totals
   std::size_t index_bytes = 0;
   std::optional<TuningSummary> tuning;        ///< tiered runs
   std::optional<PipelineSummary> overlapped;  ///< pipelines other than serial
@@ -128,7 +128,7 @@ struct BatchSummary {
   std::string model, mode, index;
   std::int64_t prompt_tokens = 0;
   double prefill_ms = 0;
-  std::int64_t steps = 0;        ///< batch steps
+  std::int64_t steps = 0;  ///< batch steps
   double step_ms = 0, linear_ms = 0;
   std::int64_t live_tokens = 0;  ///< decoded tokens of sequences not yet ended
   std::vector<BatchSequence> sequences;
@@ -155,20 +155,17 @@ inline void write_stats_json(const std::string& path, const nlohmann::json& j) {
 inline void print_tier_reads(const std::vector<TierReads>& reads) {
   std::string per_tier;
   for (std::size_t i = 0; i < reads.size(); ++i)
-    per_tier += fmt::format("{}{} {:.1f} KiB{}", i > 0 ? ", " : "", reads[i].tier, reads[i].kib,
-                            reads[i].device_kib ? fmt::format(" ({:.1f} KiB from the device in {:.0f} reads)", *reads[i].device_kib,
-                                                              reads[i].device_reads.value_or(0))
-                                                : std::string());
+    per_tier += fmt::format(
+        "{}{} {:.1f} KiB{}", i > 0 ? ", " : "", reads[i].tier, reads[i].kib,
+        reads[i].device_kib ? fmt::format(" ({:.1f} KiB from the device in {:.0f} reads)", *reads[i].device_kib, reads[i].device_reads.value_or(0))
+                            : std::string());
   fmt::print("  bytes read per decoded token (misses, every layer, as stored: coded with --cold-codec): {}\n", per_tier);
 }
 
 // --- a one-sequence run ---
 
 inline nlohmann::json tuning_json(const TuningSummary& tu) {
-  return {{"enabled", tu.enabled},
-          {"pages_per_cluster", tu.clusters.pages_per_cluster},
-          {"windows", tu.windows},
-          {"micro_batch", tu.micro_batch}};
+  return {{"enabled", tu.enabled}, {"pages_per_cluster", tu.clusters.pages_per_cluster}, {"windows", tu.windows}, {"micro_batch", tu.micro_batch}};
 }
 
 inline nlohmann::json remote_json(const RemoteSummary& rs, const DecoderTimes& t) {
@@ -242,10 +239,10 @@ inline void print_run_times(const RunSummary& r) {
   fmt::print("  prefill: {} tokens in {:.1f} s = {:.1f} tokens/s (causal attention {:.1f} s)\n", t.prefill_tokens, t.prefill_ms / 1000,
              per_s(t.prefill_tokens, t.prefill_ms), t.prefill_attention_ms / 1000);
   fmt::print("  decode:  {} tokens in {:.2f} s = {:.2f} tokens/s\n", t.decode_tokens, t.decode_ms / 1000, per_s(t.decode_tokens, t.decode_ms));
-  fmt::print("  decode attention per layer step: select {:.3f} ms, classify {:.3f}, fetch {:.3f}, compute {:.3f}, commit {:.3f}; "
-             "{:.3f} ms wall ({})\n",
-             st.select_ms / steps, st.classify_ms / steps, st.fetch_ms / steps, st.compute_ms / steps, st.commit_ms / steps,
-             st.wall_ms / steps, r.pipeline);
+  fmt::print(
+      "  decode attention per layer step: select {:.3f} ms, classify {:.3f}, fetch {:.3f}, compute {:.3f}, commit {:.3f}; "
+      "{:.3f} ms wall ({})\n",
+      st.select_ms / steps, st.classify_ms / steps, st.fetch_ms / steps, st.compute_ms / steps, st.commit_ms / steps, st.wall_ms / steps, r.pipeline);
 }
 
 /// --tune on: the cluster size chosen, how the cache windows grew, the micro-batch.
@@ -253,31 +250,33 @@ inline void print_tuning(const TuningSummary& tu, bool overlapped) {
   std::string clusters = "not tuned (no warm-up queries, or an index without clusters)";
   if (!tu.clusters.cases.empty()) {
     clusters = fmt::format("{} pages per cluster, of", tu.clusters.pages_per_cluster);
-    for (const auto& c : tu.clusters.cases) clusters += fmt::format(" {} ({:.1f} us, recall {:.3f})", c.pages_per_cluster, c.select_us, c.mass_recall);
+    for (const auto& c : tu.clusters.cases)
+      clusters += fmt::format(" {} ({:.1f} us, recall {:.3f})", c.pages_per_cluster, c.select_us, c.mass_recall);
   }
   int w_min = 1 << 30, w_max = 0;
   for (int w : tu.windows) {
     w_min = std::min(w_min, w);
     w_max = std::max(w_max, w);
   }
-  fmt::print("  tuning: cluster size {}; cache windows grew {} times over the first {} steps, W now {}..{} (from {}){}\n", clusters,
-             tu.grown, kGrowSteps, w_min, w_max, tu.planned_window,
-             overlapped ? fmt::format("; micro-batch {} streams", tu.micro_batch) : std::string());
+  fmt::print("  tuning: cluster size {}; cache windows grew {} times over the first {} steps, W now {}..{} (from {}){}\n", clusters, tu.grown,
+             kGrowSteps, w_min, w_max, tu.planned_window, overlapped ? fmt::format("; micro-batch {} streams", tu.micro_batch) : std::string());
 }
 
 inline void print_pipeline(const PipelineSummary& p, const Stats& s) {
   const double steps = static_cast<double>(std::max<std::uint64_t>(1, s.steps));
-  fmt::print("  pipeline: micro-batches of {} streams{}; select, classify and fetch overlap for {:.3f} ms per layer step; "
-             "bubbles select {:.2f}, classify {:.2f}, fetch {:.2f}; classify waited {:.3f} ms, fetch {:.3f}\n",
-             p.micro_batch, p.tuned ? " (tuned)" : "", s.time.overlap_ms / steps, s.time.select_bubble(), s.time.classify_bubble(),
-             s.time.fetch_bubble(), s.time.classify_wait_ms / steps, s.time.fetch_wait_ms / steps);
+  fmt::print(
+      "  pipeline: micro-batches of {} streams{}; select, classify and fetch overlap for {:.3f} ms per layer step; "
+      "bubbles select {:.2f}, classify {:.2f}, fetch {:.2f}; classify waited {:.3f} ms, fetch {:.3f}\n",
+      p.micro_batch, p.tuned ? " (tuned)" : "", s.time.overlap_ms / steps, s.time.select_bubble(), s.time.classify_bubble(), s.time.fetch_bubble(),
+      s.time.classify_wait_ms / steps, s.time.fetch_wait_ms / steps);
 }
 
 inline void print_remote(const RemoteSummary& rs, const DecoderTimes& t) {
-  fmt::print("  prefix shared through {}: {} of the {}-token shared prefix read instead of computed ({:.1f} s); pages: {} read, {} missing, "
-             "{} corrupt, {} errors; {} published ({} not)\n",
-             rs.url, t.prefix_loaded_tokens, rs.shared_prefix_tokens, t.prefix_load_ms / 1000, rs.page_hits, rs.page_missing,
-             rs.page_corrupt, rs.errors, rs.pages_published, rs.publish_failed);
+  fmt::print(
+      "  prefix shared through {}: {} of the {}-token shared prefix read instead of computed ({:.1f} s); pages: {} read, {} missing, "
+      "{} corrupt, {} errors; {} published ({} not)\n",
+      rs.url, t.prefix_loaded_tokens, rs.shared_prefix_tokens, t.prefix_load_ms / 1000, rs.page_hits, rs.page_missing, rs.page_corrupt, rs.errors,
+      rs.pages_published, rs.publish_failed);
 }
 
 /// The pages attended per stream and step, and the fast tier's cache.
@@ -285,22 +284,21 @@ inline void print_selection(const RunSummary& r) {
   const Stats& s = r.stats;
   if (s.streams > 0)
     fmt::print("  pages selected per stream and step: {:.1f} of {:.1f} candidates; tokens attended {:.0f}\n",
-               static_cast<double>(s.selected) / static_cast<double>(s.streams),
-               static_cast<double>(s.candidates) / static_cast<double>(s.streams),
+               static_cast<double>(s.selected) / static_cast<double>(s.streams), static_cast<double>(s.candidates) / static_cast<double>(s.streams),
                static_cast<double>(s.attended_tokens) / static_cast<double>(s.streams));
-  fmt::print("  fast-tier cache: hit rate {:.1f}% ({} hits, {} misses, {} evictions); index {:.1f} MiB\n", 100 * s.hit_rate(), s.hits,
-             s.misses, s.evictions, static_cast<double>(r.index_bytes) / (1 << 20));
+  fmt::print("  fast-tier cache: hit rate {:.1f}% ({} hits, {} misses, {} evictions); index {:.1f} MiB\n", 100 * s.hit_rate(), s.hits, s.misses,
+             s.evictions, static_cast<double>(r.index_bytes) / (1 << 20));
 }
 
 /// Tiered runs: the tiers, the bytes the slower ones served, placement after prefill.
 inline void print_tiers(const TierSummary& ts, const DecoderTimes& t, const Stats& s) {
   fmt::print("  tiers: fast {:.1f} MiB (lookahead W = {}), {}ssd {} ({}, {}, {} pages stored)\n", ts.fast_mib, ts.window,
-             ts.host_mib ? fmt::format("host {:.1f} MiB ({} pages stored), ", *ts.host_mib, ts.host_pages) : std::string(), ts.ssd_path,
-             ts.ssd_io, ts.direct_io ? "O_DIRECT" : "buffered", ts.ssd_pages);
+             ts.host_mib ? fmt::format("host {:.1f} MiB ({} pages stored), ", *ts.host_mib, ts.host_pages) : std::string(), ts.ssd_path, ts.ssd_io,
+             ts.direct_io ? "O_DIRECT" : "buffered", ts.ssd_pages);
   print_tier_reads(ts.reads);
   if (ts.warm_up > 0)
-    fmt::print("  placement after prefill ({} observation queries, {:.1f} s): {} pages warmed into the cache{}\n", ts.warm_up,
-               t.warm_up_ms / 1000, s.warmed, ts.host_mib ? fmt::format(", {} copied to host", s.placed) : std::string());
+    fmt::print("  placement after prefill ({} observation queries, {:.1f} s): {} pages warmed into the cache{}\n", ts.warm_up, t.warm_up_ms / 1000,
+               s.warmed, ts.host_mib ? fmt::format(", {} copied to host", s.placed) : std::string());
 }
 
 /// The text summary: the generated ids, then each measure on its line.
@@ -318,8 +316,7 @@ inline void print_run_summary(const RunSummary& r) {
   if (r.remote) print_remote(*r.remote, r.times);
   print_selection(r);
   if (r.tiers) print_tiers(*r.tiers, r.times, r.stats);
-  if (!r.reply.expected.empty())
-    fmt::print("  answer: {} (expected {} in the reply)\n", r.reply.correct ? "correct" : "WRONG", r.reply.expected);
+  if (!r.reply.expected.empty()) fmt::print("  answer: {} (expected {} in the reply)\n", r.reply.correct ? "correct" : "WRONG", r.reply.expected);
 }
 
 // --- a --batch run ---
@@ -380,10 +377,11 @@ inline void print_batch_summary(const BatchSummary& b) {
   fmt::print("\nsummary\n");
   fmt::print("  prefill: {} tokens of {} sequences in {:.1f} s = {:.1f} tokens/s\n", b.prompt_tokens, n, b.prefill_ms / 1000,
              per_s(b.prompt_tokens, b.prefill_ms));
-  fmt::print("  decode:  {} batch steps of {} sequences ({} tokens of sequences not ended) in {:.2f} s = {:.2f} tokens/s ({:.1f} ms a step; "
-             "projections {:.2f} s)\n",
-             b.steps, n, b.live_tokens, b.step_ms / 1000, per_s(b.live_tokens, b.step_ms),
-             b.steps > 0 ? b.step_ms / static_cast<double>(b.steps) : 0.0, b.linear_ms / 1000);
+  fmt::print(
+      "  decode:  {} batch steps of {} sequences ({} tokens of sequences not ended) in {:.2f} s = {:.2f} tokens/s ({:.1f} ms a step; "
+      "projections {:.2f} s)\n",
+      b.steps, n, b.live_tokens, b.step_ms / 1000, per_s(b.live_tokens, b.step_ms), b.steps > 0 ? b.step_ms / static_cast<double>(b.steps) : 0.0,
+      b.linear_ms / 1000);
   fmt::print("  fast-tier cache: hit rate {:.1f}% ({} hits, {} misses)\n", 100 * st.hit_rate(), st.hits, st.misses);
   if (b.reads) print_tier_reads(*b.reads);
   const AnswerCount a = count_answers(b);

@@ -49,9 +49,8 @@ class BatchDecoder {
     ids_.resize(b);
     for (std::size_t i = 0; i < b; ++i) ids_[i] = seqs_[i]->sequence();
     fwd_.embed(tokens);
-    fwd_.layers([&](std::size_t i) { return seqs_[i]->position(); }, [&](int l) {
-      kv_.attend(l, ids_, fwd_.q_view(), fwd_.k_view(), fwd_.v_view(), fwd_.att_view());
-    });
+    fwd_.layers([&](std::size_t i) { return seqs_[i]->position(); },
+                [&](int l) { kv_.attend(l, ids_, fwd_.q_view(), fwd_.k_view(), fwd_.v_view(), fwd_.att_view()); });
     logits_.resize(b);
     for (std::size_t i = 0; i < b; ++i) {
       logits_[i].resize(static_cast<std::size_t>(m_.config.vocab));

@@ -48,11 +48,11 @@ namespace kvdrive::llama {
 /// Wall time spent in each part of the forward pass, in milliseconds.
 struct DecoderTimes {
   double prefill_ms = 0, decode_ms = 0;
-  double prefill_attention_ms = 0;  ///< causal attention inside prefill
-  double warm_up_ms = 0;            ///< KvManager::warm_up after prefill (part of prefill_ms)
-  double prefix_load_ms = 0;        ///< KvManager::load_prefix: the shared prefix read from the remote tier (part of prefill_ms)
+  double prefill_attention_ms = 0;        ///< causal attention inside prefill
+  double warm_up_ms = 0;                  ///< KvManager::warm_up after prefill (part of prefill_ms)
+  double prefix_load_ms = 0;              ///< KvManager::load_prefix: the shared prefix read from the remote tier (part of prefill_ms)
   std::int64_t prefix_loaded_tokens = 0;  ///< prompt tokens read from the remote tier instead of computed
-  double linear_ms = 0;             ///< projections, FFN and logits
+  double linear_ms = 0;                   ///< projections, FFN and logits
   std::int64_t prefill_tokens = 0, decode_tokens = 0;
 };
 
@@ -63,8 +63,7 @@ class Decoder {
  public:
   /// prefill_chunk: tokens per prefill chunk.
   /// digest: identifies the prompt's prefix for a remote tier (KvManager::add_sequence).
-  Decoder(const Model& model, Manager& kv, ThreadPool& pool, int prefill_chunk = 256,
-          std::optional<PrefixDigest> digest = std::nullopt)
+  Decoder(const Model& model, Manager& kv, ThreadPool& pool, int prefill_chunk = 256, std::optional<PrefixDigest> digest = std::nullopt)
       : Decoder(AddWith{}, model, kv, pool, prefill_chunk, [&] { return kv.add_sequence(digest); }) {}
   /// shared_tokens: the prompt's leading token ids that remote tiers share page by page (a
   /// prompt that begins with the same pages reads them back, whatever follows).
@@ -90,7 +89,6 @@ class Decoder {
   }
 
  public:
-
   /// For benchmarks of long contexts that a CPU cannot prefill: the caller has stored `tokens`
   /// tokens of K/V for every layer straight into the manager (KvManager::prefill on sequence()),
   /// and decoding continues from there.
@@ -174,8 +172,7 @@ class Decoder {
 
   /// Runs the prompt (at least one token) and returns the logits after its last token.
   /// progress(done, total) is called after each chunk.
-  const std::vector<float>& prefill(std::span<const int> tokens,
-                                    const std::function<void(std::int64_t, std::int64_t)>& progress = {}) {
+  const std::vector<float>& prefill(std::span<const int> tokens, const std::function<void(std::int64_t, std::int64_t)>& progress = {}) {
     KVD_EXPECT(!tokens.empty(), "prefill: empty prompt");
     KVD_EXPECT(pos_ == 0, "prefill: the decoder has already run {} tokens", pos_);
     check_tokens(tokens);
@@ -209,11 +206,12 @@ class Decoder {
     const auto t0 = Clock::now();
     fwd_.embed(tokens);
     const SeqId batch[] = {seq_};
-    fwd_.layers([&](std::size_t) { return pos_; }, [&](int l) {
-      if (trace_) trace_->write(l, pos_, fwd_.q(0), fwd_.k(0), fwd_.v(0));
-      if (tune_ && l == 0) calibrate_pipeline(l, batch);
-      kv_.attend(l, batch, fwd_.q_view(), fwd_.k_view(), fwd_.v_view(), fwd_.att_view());
-    });
+    fwd_.layers([&](std::size_t) { return pos_; },
+                [&](int l) {
+                  if (trace_) trace_->write(l, pos_, fwd_.q(0), fwd_.k(0), fwd_.v(0));
+                  if (tune_ && l == 0) calibrate_pipeline(l, batch);
+                  kv_.attend(l, batch, fwd_.q_view(), fwd_.k_view(), fwd_.v_view(), fwd_.att_view());
+                });
     fwd_.logits(0, logits_.data());
     ++pos_;
     ++times_.decode_tokens;
@@ -238,15 +236,14 @@ class Decoder {
         for (int l = 1; l < c_.layers; ++l) kv_.reindex(seq_, l);
       }
     }
-    for (int l = 0; l < c_.layers; ++l)
-      kv_.warm_up(seq_, l, make_view(obs_q[static_cast<std::size_t>(l)].data(), observed, c_.heads, c_.head_dim()));
+    for (int l = 0; l < c_.layers; ++l) kv_.warm_up(seq_, l, make_view(obs_q[static_cast<std::size_t>(l)].data(), observed, c_.heads, c_.head_dim()));
     times_.warm_up_ms += ms_since(tw);
   }
 
   void check_tokens(std::span<const int> tokens) const {
     for (int t : tokens) KVD_EXPECT(t >= 0 && t < c_.vocab, "token id {} out of range [0, {})", t, c_.vocab);
-    KVD_EXPECT(pos_ + static_cast<std::int64_t>(tokens.size()) <= c_.max_seq,
-               "{} tokens at position {} exceed the model's context {}", tokens.size(), pos_, c_.max_seq);
+    KVD_EXPECT(pos_ + static_cast<std::int64_t>(tokens.size()) <= c_.max_seq, "{} tokens at position {} exceed the model's context {}", tokens.size(),
+               pos_, c_.max_seq);
   }
 
   /// keep_prefill: a fresh record of an n-token prefill (its K/V are appended chunk by chunk).
@@ -309,15 +306,16 @@ class Decoder {
   void prefill_chunk(std::span<const int> tokens, std::int64_t p0) {
     const auto n = static_cast<std::int64_t>(tokens.size());
     fwd_.embed(tokens);
-    fwd_.layers([p0](std::size_t i) { return p0 + static_cast<std::int64_t>(i); }, [&](int l) {
-      keep_queries(l, p0, n);
-      keep_prompt_kv(l, n);
-      const auto ta = Clock::now();
-      causal(l, p0, n);
-      times_.prefill_attention_ms += ms_since(ta);
-      kv_.prefill(seq_, l, fwd_.k_view(), fwd_.v_view());
-      if (snap_ != nullptr) snapshot_kv(l, n);
-    });
+    fwd_.layers([p0](std::size_t i) { return p0 + static_cast<std::int64_t>(i); },
+                [&](int l) {
+                  keep_queries(l, p0, n);
+                  keep_prompt_kv(l, n);
+                  const auto ta = Clock::now();
+                  causal(l, p0, n);
+                  times_.prefill_attention_ms += ms_since(ta);
+                  kv_.prefill(seq_, l, fwd_.k_view(), fwd_.v_view());
+                  if (snap_ != nullptr) snapshot_kv(l, n);
+                });
     if (keep_all_logits_)
       for (std::int64_t i = 0; i + 1 < n; ++i) {
         fwd_.logits(static_cast<std::size_t>(i), logits_.data());
@@ -397,12 +395,12 @@ class Decoder {
   eval::TraceWriter* trace_ = nullptr;
   std::vector<float> logits_;
   std::vector<std::vector<float>> prompt_k_, prompt_v_;  ///< [layer][kv_head] while prefilling
-  int observed_ = 0;                      ///< warm-up observation queries (0: none)
-  bool tune_ = false;                      ///< tune the pipeline at the next step
-  bool tune_clusters_ = false;             ///< tune the index's cluster size after prefill
+  int observed_ = 0;                                     ///< warm-up observation queries (0: none)
+  bool tune_ = false;                                    ///< tune the pipeline at the next step
+  bool tune_clusters_ = false;                           ///< tune the index's cluster size after prefill
   index::ClusterSizeChoice cluster_choice_;
   std::size_t tuned_ = 0;
-  std::int64_t obs_first_ = 0;            ///< first prompt position whose queries are kept
+  std::int64_t obs_first_ = 0;             ///< first prompt position whose queries are kept
   std::vector<std::vector<float>> obs_q_;  ///< [layer]: [observed][heads][head_dim] while prefilling
   PrefillSnapshot* snap_ = nullptr;        ///< the next prefill records into it (keep_prefill)
   bool keep_all_logits_ = false;           ///< teacher_force: logits at every position

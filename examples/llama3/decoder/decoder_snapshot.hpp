@@ -17,7 +17,7 @@ namespace kvdrive::llama {
 
 /// What a prefill gave the manager, for another manager to start from (Decoder::prefill_from).
 struct PrefillSnapshot {
-  DType dtype = DType::f32;               ///< the KV dtype the prefill's attention rounded K/V to
+  DType dtype = DType::f32;  ///< the KV dtype the prefill's attention rounded K/V to
   std::int64_t tokens = 0;
   int chunk = 0;                          ///< the prefill chunk the K/V were handed over in
   std::vector<std::vector<float>> k, v;   ///< [layer]: [tokens][kv_heads][head_dim], after RoPE
@@ -29,17 +29,15 @@ struct PrefillSnapshot {
 /// prefill_from's checks of a snapshot against a model `c`, its manager's KV `dtype` and a decoder
 /// that warms up from `observed` queries.
 inline void check_snapshot(const PrefillSnapshot& snap, const LlamaConfig& c, DType dtype, int observed) {
-  KVD_EXPECT(snap.tokens > 0 && snap.chunk > 0 && snap.k.size() == static_cast<std::size_t>(c.layers) &&
-                 snap.v.size() == snap.k.size() && snap.logits.size() == static_cast<std::size_t>(c.vocab),
-             "prefill_from: the snapshot ({} tokens, {} layers) does not fit this model ({} layers)", snap.tokens, snap.k.size(),
-             c.layers);
+  KVD_EXPECT(snap.tokens > 0 && snap.chunk > 0 && snap.k.size() == static_cast<std::size_t>(c.layers) && snap.v.size() == snap.k.size() &&
+                 snap.logits.size() == static_cast<std::size_t>(c.vocab),
+             "prefill_from: the snapshot ({} tokens, {} layers) does not fit this model ({} layers)", snap.tokens, snap.k.size(), c.layers);
   KVD_EXPECT(snap.tokens <= c.max_seq, "prefill_from: {} tokens exceed the model's context {}", snap.tokens, c.max_seq);
   // Prefill's attention saw the K/V rounded to the KV dtype: another dtype would have computed
   // other later-layer K/V, so the snapshot would not be this decoder's own prefill.
-  KVD_EXPECT(snap.dtype == dtype, "prefill_from: the snapshot was taken with {} KV, this manager stores {}",
-             dtype_name(snap.dtype), dtype_name(dtype));
-  KVD_EXPECT(snap.observed >= 0 && snap.observed <= snap.tokens &&
-                 (snap.observed == 0 || snap.obs_q.size() == static_cast<std::size_t>(c.layers)),
+  KVD_EXPECT(snap.dtype == dtype, "prefill_from: the snapshot was taken with {} KV, this manager stores {}", dtype_name(snap.dtype),
+             dtype_name(dtype));
+  KVD_EXPECT(snap.observed >= 0 && snap.observed <= snap.tokens && (snap.observed == 0 || snap.obs_q.size() == static_cast<std::size_t>(c.layers)),
              "prefill_from: the snapshot's {} warm-up queries do not fit its {} tokens and {} layers", snap.observed, snap.tokens, c.layers);
   for (const auto& q : snap.obs_q)
     KVD_EXPECT(q.size() == static_cast<std::size_t>(snap.observed) * static_cast<std::size_t>(c.heads) * static_cast<std::size_t>(c.head_dim()),

@@ -42,8 +42,7 @@ template <class Linear>
 class Forward {
  public:
   Forward(const Model& model, ThreadPool& pool)
-      : m_(model), c_(model.config), lin_(pool),
-        rope_(c_.head_dim(), c_.rope_theta, c_.rope_layout, c_.rope_scaling, c_.rope_freq_factors) {}
+      : m_(model), c_(model.config), lin_(pool), rope_(c_.head_dim(), c_.rope_theta, c_.rope_layout, c_.rope_scaling, c_.rope_freq_factors) {}
   Forward(const Forward&) = delete;
   Forward& operator=(const Forward&) = delete;
 
@@ -110,10 +109,8 @@ class Forward {
 
   /// out[n][rows of W] = in[n][cols of W] W^T.
   void product(const Matrix& w, const float* in, float* out) {
-    if (n_ == 1)
-      lin_.matvec(w, in, out);
-    else
-      lin_.matmul(w, in, out, n_);
+    if (n_ == 1) lin_.matvec(w, in, out);
+    else lin_.matmul(w, in, out, n_);
   }
 
   /// xb = rmsnorm(x); q, k, v = xb Wq^T, xb Wk^T, xb Wv^T; RoPE on q and k.

@@ -22,9 +22,7 @@ class Sampler {
   }
 
   /// The index of the largest logit (the first one on ties).
-  static int argmax(const std::vector<float>& logits) {
-    return static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  }
+  static int argmax(const std::vector<float>& logits) { return static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin()); }
 
   int sample(const std::vector<float>& logits) {
     if (temperature_ == 0.0f) return argmax(logits);

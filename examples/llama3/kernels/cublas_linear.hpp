@@ -25,12 +25,12 @@
 
 namespace kvdrive::llama {
 
-#define KVD_CUBLAS_CHECK(call)                                                                                          \
-  do {                                                                                                                  \
-    const cublasStatus_t kvd_blas_ = (call);                                                                            \
-    if (kvd_blas_ != CUBLAS_STATUS_SUCCESS)                                                                             \
+#define KVD_CUBLAS_CHECK(call)                                                                                                 \
+  do {                                                                                                                         \
+    const cublasStatus_t kvd_blas_ = (call);                                                                                   \
+    if (kvd_blas_ != CUBLAS_STATUS_SUCCESS)                                                                                    \
       ::kvdrive::fail("cuBLAS error at {}:{}: {} returned {} ({})", __FILE__, __LINE__, #call, cublasGetStatusName(kvd_blas_), \
-                      cublasGetStatusString(kvd_blas_));                                                                \
+                      cublasGetStatusString(kvd_blas_));                                                                       \
   } while (0)
 
 class CublasLinear {
@@ -56,18 +56,16 @@ class CublasLinear {
   /// Y[n][out] = X[n][in] W^T.
   void matmul(const Matrix& w, const float* x, float* y, std::size_t n) {
     const auto out = static_cast<std::size_t>(w.rows), in = static_cast<std::size_t>(w.cols);
-    KVD_EXPECT(n > 0 && out > 0 && in > 0 && out <= kMaxDim && in <= kMaxDim && n <= kMaxDim,
-               "CublasLinear: shape {} x {} x {} outside 1..{}", n, out, in, kMaxDim);
+    KVD_EXPECT(n > 0 && out > 0 && in > 0 && out <= kMaxDim && in <= kMaxDim && n <= kMaxDim, "CublasLinear: shape {} x {} x {} outside 1..{}", n,
+               out, in, kMaxDim);
     const float* dw = weight(w);
     grow(x_, n * in);
     grow(y_, n * out);
     KVD_CUDA_CHECK(cudaMemcpyAsync(x_.data(), x, n * in * sizeof(float), cudaMemcpyHostToDevice, stream_.get()));
     const float one = 1.0f, zero = 0.0f;
     const int m_ = static_cast<int>(out), n_ = static_cast<int>(n), k_ = static_cast<int>(in);
-    if (n == 1)
-      KVD_CUBLAS_CHECK(cublasSgemv(handle_, CUBLAS_OP_T, k_, m_, &one, dw, k_, x_.data(), 1, &zero, y_.data(), 1));
-    else
-      KVD_CUBLAS_CHECK(cublasSgemm(handle_, CUBLAS_OP_T, CUBLAS_OP_N, m_, n_, k_, &one, dw, k_, x_.data(), k_, &zero, y_.data(), m_));
+    if (n == 1) KVD_CUBLAS_CHECK(cublasSgemv(handle_, CUBLAS_OP_T, k_, m_, &one, dw, k_, x_.data(), 1, &zero, y_.data(), 1));
+    else KVD_CUBLAS_CHECK(cublasSgemm(handle_, CUBLAS_OP_T, CUBLAS_OP_N, m_, n_, k_, &one, dw, k_, x_.data(), k_, &zero, y_.data(), m_));
     KVD_CUDA_CHECK(cudaMemcpyAsync(y, y_.data(), n * out * sizeof(float), cudaMemcpyDeviceToHost, stream_.get()));
     stream_.synchronize();
   }
@@ -99,8 +97,7 @@ class CublasLinear {
       weight_bytes_ += elems * sizeof(float);
       it = weights_.emplace(key, std::move(buf)).first;
     }
-    KVD_EXPECT(it->second.size() == elems, "CublasLinear: the weight at {} was used with {} then {} elements", key,
-               it->second.size(), elems);
+    KVD_EXPECT(it->second.size() == elems, "CublasLinear: the weight at {} was used with {} then {} elements", key, it->second.size(), elems);
     return it->second.data();
   }
   static void grow(cuda::DeviceBuffer<float>& b, std::size_t n) {

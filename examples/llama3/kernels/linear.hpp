@@ -28,9 +28,7 @@ namespace kvdrive::llama {
 namespace detail {
 
 /// y[r] = W[r] . x for the rows [r0, r0 + 4), or fewer at the end (float weights).
-inline void dot_rows(const float* w, const float* x, float* y, std::size_t rows, std::size_t in) {
-  quant::dot_rows_float(w, x, y, rows, in);
-}
+inline void dot_rows(const float* w, const float* x, float* y, std::size_t rows, std::size_t in) { quant::dot_rows_float(w, x, y, rows, in); }
 
 /// Products below this many weight bytes (times inputs) run on the calling thread alone: a
 /// fork-join of the pool costs ~6 us (measured, 2 threads), more than such a product takes
@@ -56,13 +54,11 @@ inline void matvec_f32(ThreadPool& pool, const float* w, const float* x, float* 
   const std::size_t tasks = (out + kRowsPerTask - 1) / kRowsPerTask;
   run_tasks(pool, tasks, out * in * sizeof(float), [&](std::size_t t) {
     const std::size_t r1 = std::min(out, (t + 1) * kRowsPerTask);
-    for (std::size_t r = t * kRowsPerTask; r < r1; r += 4)
-      quant::dot_rows_float(w + r * in, x, y + r, std::min<std::size_t>(4, r1 - r), in);
+    for (std::size_t r = t * kRowsPerTask; r < r1; r += 4) quant::dot_rows_float(w + r * in, x, y + r, std::min<std::size_t>(4, r1 - r), in);
   });
 }
 
-inline void matmul_f32(ThreadPool& pool, const float* w, const float* x, float* y, std::size_t n, std::size_t out,
-                       std::size_t in) {
+inline void matmul_f32(ThreadPool& pool, const float* w, const float* x, float* y, std::size_t n, std::size_t out, std::size_t in) {
   constexpr std::size_t kRowsPerTask = 16;
   const std::size_t tasks = (out + kRowsPerTask - 1) / kRowsPerTask;
   run_tasks(pool, tasks, n * out * in * sizeof(float), [&](std::size_t t) {
@@ -128,8 +124,7 @@ inline void matvec(ThreadPool& pool, const float* w, const float* x, float* y, s
 }
 
 /// Y[n][out] = X[n][in] W^T (float weights): each weight row block is read once for all n inputs.
-inline void matmul(ThreadPool& pool, const float* w, const float* x, float* y, std::size_t n, std::size_t out,
-                   std::size_t in) {
+inline void matmul(ThreadPool& pool, const float* w, const float* x, float* y, std::size_t n, std::size_t out, std::size_t in) {
   detail::matmul_f32(pool, w, x, y, n, out, in);
 }
 
@@ -172,9 +167,7 @@ class CpuLinear {
   void embed_row(const Matrix& w, std::int64_t row, float* out) { llama::embed_row(w, row, out); }
 
   void matvec(const float* w, const float* x, float* y, std::size_t out, std::size_t in) { llama::matvec(pool_, w, x, y, out, in); }
-  void matmul(const float* w, const float* x, float* y, std::size_t n, std::size_t out, std::size_t in) {
-    llama::matmul(pool_, w, x, y, n, out, in);
-  }
+  void matmul(const float* w, const float* x, float* y, std::size_t n, std::size_t out, std::size_t in) { llama::matmul(pool_, w, x, y, n, out, in); }
 
  private:
   ThreadPool& pool_;

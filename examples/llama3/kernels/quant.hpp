@@ -191,8 +191,10 @@ inline BlockDecoder block_decoder(GgmlType t) {
 /// Throws unless the block kernels implement `t`.
 inline void expect_computable(GgmlType t) {
   const GgmlTypeTraits tr = ggml_type_traits(t);
-  KVD_EXPECT(tr.computable, "GGML type {} has no CPU kernels here (computable: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, "
-             "Q8_0, Q4_K, Q5_K, Q6_K)", ggml_type_name(t));
+  KVD_EXPECT(tr.computable,
+             "GGML type {} has no CPU kernels here (computable: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, "
+             "Q8_0, Q4_K, Q5_K, Q6_K)",
+             ggml_type_name(t));
 }
 
 }  // namespace quant
@@ -202,8 +204,7 @@ inline void expect_computable(GgmlType t) {
 inline void dequantize_row(GgmlType t, const std::byte* src, float* dst, std::int64_t n) {
   quant::expect_computable(t);
   const GgmlTypeTraits tr = ggml_type_traits(t);
-  KVD_EXPECT(n >= 0 && n % tr.block_elems == 0, "dequantize_row: {} values are not a whole number of {}-value {} blocks", n,
-             tr.block_elems, tr.name);
+  KVD_EXPECT(n >= 0 && n % tr.block_elems == 0, "dequantize_row: {} values are not a whole number of {}-value {} blocks", n, tr.block_elems, tr.name);
   switch (t) {
     case GgmlType::F32:
       if (n > 0) std::memcpy(dst, src, static_cast<std::size_t>(n) * sizeof(float));

@@ -90,8 +90,7 @@ inline const Tiles& tiles(GgmlType t) {
 /// y[i * w.rows + r] = W[r] . input i for the rows [r0, r1) and the inputs [0, n) of `acts`:
 /// groups of Tiles::kInputs inputs by the prefill tile (each weight block decoded once for the
 /// group), the inputs left over (and decode) by the decode tile.
-inline void quantized_rows(const Matrix& w, const QuantizedActs& acts, std::size_t n, float* y, std::int64_t r0,
-                           std::int64_t r1) {
+inline void quantized_rows(const Matrix& w, const QuantizedActs& acts, std::size_t n, float* y, std::int64_t r0, std::int64_t r1) {
   static_assert(Tiles::kRows == 1);
   constexpr std::size_t kC = Tiles::kInputs;
   const Tiles& t = tiles(w.type);

@@ -21,9 +21,14 @@ enum class ActFormat : int { Float, Q8x32, Q8x256 };
 /// The activation format a weight type computes with.
 constexpr ActFormat act_format(GgmlType t) {
   switch (t) {
-    case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::Q8_0:
-      return ActFormat::Q8x32;
-    case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K: return ActFormat::Q8x256;
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_0:
+    case GgmlType::Q5_1:
+    case GgmlType::Q8_0: return ActFormat::Q8x32;
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+    case GgmlType::Q6_K: return ActFormat::Q8x256;
     default: return ActFormat::Float;
   }
 }
@@ -99,10 +104,8 @@ class QuantizedActs {
     const std::size_t blocks = n * static_cast<std::size_t>(nb_);
     grow(q_, n * static_cast<std::size_t>(cols));
     grow(d_, blocks);
-    if (format == ActFormat::Q8x32)
-      grow(d_, 2 * blocks);
-    else
-      grow(sums16_, blocks * 16);
+    if (format == ActFormat::Q8x32) grow(d_, 2 * blocks);
+    else grow(sums16_, blocks * 16);
     auto one = [&](std::size_t i) { quantize_row(x + i * static_cast<std::size_t>(cols), i); };
     if (pool != nullptr && n >= 4) {
       pool->parallel_for(n, one);

@@ -48,9 +48,7 @@ inline float sum_lanes(__m256 v) {
 }
 
 /// 8 int32 lanes: lane l = sum over k < 4 of w[4l+k] * x[4l+k], w unsigned (< 128), x signed.
-inline __m256i dot_u8s8(__m256i w, __m256i x) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
-}
+inline __m256i dot_u8s8(__m256i w, __m256i x) { return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)); }
 /// The same with signed w (aw = |w|): |w| * (x * sign w) keeps maddubs' operands in range.
 inline __m256i dot_s8s8(__m256i aw, __m256i w, __m256i x) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1));
@@ -63,9 +61,8 @@ inline __m256i nibbles32(const std::byte* p) {
 }
 /// 0xFF in byte j where bit j of the 32-bit qh is set, 0 elsewhere.
 inline __m256i bit_mask32(std::uint32_t qh) {
-  const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(static_cast<int>(qh)),
-      _mm256_setr_epi64x(0x0000000000000000LL, 0x0101010101010101LL, 0x0202020202020202LL, 0x0303030303030303LL));
+  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), _mm256_setr_epi64x(0x0000000000000000LL, 0x0101010101010101LL,
+                                                                                                         0x0202020202020202LL, 0x0303030303030303LL));
   const __m256i bit = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfeLL);  // all bits but bit j % 8
   return _mm256_cmpeq_epi8(_mm256_or_si256(spread, bit), _mm256_set1_epi64x(-1));
 }

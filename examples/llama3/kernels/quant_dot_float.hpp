@@ -41,9 +41,8 @@ inline void dot_rows_float(const T* w, const float* x, float* y, std::size_t row
       acc[6] = _mm256_fmadd_ps(load8(w3 + j), xa, acc[6]);
       acc[7] = _mm256_fmadd_ps(load8(w3 + j + 8), xb, acc[7]);
     }
-    __m256 pair[8] = {_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]),
-                      _mm256_add_ps(acc[4], acc[5]), _mm256_add_ps(acc[6], acc[7]),
-                      _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 pair[8] = {_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]), _mm256_add_ps(acc[4], acc[5]), _mm256_add_ps(acc[6], acc[7]),
+                      _mm256_setzero_ps(),           _mm256_setzero_ps(),           _mm256_setzero_ps(),           _mm256_setzero_ps()};
     alignas(32) float s[8];
     _mm256_store_ps(s, attention::detail::sum8(pair));
     for (int r = 0; r < 4; ++r) y[r] = s[r];

@@ -106,8 +106,7 @@ struct Q8_0Block {
 template <class F, int R, int C>
 void tile_q32(const std::byte* const* rows, const ActRow* a, std::int64_t nb, float* out) {
   __m256 acc[R][C][2];
-  KVD_UNROLL for (int r = 0; r < R; ++r) KVD_UNROLL for (int c = 0; c < C; ++c)
-    acc[r][c][0] = acc[r][c][1] = _mm256_setzero_ps();
+  KVD_UNROLL for (int r = 0; r < R; ++r) KVD_UNROLL for (int c = 0; c < C; ++c) acc[r][c][0] = acc[r][c][1] = _mm256_setzero_ps();
   // One block into the accumulators `par` (a constant: the array stays in registers).
   auto step = [&](std::int64_t b, auto par) {
     __m256i w[R], aw[R];
@@ -151,8 +150,7 @@ void tile_q32(const std::byte* const* rows, const ActRow* a, std::int64_t nb, fl
   std::int64_t b = 0;
   for (; b + 1 < nb; b += 2) step(b, std::integral_constant<int, 0>{}), step(b + 1, std::integral_constant<int, 1>{});
   if (b < nb) step(b, std::integral_constant<int, 0>{});
-  KVD_UNROLL for (int r = 0; r < R; ++r) KVD_UNROLL for (int c = 0; c < C; ++c)
-    out[r * C + c] = sum_lanes(_mm256_add_ps(acc[r][c][0], acc[r][c][1]));
+  KVD_UNROLL for (int r = 0; r < R; ++r) KVD_UNROLL for (int c = 0; c < C; ++c) out[r * C + c] = sum_lanes(_mm256_add_ps(acc[r][c][0], acc[r][c][1]));
 }
 #else
 // The portable path: the same integers and the same fmas in the same order.

@@ -36,8 +36,8 @@ void tile_q6k(const std::byte* const* rows, const ActRow* a, std::int64_t nb, fl
     KVD_UNROLL for (int r = 0; r < R; ++r) KVD_UNROLL for (int c = 0; c < C; ++c) isum[r][c] = _mm256_setzero_si256();
     // Scale of 32-value unit u: int16 lanes 0..7 take scales[2u], lanes 8..15 scales[2u+1]: the
     // shuffle puts the scale byte in each int16's high byte (0x80: zero), srai sign-extends it.
-    __m256i pick = _mm256_setr_epi8(-128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0,
-                                    -128, 1, -128, 1, -128, 1, -128, 1, -128, 1, -128, 1, -128, 1, -128, 1);
+    __m256i pick = _mm256_setr_epi8(-128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 1, -128, 1, -128, 1, -128, 1, -128,
+                                    1, -128, 1, -128, 1, -128, 1);
     KVD_UNROLL for (int h = 0; h < 2; ++h) {
       KVD_UNROLL for (int r = 0; r < R; ++r) {
         const std::byte* ql = blk[r] + 64 * h;

@@ -29,8 +29,8 @@ class Rope {
         if (wavelen > low_wavelen) {
           f /= scaling.factor;
         } else if (wavelen >= high_wavelen) {
-          const double smooth = (scaling.original_max_position / wavelen - scaling.low_freq_factor) /
-                                (scaling.high_freq_factor - scaling.low_freq_factor);
+          const double smooth =
+              (scaling.original_max_position / wavelen - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor);
           f = (1 - smooth) * f / scaling.factor + smooth * f;
         }
       }

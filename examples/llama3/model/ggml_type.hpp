@@ -13,18 +13,45 @@
 namespace kvdrive::llama {
 
 enum class GgmlType : std::uint32_t {
-  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
-  Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15,
-  IQ2_XXS = 16, IQ2_XS = 17, IQ3_XXS = 18, IQ1_S = 19, IQ4_NL = 20, IQ3_S = 21, IQ2_S = 22, IQ4_XS = 23,
-  I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, IQ1_M = 29, BF16 = 30,
-  TQ1_0 = 34, TQ2_0 = 35, MXFP4 = 39,
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q4_1 = 3,
+  Q5_0 = 6,
+  Q5_1 = 7,
+  Q8_0 = 8,
+  Q8_1 = 9,
+  Q2_K = 10,
+  Q3_K = 11,
+  Q4_K = 12,
+  Q5_K = 13,
+  Q6_K = 14,
+  Q8_K = 15,
+  IQ2_XXS = 16,
+  IQ2_XS = 17,
+  IQ3_XXS = 18,
+  IQ1_S = 19,
+  IQ4_NL = 20,
+  IQ3_S = 21,
+  IQ2_S = 22,
+  IQ4_XS = 23,
+  I8 = 24,
+  I16 = 25,
+  I32 = 26,
+  I64 = 27,
+  F64 = 28,
+  IQ1_M = 29,
+  BF16 = 30,
+  TQ1_0 = 34,
+  TQ2_0 = 35,
+  MXFP4 = 39,
 };
 
 struct GgmlTypeTraits {
-  const char* name = nullptr;   ///< nullptr: not a type id GGUF defines
-  std::int64_t block_elems = 0; ///< elements per block (1 for plain types)
-  std::int64_t block_bytes = 0; ///< bytes per block
-  bool computable = false;      ///< quant.hpp decodes it and computes dot products with it
+  const char* name = nullptr;    ///< nullptr: not a type id GGUF defines
+  std::int64_t block_elems = 0;  ///< elements per block (1 for plain types)
+  std::int64_t block_bytes = 0;  ///< bytes per block
+  bool computable = false;       ///< quant.hpp decodes it and computes dot products with it
 };
 
 /// The traits of a type id as stored in a file (any 32-bit value; unknown ones have name nullptr).
@@ -77,8 +104,8 @@ inline std::string ggml_type_name(GgmlType t) {
 inline std::size_t ggml_row_bytes(GgmlType t, std::int64_t cols) {
   const GgmlTypeTraits tr = ggml_type_traits(t);
   KVD_EXPECT(tr.name != nullptr, "unknown GGML type {}", static_cast<std::uint32_t>(t));
-  KVD_EXPECT(cols >= 0 && cols % tr.block_elems == 0, "a row of {} {} elements is not a whole number of {}-element blocks", cols,
-             tr.name, tr.block_elems);
+  KVD_EXPECT(cols >= 0 && cols % tr.block_elems == 0, "a row of {} {} elements is not a whole number of {}-element blocks", cols, tr.name,
+             tr.block_elems);
   return static_cast<std::size_t>(cols / tr.block_elems * tr.block_bytes);
 }
 

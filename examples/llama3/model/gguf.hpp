@@ -96,8 +96,7 @@ class GgufFile {
     const GgufValue* v = typed(key, &GgufValue::is_integer, "an integer");
     if (!v) return std::nullopt;
     if (v->type != GgufValueType::uint64)
-      KVD_EXPECT(v->as_int() >= 0, "{}: metadata '{}' is {}, expected a non-negative integer", path(), gguf_printable(key),
-                 v->as_int());
+      KVD_EXPECT(v->as_int() >= 0, "{}: metadata '{}' is {}, expected a non-negative integer", path(), gguf_printable(key), v->as_int());
     return v->as_uint();
   }
   /// float32, float64 or any integer, as double.
@@ -164,8 +163,7 @@ class GgufFile {
  private:
   const GgufValue* typed(std::string_view key, bool (GgufValue::*is)() const, const char* expected) const {
     const GgufValue* v = find(key);
-    if (v != nullptr)
-      KVD_EXPECT((v->*is)(), "{}: metadata '{}' is {}, expected {}", path(), gguf_printable(key), v->type_name(), expected);
+    if (v != nullptr) KVD_EXPECT((v->*is)(), "{}: metadata '{}' is {}, expected {}", path(), gguf_printable(key), v->type_name(), expected);
     return v;
   }
   template <class Pred>
@@ -218,8 +216,7 @@ class GgufFile {
     KVD_EXPECT(size >= 4, "{}: {} bytes: too short for a GGUF file (no 4-byte magic \"GGUF\")", p, size);
     if (std::memcmp(base, "GGUF", 4) != 0) {
       const auto* b = reinterpret_cast<const unsigned char*>(base);
-      fail("{}: not a GGUF file: the magic bytes are {:02x} {:02x} {:02x} {:02x}, expected 47 47 55 46 (\"GGUF\")", p, b[0],
-           b[1], b[2], b[3]);
+      fail("{}: not a GGUF file: the magic bytes are {:02x} {:02x} {:02x} {:02x}, expected 47 47 55 46 (\"GGUF\")", p, b[0], b[1], b[2], b[3]);
     }
     c.skip(4, [] { return std::string("the magic"); });
     version_ = c.read<std::uint32_t>([] { return std::string("the version"); });
@@ -231,10 +228,10 @@ class GgufFile {
     const auto tensor_count = c.read<std::uint64_t>([] { return std::string("the tensor count"); });
     const auto kv_count = c.read<std::uint64_t>([] { return std::string("the metadata key count"); });
     // Each key/value takes at least 13 bytes (length, type, a 1-byte value), each tensor info 32.
-    KVD_EXPECT(kv_count <= c.left() / 13, "{}: the header claims {} metadata keys, but the {} bytes after it hold at most {}", p,
-               kv_count, c.left(), c.left() / 13);
-    KVD_EXPECT(tensor_count <= c.left() / 32, "{}: the header claims {} tensors, but the {} bytes after it hold at most {}", p,
-               tensor_count, c.left(), c.left() / 32);
+    KVD_EXPECT(kv_count <= c.left() / 13, "{}: the header claims {} metadata keys, but the {} bytes after it hold at most {}", p, kv_count, c.left(),
+               c.left() / 13);
+    KVD_EXPECT(tensor_count <= c.left() / 32, "{}: the header claims {} tensors, but the {} bytes after it hold at most {}", p, tensor_count,
+               c.left(), c.left() / 32);
     return {tensor_count, kv_count};
   }
 
@@ -245,13 +242,13 @@ class GgufFile {
     for (std::uint64_t i = 0; i < kv_count; ++i) {
       const std::size_t at = c.pos();
       const std::string_view key = c.string([&] { return fmt::format("metadata key {}", i); });
-      KVD_EXPECT(!key.empty() && key.size() <= kMaxKeyBytes, "{}: metadata key {} at byte {} is {} bytes long, expected 1..{}", p,
-                 i, at, key.size(), kMaxKeyBytes);
+      KVD_EXPECT(!key.empty() && key.size() <= kMaxKeyBytes, "{}: metadata key {} at byte {} is {} bytes long, expected 1..{}", p, i, at, key.size(),
+                 kMaxKeyBytes);
       const auto describe = [&] { return fmt::format("the value of metadata key {} '{}'", i, gguf_printable(key)); };
       const std::size_t type_at = c.pos();
       const auto type = c.read<std::uint32_t>([&] { return describe() + "'s type"; });
-      KVD_EXPECT(gguf_value_type_name(type) != nullptr, "{}: metadata key '{}' at byte {}: unknown value type {} (expected 0..12)",
-                 p, gguf_printable(key), type_at, type);
+      KVD_EXPECT(gguf_value_type_name(type) != nullptr, "{}: metadata key '{}' at byte {}: unknown value type {} (expected 0..12)", p,
+                 gguf_printable(key), type_at, type);
       GgufValue v = GgufValue::parse(c, static_cast<GgufValueType>(type), 0, describe);
       const auto [it, inserted] = kv_index_.emplace(std::string(key), kvs_.size());
       KVD_EXPECT(inserted, "{}: metadata key '{}' appears twice (keys {} and {})", p, gguf_printable(key), it->second, i);

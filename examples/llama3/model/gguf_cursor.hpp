@@ -44,8 +44,7 @@ class Describe {
 /// message of a read past the end (they run only on failure).
 class Cursor {
  public:
-  Cursor(const std::byte* base, std::size_t size, std::size_t pos, const std::string& path)
-      : base_(base), size_(size), pos_(pos), path_(path) {}
+  Cursor(const std::byte* base, std::size_t size, std::size_t pos, const std::string& path) : base_(base), size_(size), pos_(pos), path_(path) {}
 
   std::size_t pos() const { return pos_; }
   std::size_t left() const { return size_ - pos_; }
@@ -54,9 +53,7 @@ class Cursor {
 
   template <class D>
   void need(std::uint64_t n, const D& describe) const {
-    if (n > left())
-      fail("{}: truncated: {} at byte {} needs {} bytes, only {} remain (file of {} bytes)", path_, describe(), pos_, n,
-           left(), size_);
+    if (n > left()) fail("{}: truncated: {} at byte {} needs {} bytes, only {} remain (file of {} bytes)", path_, describe(), pos_, n, left(), size_);
   }
   template <class D>
   void skip(std::uint64_t n, const D& describe) {

@@ -36,8 +36,8 @@ inline std::vector<float> floats(const GgufFile& f, const GgufTensor& t) {
       }
       break;
     default:
-      fail("{}: tensor '{}' is {}; float vectors (norm weights, rope_freqs) must be F32, F16 or BF16", f.path(),
-           gguf_printable(t.name), ggml_type_name(t.type));
+      fail("{}: tensor '{}' is {}; float vectors (norm weights, rope_freqs) must be F32, F16 or BF16", f.path(), gguf_printable(t.name),
+           ggml_type_name(t.type));
   }
   return out;
 }
@@ -81,8 +81,7 @@ inline int vocab_size(const LlamaKeys& k) {
   const std::string& p = k.p;
   if (f.has(k.a + "vocab_size")) return k.size(k.a + "vocab_size");
   if (const GgufValue* t = f.find("tokenizer.ggml.tokens"); t != nullptr && t->is_array()) {
-    KVD_EXPECT(t->length >= 1 && t->length <= (std::uint64_t{1} << 30), "{}: tokenizer.ggml.tokens has {} entries, expected 1..2^30",
-               p, t->length);
+    KVD_EXPECT(t->length >= 1 && t->length <= (std::uint64_t{1} << 30), "{}: tokenizer.ggml.tokens has {} entries, expected 1..2^30", p, t->length);
     return static_cast<int>(t->length);
   }
   if (const GgufTensor* e = f.find_tensor("token_embd.weight"); e != nullptr && e->dims.size() >= 2) {
@@ -111,11 +110,10 @@ inline double linear_rope_factor(const LlamaKeys& k) {
     KVD_EXPECT(scaling.empty() || scaling == "linear",
                "{}: RoPE scaling type '{}' ({}rope.scaling.type) is not supported; only linear scaling and rope_freqs.weight are", k.p,
                gguf_printable(scaling), a);
-    const std::optional<double> factor = f.has(a + "rope.scaling.factor") ? f.get_float(a + "rope.scaling.factor")
-                                                                          : f.get_float(a + "rope.scale_linear");
+    const std::optional<double> factor =
+        f.has(a + "rope.scaling.factor") ? f.get_float(a + "rope.scaling.factor") : f.get_float(a + "rope.scale_linear");
     if (factor && *factor != 0.0) {
-      KVD_EXPECT(std::isfinite(*factor) && *factor > 0, "{}: the linear RoPE scaling factor is {}, expected a positive number", k.p,
-                 *factor);
+      KVD_EXPECT(std::isfinite(*factor) && *factor > 0, "{}: the linear RoPE scaling factor is {}, expected a positive number", k.p, *factor);
       if (*factor != 1.0) linear = *factor;
     }
   }
@@ -129,21 +127,19 @@ inline std::vector<float> rope_freq_factors(const LlamaKeys& k, int head_dim, do
   const std::size_t pairs = static_cast<std::size_t>(head_dim / 2);
   std::vector<float> factors;
   if (const GgufTensor* t = k.f.find_tensor("rope_freqs.weight")) {
-    KVD_EXPECT(same_shape(t->dims, {static_cast<std::int64_t>(pairs)}),
-               "{}: tensor 'rope_freqs.weight' has shape {}, expected [{}] (head_dim / 2)", p, t->shape(), pairs);
+    KVD_EXPECT(same_shape(t->dims, {static_cast<std::int64_t>(pairs)}), "{}: tensor 'rope_freqs.weight' has shape {}, expected [{}] (head_dim / 2)",
+               p, t->shape(), pairs);
     factors = floats(k.f, *t);
     for (std::size_t i = 0; i < pairs; ++i) {
       const float x = factors[i];
       KVD_EXPECT(std::isfinite(x) && x > 0, "{}: rope_freqs.weight[{}] is {}, expected a positive number", p, i, x);
       if (linear != 0.0) factors[i] = gguf_to_float(x * linear);
       KVD_EXPECT(std::isfinite(factors[i]) && factors[i] > 0,
-                 "{}: rope_freqs.weight[{}] {} times the linear RoPE factor {} is outside the range of float",
-                 p, i, x, linear);
+                 "{}: rope_freqs.weight[{}] {} times the linear RoPE factor {} is outside the range of float", p, i, x, linear);
     }
   } else if (linear != 0.0) {
     factors.assign(pairs, gguf_to_float(linear));
-    KVD_EXPECT(std::isfinite(factors[0]) && factors[0] > 0,
-               "{}: the linear RoPE scaling factor {} is outside the range of float", p, linear);
+    KVD_EXPECT(std::isfinite(factors[0]) && factors[0] > 0, "{}: the linear RoPE scaling factor {} is outside the range of float", p, linear);
   }
   return factors;
 }
@@ -162,8 +158,7 @@ inline LlamaConfig gguf_llama_config(const GgufFile& f) {
   // What this decoder does not do: refuse it rather than compute something else.
   if (const auto e = f.get_int(a + "expert_count"); e && *e > 0)
     fail("{}: '{}expert_count' is {}: mixture-of-experts llama models are not supported", p, a, *e);
-  if (f.has(a + "attention.sliding_window"))
-    fail("{}: '{}attention.sliding_window' is present: sliding-window attention is not supported", p, a);
+  if (f.has(a + "attention.sliding_window")) fail("{}: '{}attention.sliding_window' is present: sliding-window attention is not supported", p, a);
 
   LlamaConfig c;
   c.dim = k.size(a + "embedding_length");
@@ -174,8 +169,8 @@ inline LlamaConfig gguf_llama_config(const GgufFile& f) {
   c.max_seq = k.size(a + "context_length");
   c.rope_theta = k.positive(a + "rope.freq_base", 10000.0);
   c.rms_eps = gguf_to_float(k.positive(a + "attention.layer_norm_rms_epsilon", 1e-5));
-  KVD_EXPECT(std::isfinite(c.rms_eps) && c.rms_eps > 0, "{}: '{}attention.layer_norm_rms_epsilon' is {}, outside the range of float", p,
-             a, f.get_float(a + "attention.layer_norm_rms_epsilon").value_or(0));
+  KVD_EXPECT(std::isfinite(c.rms_eps) && c.rms_eps > 0, "{}: '{}attention.layer_norm_rms_epsilon' is {}, outside the range of float", p, a,
+             f.get_float(a + "attention.layer_norm_rms_epsilon").value_or(0));
   c.rope_layout = RopeLayout::interleaved;
   c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
   c.vocab = gguf_loader_detail::vocab_size(k);

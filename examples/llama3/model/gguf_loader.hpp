@@ -50,15 +50,14 @@ inline GgufVocab read_vocab(const GgufFile& f) {
     }
   }
   if (auto m = f.get_string_array("tokenizer.ggml.merges")) v.merges = std::move(*m);
-  KVD_EXPECT(v.scores.empty() || v.scores.size() == v.tokens.size(), "{}: tokenizer.ggml.scores has {} entries for {} tokens", p,
-             v.scores.size(), v.tokens.size());
-  KVD_EXPECT(v.token_types.empty() || v.token_types.size() == v.tokens.size(),
-             "{}: tokenizer.ggml.token_type has {} entries for {} tokens", p, v.token_types.size(), v.tokens.size());
+  KVD_EXPECT(v.scores.empty() || v.scores.size() == v.tokens.size(), "{}: tokenizer.ggml.scores has {} entries for {} tokens", p, v.scores.size(),
+             v.tokens.size());
+  KVD_EXPECT(v.token_types.empty() || v.token_types.size() == v.tokens.size(), "{}: tokenizer.ggml.token_type has {} entries for {} tokens", p,
+             v.token_types.size(), v.tokens.size());
   const auto id = [&](const char* key) -> std::optional<std::int32_t> {
     const std::optional<std::int64_t> x = f.get_int(key);
     if (!x) return std::nullopt;
-    KVD_EXPECT(*x >= 0 && *x <= std::numeric_limits<std::int32_t>::max(), "{}: {} is {}, expected a token id in 0..2^31-1", p, key,
-               *x);
+    KVD_EXPECT(*x >= 0 && *x <= std::numeric_limits<std::int32_t>::max(), "{}: {} is {}, expected a token id in 0..2^31-1", p, key, *x);
     return static_cast<std::int32_t>(*x);
   };
   v.bos = id("tokenizer.ggml.bos_token_id");
@@ -99,8 +98,8 @@ struct WeightReader {
     const std::vector<GgufTensor>& all = f.tensors();
     const GgufTensor* t = f.find_tensor(name);
     KVD_EXPECT(t != nullptr, "{}: tensor '{}' is missing", f.path(), name);
-    KVD_EXPECT(same_shape(t->dims, shape), "{}: tensor '{}' has shape {} (ne0 first), the model's metadata implies [{}]", f.path(),
-               name, t->shape(), fmt::join(shape, ", "));
+    KVD_EXPECT(same_shape(t->dims, shape), "{}: tensor '{}' has shape {} (ne0 first), the model's metadata implies [{}]", f.path(), name, t->shape(),
+               fmt::join(shape, ", "));
     const auto i = static_cast<std::size_t>(t - all.data());
     if (!used[i]) ++type_counts[ggml_type_name(t->type)];
     used[i] = true;
@@ -116,15 +115,15 @@ struct WeightReader {
   }
   Matrix matrix(const std::string& name, int rows, int cols) {
     const GgufTensor& t = get(name, {cols, rows});
-    KVD_EXPECT(ggml_type_traits(t.type).computable, "{}: tensor '{}' is {}, a type the decoder cannot compute with (it computes {})",
-               f.path(), name, ggml_type_name(t.type), computable_types());
+    KVD_EXPECT(ggml_type_traits(t.type).computable, "{}: tensor '{}' is {}, a type the decoder cannot compute with (it computes {})", f.path(), name,
+               ggml_type_name(t.type), computable_types());
     return {aligned(t), t.type, rows, cols};
   }
   const float* norm(const std::string& name) {
     const GgufTensor& t = get(name, {m.config.dim});
     if (t.type == GgmlType::F32) return reinterpret_cast<const float*>(aligned(t));
-    KVD_EXPECT(t.type == GgmlType::F16 || t.type == GgmlType::BF16, "{}: tensor '{}' is {}; norm weights must be F32, F16 or BF16",
-               f.path(), name, ggml_type_name(t.type));
+    KVD_EXPECT(t.type == GgmlType::F16 || t.type == GgmlType::BF16, "{}: tensor '{}' is {}; norm weights must be F32, F16 or BF16", f.path(), name,
+               ggml_type_name(t.type));
     return m.owned.emplace_back(floats(f, t)).data();
   }
 
@@ -132,7 +131,8 @@ struct WeightReader {
   void check_all_used() const {
     const std::vector<GgufTensor>& all = f.tensors();
     for (std::size_t i = 0; i < all.size(); ++i)
-      KVD_EXPECT(used[i], "{}: tensor '{}' is not part of a {}-layer llama model as this loader reads it (biases, experts and extra layers are not supported)",
+      KVD_EXPECT(used[i],
+                 "{}: tensor '{}' is not part of a {}-layer llama model as this loader reads it (biases, experts and extra layers are not supported)",
                  f.path(), gguf_printable(all[i].name), m.config.layers);
   }
   /// The weight types taken, the most common first: "Q4_K (96), Q6_K (17), F32 (61)".

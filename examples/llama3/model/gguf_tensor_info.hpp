@@ -27,8 +27,8 @@ struct GgufTensor {
   std::vector<std::int64_t> dims;  ///< ne0 first, as GGUF stores them: [cols, rows] for a matrix
   std::int64_t elements = 0;
   std::size_t bytes = 0;
-  std::uint64_t offset = 0;        ///< relative to the start of the tensor data
-  const std::byte* data = nullptr; ///< in the mapped file
+  std::uint64_t offset = 0;         ///< relative to the start of the tensor data
+  const std::byte* data = nullptr;  ///< in the mapped file
 
   std::int64_t cols() const { return dims.empty() ? 0 : dims[0]; }
   /// The product of the dims after the first (1 for a vector).
@@ -53,12 +53,10 @@ inline GgufTensor read_tensor_info(Cursor& c, std::uint64_t i, std::uint64_t ali
   const std::string& p = c.path();
   const std::size_t at = c.pos();
   const std::string_view name = c.string([&] { return fmt::format("the name of tensor {}", i); });
-  KVD_EXPECT(!name.empty() && name.size() <= max_name_bytes, "{}: tensor {} at byte {}: its name is {} bytes long, expected 1..{}",
-             p, i, at, name.size(), max_name_bytes);
+  KVD_EXPECT(!name.empty() && name.size() <= max_name_bytes, "{}: tensor {} at byte {}: its name is {} bytes long, expected 1..{}", p, i, at,
+             name.size(), max_name_bytes);
   const std::string pname = gguf_printable(name);
-  const auto describe = [&](const char* what) {
-    return [&, what] { return fmt::format("{} of tensor {} '{}'", what, i, pname); };
-  };
+  const auto describe = [&](const char* what) { return [&, what] { return fmt::format("{} of tensor {} '{}'", what, i, pname); }; };
   GgufTensor t;
   t.name = std::string(name);
   const auto n_dims = c.read<std::uint32_t>(describe("the dimension count"));
@@ -76,17 +74,15 @@ inline GgufTensor read_tensor_info(Cursor& c, std::uint64_t i, std::uint64_t ali
   const GgmlTypeTraits tr = ggml_type_traits(type);
   KVD_EXPECT(tr.name != nullptr, "{}: tensor '{}' has unknown GGML type id {}", p, pname, type);
   t.type = static_cast<GgmlType>(type);
-  KVD_EXPECT(t.dims[0] % tr.block_elems == 0,
-             "{}: tensor '{}' of type {}: its first dimension {} is not a multiple of the {}-element block", p, pname, tr.name,
-             t.dims[0], tr.block_elems);
+  KVD_EXPECT(t.dims[0] % tr.block_elems == 0, "{}: tensor '{}' of type {}: its first dimension {} is not a multiple of the {}-element block", p,
+             pname, tr.name, t.dims[0], tr.block_elems);
   std::int64_t bytes = 0;
   KVD_EXPECT(!__builtin_mul_overflow(t.elements / tr.block_elems, tr.block_bytes, &bytes) &&
                  static_cast<std::uint64_t>(bytes) <= std::numeric_limits<std::size_t>::max(),
              "{}: tensor '{}': {} {} elements take more than 2^63 bytes", p, pname, t.elements, tr.name);
   t.bytes = static_cast<std::size_t>(bytes);
   t.offset = c.read<std::uint64_t>(describe("the offset"));
-  KVD_EXPECT(t.offset % alignment == 0, "{}: tensor '{}' has offset {}, not a multiple of the alignment {}", p, pname, t.offset,
-             alignment);
+  KVD_EXPECT(t.offset % alignment == 0, "{}: tensor '{}' has offset {}, not a multiple of the alignment {}", p, pname, t.offset, alignment);
   return t;
 }
 
@@ -94,8 +90,9 @@ inline GgufTensor read_tensor_info(Cursor& c, std::uint64_t i, std::uint64_t ali
 /// size): every tensor inside the file and apart from the others.
 inline void place_tensors(std::vector<GgufTensor>& tensors, const std::byte* base, std::size_t size, std::uint64_t data_offset,
                           std::uint64_t alignment, const std::string& p) {
-  KVD_EXPECT(data_offset <= size, "{}: the tensor data would start at byte {} (after the tensor infos, aligned to {}), past the end of the {}-byte file",
-             p, data_offset, alignment, size);
+  KVD_EXPECT(data_offset <= size,
+             "{}: the tensor data would start at byte {} (after the tensor infos, aligned to {}), past the end of the {}-byte file", p, data_offset,
+             alignment, size);
   const std::uint64_t data_size = size - data_offset;
   for (GgufTensor& t : tensors) {
     KVD_EXPECT(t.offset <= data_size && t.bytes <= data_size - t.offset,
@@ -109,9 +106,8 @@ inline void place_tensors(std::vector<GgufTensor>& tensors, const std::byte* bas
   std::stable_sort(order.begin(), order.end(), [](const GgufTensor* a, const GgufTensor* b) { return a->offset < b->offset; });
   for (std::size_t i = 1; i < order.size(); ++i)
     KVD_EXPECT(order[i - 1]->offset + order[i - 1]->bytes <= order[i]->offset,
-               "{}: tensors '{}' (bytes [{}, {})) and '{}' (from byte {}) overlap in the data section", p,
-               gguf_printable(order[i - 1]->name), order[i - 1]->offset, order[i - 1]->offset + order[i - 1]->bytes,
-               gguf_printable(order[i]->name), order[i]->offset);
+               "{}: tensors '{}' (bytes [{}, {})) and '{}' (from byte {}) overlap in the data section", p, gguf_printable(order[i - 1]->name),
+               order[i - 1]->offset, order[i - 1]->offset + order[i - 1]->bytes, gguf_printable(order[i]->name), order[i]->offset);
 }
 
 }  // namespace gguf_detail

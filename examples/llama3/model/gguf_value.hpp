@@ -19,14 +19,25 @@ namespace kvdrive::llama {
 
 /// GGUF metadata value types, with the ids files store.
 enum class GgufValueType : std::uint32_t {
-  uint8 = 0, int8 = 1, uint16 = 2, int16 = 3, uint32 = 4, int32 = 5, float32 = 6, boolean = 7,
-  string = 8, array = 9, uint64 = 10, int64 = 11, float64 = 12,
+  uint8 = 0,
+  int8 = 1,
+  uint16 = 2,
+  int16 = 3,
+  uint32 = 4,
+  int32 = 5,
+  float32 = 6,
+  boolean = 7,
+  string = 8,
+  array = 9,
+  uint64 = 10,
+  int64 = 11,
+  float64 = 12,
 };
 
 /// The name of a value type id ("uint32", "bool", "string", "array", ...), nullptr if unknown.
 constexpr const char* gguf_value_type_name(std::uint32_t id) {
-  constexpr const char* names[] = {"uint8", "int8",  "uint16", "int16",  "uint32", "int32", "float32",
-                                   "bool",  "string", "array", "uint64", "int64",  "float64"};
+  constexpr const char* names[] = {"uint8", "int8",   "uint16", "int16",  "uint32", "int32",  "float32",
+                                   "bool",  "string", "array",  "uint64", "int64",  "float64"};
   return id < 13 ? names[id] : nullptr;
 }
 constexpr const char* gguf_value_type_name(GgufValueType t) { return gguf_value_type_name(static_cast<std::uint32_t>(t)); }
@@ -34,10 +45,17 @@ constexpr const char* gguf_value_type_name(GgufValueType t) { return gguf_value_
 /// Bytes of a scalar of type t; 0 for string and array.
 constexpr std::size_t gguf_scalar_bytes(GgufValueType t) {
   switch (t) {
-    case GgufValueType::uint8: case GgufValueType::int8: case GgufValueType::boolean: return 1;
-    case GgufValueType::uint16: case GgufValueType::int16: return 2;
-    case GgufValueType::uint32: case GgufValueType::int32: case GgufValueType::float32: return 4;
-    case GgufValueType::uint64: case GgufValueType::int64: case GgufValueType::float64: return 8;
+    case GgufValueType::uint8:
+    case GgufValueType::int8:
+    case GgufValueType::boolean: return 1;
+    case GgufValueType::uint16:
+    case GgufValueType::int16: return 2;
+    case GgufValueType::uint32:
+    case GgufValueType::int32:
+    case GgufValueType::float32: return 4;
+    case GgufValueType::uint64:
+    case GgufValueType::int64:
+    case GgufValueType::float64: return 8;
     default: return 0;
   }
 }
@@ -75,8 +93,8 @@ namespace gguf_detail {
 
 /// Fewest bytes an element of type t can take (for bounding counts before walking them).
 constexpr std::size_t min_encoded_bytes(GgufValueType t) {
-  if (t == GgufValueType::string) return 8;   // the length
-  if (t == GgufValueType::array) return 12;   // element type + count
+  if (t == GgufValueType::string) return 8;  // the length
+  if (t == GgufValueType::array) return 12;  // element type + count
   return gguf_scalar_bytes(t);
 }
 
@@ -90,15 +108,20 @@ inline constexpr int kGgufMaxArrayDepth = 16;
 struct GgufValue {
   GgufValueType type = GgufValueType::uint8;
   GgufValueType element_type = GgufValueType::uint8;  ///< arrays only
-  const std::byte* data = nullptr;  ///< scalar: its bytes; string: its bytes (after the length); array: its first element
-  std::uint64_t length = 1;         ///< string: bytes; array: elements; scalar: 1
-  std::size_t bytes = 0;            ///< bytes spanned from `data` (an array: all of its elements)
+  const std::byte* data = nullptr;                    ///< scalar: its bytes; string: its bytes (after the length); array: its first element
+  std::uint64_t length = 1;                           ///< string: bytes; array: elements; scalar: 1
+  std::size_t bytes = 0;                              ///< bytes spanned from `data` (an array: all of its elements)
 
   bool is_integer() const {
     switch (type) {
-      case GgufValueType::uint8: case GgufValueType::int8: case GgufValueType::uint16: case GgufValueType::int16:
-      case GgufValueType::uint32: case GgufValueType::int32: case GgufValueType::uint64: case GgufValueType::int64:
-        return true;
+      case GgufValueType::uint8:
+      case GgufValueType::int8:
+      case GgufValueType::uint16:
+      case GgufValueType::int16:
+      case GgufValueType::uint32:
+      case GgufValueType::int32:
+      case GgufValueType::uint64:
+      case GgufValueType::int64: return true;
       default: return false;
     }
   }
@@ -127,8 +150,7 @@ struct GgufValue {
       case GgufValueType::int64: return load<std::int64_t>(data);
       case GgufValueType::uint64: {
         const auto u = load<std::uint64_t>(data);
-        KVD_EXPECT(u <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()),
-                   "GGUF value {} is past the int64 range", u);
+        KVD_EXPECT(u <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()), "GGUF value {} is past the int64 range", u);
         return static_cast<std::int64_t>(u);
       }
       default: fail("GGUF value of type {} is not an integer", type_name());
@@ -224,24 +246,22 @@ struct GgufValue {
     // An array: element type, count, elements.
     const std::size_t at = c.pos();
     const auto et = c.read<std::uint32_t>([&] { return describe() + "'s element type"; });
-    KVD_EXPECT(gguf_value_type_name(et) != nullptr, "{}: {} at byte {}: unknown array element type {} (expected 0..12)",
-               c.path(), describe(), at, et);
+    KVD_EXPECT(gguf_value_type_name(et) != nullptr, "{}: {} at byte {}: unknown array element type {} (expected 0..12)", c.path(), describe(), at,
+               et);
     v.element_type = static_cast<GgufValueType>(et);
     const auto n = c.read<std::uint64_t>([&] { return describe() + "'s element count"; });
     const std::size_t min = gguf_detail::min_encoded_bytes(v.element_type);
     KVD_EXPECT(n <= c.left() / min, "{}: {} at byte {}: an array of {} {} elements needs at least {} bytes per element, but only {} bytes remain",
                c.path(), describe(), at, n, gguf_value_type_name(et), min, c.left());
     if (v.element_type == GgufValueType::array)
-      KVD_EXPECT(depth + 1 < kGgufMaxArrayDepth, "{}: {} at byte {}: arrays nested more than {} deep", c.path(), describe(), at,
-                 kGgufMaxArrayDepth);
+      KVD_EXPECT(depth + 1 < kGgufMaxArrayDepth, "{}: {} at byte {}: arrays nested more than {} deep", c.path(), describe(), at, kGgufMaxArrayDepth);
     v.length = n;
     v.data = c.here();
     const std::size_t first = c.pos();
     if (gguf_scalar_bytes(v.element_type) != 0 && v.element_type != GgufValueType::boolean) {
       c.skip(n * min, describe);  // n * min <= left: no overflow
     } else {
-      for (std::uint64_t i = 0; i < n; ++i)
-        parse(c, v.element_type, depth + 1, [&] { return fmt::format("element {} of {}", i, describe()); });
+      for (std::uint64_t i = 0; i < n; ++i) parse(c, v.element_type, depth + 1, [&] { return fmt::format("element {} of {}", i, describe()); });
     }
     v.bytes = c.pos() - first;
     return v;

@@ -65,8 +65,7 @@ inline LlamaConfig parse_hf_config(const std::filesystem::path& path) {
     if (j.contains("head_dim") && !j["head_dim"].is_null()) {
       // As int64: head_dim x heads in an int could wrap around to hidden_size (131074 x 32768 = 2^32 + 65536).
       const std::int64_t head_dim = get_int("head_dim");
-      KVD_EXPECT(head_dim * c.heads == c.dim, "{}: head_dim {} x {} heads != hidden_size {} (unsupported)", p, head_dim,
-                 c.heads, c.dim);
+      KVD_EXPECT(head_dim * c.heads == c.dim, "{}: head_dim {} x {} heads != hidden_size {} (unsupported)", p, head_dim, c.heads, c.dim);
     }
     if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
       const auto& rs = j["rope_scaling"];
@@ -77,8 +76,8 @@ inline LlamaConfig parse_hf_config(const std::filesystem::path& path) {
       c.rope_scaling.high_freq_factor = positive(rs.value("high_freq_factor", 4.0), "rope_scaling.high_freq_factor");
       c.rope_scaling.original_max_position =
           positive(rs.value("original_max_position_embeddings", 8192.0), "rope_scaling.original_max_position_embeddings");
-      KVD_EXPECT(c.rope_scaling.high_freq_factor > c.rope_scaling.low_freq_factor,
-                 "{}: rope_scaling.high_freq_factor must exceed low_freq_factor", p);
+      KVD_EXPECT(c.rope_scaling.high_freq_factor > c.rope_scaling.low_freq_factor, "{}: rope_scaling.high_freq_factor must exceed low_freq_factor",
+                 p);
     }
   } catch (const nlohmann::json::exception& e) {
     fail("{}: {}", p, e.what());
@@ -93,9 +92,7 @@ namespace hf_loader_detail {
 /// in the order first named), else model.safetensors.
 inline std::vector<SafetensorsFile> open_safetensors(const std::filesystem::path& dir) {
   std::vector<SafetensorsFile> files;
-  auto open = [&](const std::filesystem::path& p) {
-    files.emplace_back(p.string());
-  };
+  auto open = [&](const std::filesystem::path& p) { files.emplace_back(p.string()); };
   const auto index = dir / "model.safetensors.index.json";
   if (std::filesystem::exists(index)) {
     const nlohmann::json j = read_json(index);
@@ -104,15 +101,13 @@ inline std::vector<SafetensorsFile> open_safetensors(const std::filesystem::path
     for (auto& [name, shard] : j["weight_map"].items()) {
       KVD_EXPECT(shard.is_string(), "{}: weight_map['{}'] is not a file name", index.string(), name);
       const std::string s = shard.get<std::string>();
-      KVD_EXPECT(s.find('/') == std::string::npos && s.find("..") == std::string::npos, "{}: shard name '{}' leaves the folder",
-                 index.string(), s);
+      KVD_EXPECT(s.find('/') == std::string::npos && s.find("..") == std::string::npos, "{}: shard name '{}' leaves the folder", index.string(), s);
       if (std::find(shards.begin(), shards.end(), s) == shards.end()) shards.push_back(s);
     }
     files.reserve(shards.size());
     for (const auto& s : shards) open(dir / s);
   } else {
-    KVD_EXPECT(std::filesystem::exists(dir / "model.safetensors"), "{}: neither model.safetensors nor model.safetensors.index.json",
-               dir.string());
+    KVD_EXPECT(std::filesystem::exists(dir / "model.safetensors"), "{}: neither model.safetensors nor model.safetensors.index.json", dir.string());
     files.reserve(1);
     open(dir / "model.safetensors");
   }
@@ -127,8 +122,7 @@ class TensorReader {
     for (const auto& f : files)
       for (const auto& [name, info] : f.tensors()) where_[name] = {&info, f.path()};
     torch_dtype_ = read_json(dir / "config.json").value("torch_dtype", std::string());
-    want_dtype_ = torch_dtype_ == "float32" ? "F32" : torch_dtype_ == "float16" ? "F16"
-                  : torch_dtype_ == "bfloat16" ? "BF16" : "";
+    want_dtype_ = torch_dtype_ == "float32" ? "F32" : torch_dtype_ == "float16" ? "F16" : torch_dtype_ == "bfloat16" ? "BF16" : "";
   }
 
   std::size_t size() const { return where_.size(); }
@@ -139,8 +133,8 @@ class TensorReader {
     KVD_EXPECT(it != where_.end(), "{}: tensor '{}' is missing", dir_.string(), name);
     const TensorInfo& t = *it->second.first;
     const std::string& file = it->second.second;
-    KVD_EXPECT(want_dtype_.empty() || t.dtype == want_dtype_, "{}: tensor '{}' has dtype {} but config.json says torch_dtype {}",
-               file, name, t.dtype, torch_dtype_);
+    KVD_EXPECT(want_dtype_.empty() || t.dtype == want_dtype_, "{}: tensor '{}' has dtype {} but config.json says torch_dtype {}", file, name, t.dtype,
+               torch_dtype_);
     KVD_EXPECT(t.shape == shape, "{}: tensor '{}' has shape [{}], config.json implies [{}]", file, name, fmt::join(t.shape, ", "),
                fmt::join(shape, ", "));
     const auto n = static_cast<std::size_t>(t.elements());
@@ -159,9 +153,7 @@ class TensorReader {
     }
     return v.data();
   }
-  Matrix matrix(const std::string& name, std::int64_t rows, std::int64_t cols) {
-    return Matrix::f32(tensor(name, {rows, cols}), rows, cols);
-  }
+  Matrix matrix(const std::string& name, std::int64_t rows, std::int64_t cols) { return Matrix::f32(tensor(name, {rows, cols}), rows, cols); }
 
  private:
   const std::filesystem::path& dir_;
@@ -205,8 +197,7 @@ inline Model load_hf(const std::filesystem::path& dir) {
   }
   m.rms_final = r.tensor("model.norm.weight", {D});
   m.classifier = c.tied_embeddings || !r.has("lm_head.weight") ? m.token_embedding : r.matrix("lm_head.weight", V, D);
-  KVD_EXPECT(c.tied_embeddings || r.has("lm_head.weight"),
-             "{}: tensor 'lm_head.weight' is missing (tie_word_embeddings is false)", dir.string());
+  KVD_EXPECT(c.tied_embeddings || r.has("lm_head.weight"), "{}: tensor 'lm_head.weight' is missing (tie_word_embeddings is false)", dir.string());
   m.files = std::move(keep);
   m.weight_types = "F32";
   return m;

@@ -70,9 +70,8 @@ inline std::uint64_t expected_bytes(const LlamaConfig& c, const std::string& pat
     for (std::uint64_t t : terms) KVD_EXPECT(!__builtin_add_overflow(r, t, &r), "{}: the header's sizes overflow", path);
     return r;
   };
-  const std::uint64_t floats =
-      add({mul(V, D), mul(L, D), mul(mul(L, D), D), mul(mul(mul(2, L), KV), D), mul(mul(L, D), D), mul(L, D),
-           mul(mul(mul(3, L), H), D), D, mul(S, HD), c.tied_embeddings ? 0 : mul(V, D)});
+  const std::uint64_t floats = add({mul(V, D), mul(L, D), mul(mul(L, D), D), mul(mul(mul(2, L), KV), D), mul(mul(L, D), D), mul(L, D),
+                                    mul(mul(mul(3, L), H), D), D, mul(S, HD), c.tied_embeddings ? 0 : mul(V, D)});
   return add({kHeader, mul(floats, sizeof(float))});
 }
 
@@ -86,8 +85,7 @@ inline Model load_llama2c(const std::string& path) {
   const LlamaConfig& c = m.config;
   const std::uint64_t expect = llama2c_detail::expected_bytes(c, path);
   KVD_EXPECT(file->size() >= expect, "{}: the file has {} bytes but its header implies {} (truncated?)", path, file->size(), expect);
-  KVD_EXPECT(file->size() == expect, "{}: the file has {} bytes but its header implies {} (not a llama2.c checkpoint?)",
-             path, file->size(), expect);
+  KVD_EXPECT(file->size() == expect, "{}: the file has {} bytes but its header implies {} (not a llama2.c checkpoint?)", path, file->size(), expect);
 
   const auto [D, H, L, V, KV, S, HD] = llama2c_detail::sizes(c);
   const float* p = reinterpret_cast<const float*>(file->data() + llama2c_detail::kHeader);

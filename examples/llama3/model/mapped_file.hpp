@@ -39,8 +39,7 @@ class MappedFile {
       ::close(fd);
     }
   }
-  MappedFile(MappedFile&& o) noexcept
-      : path_(std::move(o.path_)), data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  MappedFile(MappedFile&& o) noexcept : path_(std::move(o.path_)), data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
   MappedFile& operator=(MappedFile&& o) noexcept {
     std::swap(path_, o.path_);
     std::swap(data_, o.data_);

@@ -34,10 +34,10 @@ struct LlamaConfig {
   int dim = 0;         ///< model width
   int hidden_dim = 0;  ///< FFN width
   int layers = 0;
-  int heads = 0;       ///< query heads
+  int heads = 0;  ///< query heads
   int kv_heads = 0;
   int vocab = 0;
-  int max_seq = 0;     ///< trained context (max_position_embeddings)
+  int max_seq = 0;  ///< trained context (max_position_embeddings)
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   RopeLayout rope_layout = RopeLayout::interleaved;
@@ -52,8 +52,8 @@ struct LlamaConfig {
 
   void validate(const std::string& source) const {
     KVD_EXPECT(dim > 0 && hidden_dim > 0 && layers > 0 && heads > 0 && kv_heads > 0 && vocab > 0 && max_seq > 0,
-               "{}: sizes must be positive (dim {}, hidden_dim {}, layers {}, heads {}, kv_heads {}, vocab {}, max_seq {})",
-               source, dim, hidden_dim, layers, heads, kv_heads, vocab, max_seq);
+               "{}: sizes must be positive (dim {}, hidden_dim {}, layers {}, heads {}, kv_heads {}, vocab {}, max_seq {})", source, dim, hidden_dim,
+               layers, heads, kv_heads, vocab, max_seq);
     KVD_EXPECT(dim % heads == 0, "{}: dim {} is not a multiple of heads {}", source, dim, heads);
     KVD_EXPECT(heads % kv_heads == 0, "{}: heads {} is not a multiple of kv_heads {}", source, heads, kv_heads);
     KVD_EXPECT(head_dim() % 2 == 0, "{}: head_dim {} is odd; RoPE needs pairs", source, head_dim());
@@ -76,18 +76,18 @@ struct LayerWeights {
 
 struct Model {
   LlamaConfig config;
-  std::string source;  ///< where it came from, for messages and summaries
-  Matrix token_embedding;                 ///< [vocab][dim]: a row per token
+  std::string source;      ///< where it came from, for messages and summaries
+  Matrix token_embedding;  ///< [vocab][dim]: a row per token
   std::vector<LayerWeights> layers;
-  const float* rms_final = nullptr;       ///< [dim]
-  Matrix classifier;                      ///< [vocab][dim]
+  const float* rms_final = nullptr;  ///< [dim]
+  Matrix classifier;                 ///< [vocab][dim]
 
   // Backing storage: mapped files and/or owned arrays.
   std::shared_ptr<MappedFile> file;
   std::vector<std::shared_ptr<MappedFile>> files;  ///< further mapped files (shards)
   std::vector<std::vector<float>> owned;
   std::shared_ptr<const GgufVocab> vocab;  ///< the tokenizer a GGUF file carries (nullptr for other formats)
-  std::string weight_types;  ///< the weight formats, for summaries ("f32", "Q4_1 + Q8_0 + F32", ...)
+  std::string weight_types;                ///< the weight formats, for summaries ("f32", "Q4_1 + Q8_0 + F32", ...)
 
   std::size_t parameters() const {
     const auto& c = config;
@@ -111,9 +111,18 @@ inline PrefixDigest model_digest(const Model& m) {
     if (!w.is_f32()) XXH3_128bits_update(st, &type, sizeof type);  // float weights hash as they did before blocks
     XXH3_128bits_update(st, w.data, w.bytes());
   };
-  const double shape[] = {double(c.layers), double(c.dim), double(c.heads), double(c.kv_heads), double(c.hidden_dim),
-                          double(c.vocab), double(c.rope_theta), double(c.rms_eps), double(static_cast<int>(c.rope_layout)),
-                          c.rope_scaling.factor, c.rope_scaling.low_freq_factor, c.rope_scaling.high_freq_factor,
+  const double shape[] = {double(c.layers),
+                          double(c.dim),
+                          double(c.heads),
+                          double(c.kv_heads),
+                          double(c.hidden_dim),
+                          double(c.vocab),
+                          double(c.rope_theta),
+                          double(c.rms_eps),
+                          double(static_cast<int>(c.rope_layout)),
+                          c.rope_scaling.factor,
+                          c.rope_scaling.low_freq_factor,
+                          c.rope_scaling.high_freq_factor,
                           c.rope_scaling.original_max_position};
   XXH3_128bits_update(st, shape, sizeof shape);
   if (!c.rope_freq_factors.empty()) add(c.rope_freq_factors.data(), c.rope_freq_factors.size());

@@ -20,7 +20,7 @@ inline std::filesystem::path model_cache_dir() {
   const char* dir = std::getenv("KVD_MODEL_DIR");
   const char* home = std::getenv("HOME");
   return dir != nullptr && *dir != '\0' ? std::filesystem::path(dir)
-                                         : std::filesystem::path(home != nullptr && *home != '\0' ? home : "/tmp") / ".cache/kvdrive/models";
+                                        : std::filesystem::path(home != nullptr && *home != '\0' ? home : "/tmp") / ".cache/kvdrive/models";
 }
 
 /// The cached file of the project's real model (scripts/get-model fetches it).

@@ -75,16 +75,15 @@ class SafetensorsFile {
         const std::size_t es = safetensors_dtype_size(info.dtype);
         KVD_EXPECT(es != 0, "{}: tensor '{}': unknown dtype '{}'", p, name, info.dtype);
         for (auto d : info.shape) KVD_EXPECT(d >= 0 && d < (std::int64_t{1} << 40), "{}: tensor '{}': bad dimension {}", p, name, d);
-        KVD_EXPECT(info.begin <= info.end && info.end <= data_size,
-                   "{}: tensor '{}': data_offsets [{}, {}) out of range of the {}-byte data region", p, name, info.begin,
-                   info.end, data_size);
+        KVD_EXPECT(info.begin <= info.end && info.end <= data_size, "{}: tensor '{}': data_offsets [{}, {}) out of range of the {}-byte data region",
+                   p, name, info.begin, info.end, data_size);
         KVD_EXPECT(info.elements() >= 0, "{}: tensor '{}': shape has too many elements", p, name);
         // elements x dtype size can wrap to a small number (2^62 F32 elements are "0 bytes"): check the product.
         std::uint64_t bytes = 0;
         KVD_EXPECT(!__builtin_mul_overflow(static_cast<std::uint64_t>(info.elements()), std::uint64_t{es}, &bytes),
                    "{}: tensor '{}': shape of {} {} elements has too many bytes", p, name, info.elements(), info.dtype);
-        KVD_EXPECT(info.end - info.begin == bytes, "{}: tensor '{}': {} bytes for shape of {} {} elements", p, name,
-                   info.end - info.begin, info.elements(), info.dtype);
+        KVD_EXPECT(info.end - info.begin == bytes, "{}: tensor '{}': {} bytes for shape of {} {} elements", p, name, info.end - info.begin,
+                   info.elements(), info.dtype);
         info.data = data + info.begin;
         starts.emplace_back(info.begin, name);
         tensors_.emplace(name, std::move(info));
@@ -95,8 +94,8 @@ class SafetensorsFile {
     std::sort(starts.begin(), starts.end());
     for (std::size_t i = 1; i < starts.size(); ++i) {
       const TensorInfo& prev = tensors_.at(starts[i - 1].second);
-      KVD_EXPECT(prev.end <= starts[i].first || prev.begin == prev.end, "{}: tensors '{}' and '{}' overlap", p,
-                 starts[i - 1].second, starts[i].second);
+      KVD_EXPECT(prev.end <= starts[i].first || prev.begin == prev.end, "{}: tensors '{}' and '{}' overlap", p, starts[i - 1].second,
+                 starts[i].second);
     }
   }
 

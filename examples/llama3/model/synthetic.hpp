@@ -89,8 +89,8 @@ inline Model make_synthetic(const SyntheticSpec& spec, const ShapeOverrides& o, 
     jobs.push_back({&m.owned.back(), n, scale});
     return &m.owned.back();
   };
-  const auto D = static_cast<std::size_t>(c.dim), H = static_cast<std::size_t>(c.hidden_dim),
-             KV = static_cast<std::size_t>(c.kv_dim()), V = static_cast<std::size_t>(c.vocab);
+  const auto D = static_cast<std::size_t>(c.dim), H = static_cast<std::size_t>(c.hidden_dim), KV = static_cast<std::size_t>(c.kv_dim()),
+             V = static_cast<std::size_t>(c.vocab);
   const float in_d = 1.0f / std::sqrt(static_cast<float>(D)), in_h = 1.0f / std::sqrt(static_cast<float>(H));
   auto* embed = tensor(V * D, 1.0f);
   auto* final_norm = tensor(D, 0.0f);
@@ -99,8 +99,8 @@ inline Model make_synthetic(const SyntheticSpec& spec, const ShapeOverrides& o, 
   };
   std::vector<LayerTensors> lt;
   for (int l = 0; l < c.layers; ++l)
-    lt.push_back({tensor(D, 0.0f), tensor(D * D, in_d), tensor(KV * D, in_d), tensor(KV * D, in_d), tensor(D * D, in_d),
-                  tensor(D, 0.0f), tensor(H * D, in_d), tensor(D * H, in_h), tensor(H * D, in_d)});
+    lt.push_back({tensor(D, 0.0f), tensor(D * D, in_d), tensor(KV * D, in_d), tensor(KV * D, in_d), tensor(D * D, in_d), tensor(D, 0.0f),
+                  tensor(H * D, in_d), tensor(D * H, in_h), tensor(H * D, in_d)});
   pool.parallel_for(jobs.size(), [&](std::size_t i) {
     const Job& j = jobs[i];
     j.dst->resize(j.n);
@@ -117,9 +117,9 @@ inline Model make_synthetic(const SyntheticSpec& spec, const ShapeOverrides& o, 
   m.rms_final = final_norm->data();
   m.classifier = m.token_embedding;
   for (const auto& t : lt)
-    m.layers.push_back({t.rms_att->data(), Matrix::f32(t.wq->data(), Di, Di), Matrix::f32(t.wk->data(), KVi, Di),
-                        Matrix::f32(t.wv->data(), KVi, Di), Matrix::f32(t.wo->data(), Di, Di), t.rms_ffn->data(),
-                        Matrix::f32(t.w1->data(), Hi, Di), Matrix::f32(t.w2->data(), Di, Hi), Matrix::f32(t.w3->data(), Hi, Di)});
+    m.layers.push_back({t.rms_att->data(), Matrix::f32(t.wq->data(), Di, Di), Matrix::f32(t.wk->data(), KVi, Di), Matrix::f32(t.wv->data(), KVi, Di),
+                        Matrix::f32(t.wo->data(), Di, Di), t.rms_ffn->data(), Matrix::f32(t.w1->data(), Hi, Di), Matrix::f32(t.w2->data(), Di, Hi),
+                        Matrix::f32(t.w3->data(), Hi, Di)});
   m.weight_types = "F32";
   return m;
 }

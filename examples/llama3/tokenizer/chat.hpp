@@ -54,8 +54,7 @@ struct ChatTemplate {
   std::string render(std::vector<ChatTurn> turns, std::string_view reply_prefix = {}) const {
     KVD_EXPECT(!turns.empty(), "chat: no turns");
     for (const ChatTurn& t : turns)
-      KVD_EXPECT(t.role == "system" || t.role == "user" || t.role == "assistant", "chat: role '{}' (expected system, user or assistant)",
-                 t.role);
+      KVD_EXPECT(t.role == "system" || t.role == "user" || t.role == "assistant", "chat: role '{}' (expected system, user or assistant)", t.role);
     if (turns.front().role != "system" && !default_system.empty()) turns.insert(turns.begin(), {"system", default_system});
     std::string s;
     switch (format) {

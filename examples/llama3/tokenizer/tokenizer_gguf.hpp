@@ -224,8 +224,7 @@ class GgufTokenizer {
       add_space_prefix_ = true;
       add_bos_ = true;
     } else {
-      fail("tokenizer model '{}' (tokenizer.ggml.model) is not supported: only 'gpt2' (byte-level BPE) and 'llama' (SentencePiece)",
-           model_);
+      fail("tokenizer model '{}' (tokenizer.ggml.model) is not supported: only 'gpt2' (byte-level BPE) and 'llama' (SentencePiece)", model_);
     }
   }
 

@@ -27,13 +27,11 @@ class Llama2cTokenizer {
     const std::byte* p = f.data();
     const std::byte* end = p + f.size();
     auto read = [&](void* dst, std::size_t n, const char* what, int token) {
-      KVD_EXPECT(static_cast<std::size_t>(end - p) >= n, "{}: truncated at token {} ({}); the model has {} tokens", path, token,
-                 what, vocab);
+      KVD_EXPECT(static_cast<std::size_t>(end - p) >= n, "{}: truncated at token {} ({}); the model has {} tokens", path, token, what, vocab);
       std::memcpy(dst, p, n);
       p += n;
     };
-    KVD_EXPECT(vocab >= kFirstByteToken + 256, "{}: vocabulary size {} is too small for <unk>, <s>, </s> and the 256 byte tokens",
-               path, vocab);
+    KVD_EXPECT(vocab >= kFirstByteToken + 256, "{}: vocabulary size {} is too small for <unk>, <s>, </s> and the 256 byte tokens", path, vocab);
     std::int32_t max_len = 0;
     read(&max_len, 4, "max_token_length", -1);
     KVD_EXPECT(max_len > 0 && max_len < 65536, "{}: max_token_length {} is implausible", path, max_len);

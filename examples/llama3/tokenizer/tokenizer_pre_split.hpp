@@ -48,27 +48,20 @@ class PreSplitter {
         isolate(
             [&](std::size_t i) {
               const std::uint32_t c = cp_[i];
-              return (cls_[i] & kPunct) != 0 || c == '$' || c == '+' || c == '<' || c == '=' || c == '>' || c == '^' || c == '~' ||
-                     c == '|';
+              return (cls_[i] & kPunct) != 0 || c == '$' || c == '+' || c == '<' || c == '=' || c == '>' || c == '^' || c == '~' || c == '|';
             },
             SIZE_MAX);
         p = refine(p, [&](std::size_t b, std::size_t e, Pieces& out) { gpt2(b, e, out); });
         isolate(is_number, SIZE_MAX);
         p = refine(p, [&](std::size_t b, std::size_t e, Pieces& out) { ascii_digit_triples(b, e, out); });
         break;
-      case PreFamily::gpt2:
-        p = refine(p, [&](std::size_t b, std::size_t e, Pieces& out) { gpt2(b, e, out); });
-        break;
+      case PreFamily::gpt2: p = refine(p, [&](std::size_t b, std::size_t e, Pieces& out) { gpt2(b, e, out); }); break;
       case PreFamily::smollm:
         isolate(is_number, 1);
         p = refine(p, [&](std::size_t b, std::size_t e, Pieces& out) { gpt2(b, e, out); });
         break;
-      case PreFamily::llama3:
-        p = refine(p, [&](std::size_t b, std::size_t e, Pieces& out) { llama3(b, e, 3, out); });
-        break;
-      case PreFamily::qwen2:
-        p = refine(p, [&](std::size_t b, std::size_t e, Pieces& out) { llama3(b, e, 1, out); });
-        break;
+      case PreFamily::llama3: p = refine(p, [&](std::size_t b, std::size_t e, Pieces& out) { llama3(b, e, 3, out); }); break;
+      case PreFamily::qwen2: p = refine(p, [&](std::size_t b, std::size_t e, Pieces& out) { llama3(b, e, 1, out); }); break;
     }
     return p;
   }

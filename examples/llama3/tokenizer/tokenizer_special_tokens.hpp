@@ -39,18 +39,31 @@ inline FimTokens detect_by_text(TokenTable& t, int& eot, int& eom) {
   // One pass in the map's order, as llama.cpp's (the first candidate in that order wins).
   for (const auto& [text, id] : t.token_to_id) {
     detect(eot, text, id,
-           {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>", "_<EOT>",
-            "[EOT]", "<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>", "<end_of_utterance>"});
+           {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]",
+            "<\xEF\xBD\x9C"
+            "end\xE2\x96\x81"
+            "of\xE2\x96\x81"
+            "sentence\xEF\xBD\x9C>",
+            "<end_of_utterance>"});
     detect(eom, text, id, {"<|eom_id|>"});
     detect(fim.pre, text, id,
-           {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>", "<PRE>",
-            "\xE2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>"});
+           {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>",
+            "<\xEF\xBD\x9C"
+            "fim\xE2\x96\x81"
+            "begin\xEF\xBD\x9C>",
+            "<PRE>", "\xE2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>"});
     detect(fim.suf, text, id,
-           {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "hole\xEF\xBD\x9C>", "<SUF>",
-            "\xE2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>"});
+           {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
+            "<\xEF\xBD\x9C"
+            "fim\xE2\x96\x81"
+            "hole\xEF\xBD\x9C>",
+            "<SUF>", "\xE2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>"});
     detect(fim.mid, text, id,
-           {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>", "<MID>",
-            "\xE2\x96\x81<MID>", "<|code_middle|>", "<|middle|>"});
+           {"<|fim_middle|>", "<fim-middle>", "<fim_middle>",
+            "<\xEF\xBD\x9C"
+            "fim\xE2\x96\x81"
+            "end\xEF\xBD\x9C>",
+            "<MID>", "\xE2\x96\x81<MID>", "<|code_middle|>", "<|middle|>"});
     detect(fim.pad, text, id, {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"});
     detect(fim.rep, text, id, {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"});
     detect(fim.sep, text, id, {"<|file_sep|>"});
@@ -61,10 +74,31 @@ inline FimTokens detect_by_text(TokenTable& t, int& eot, int& eom) {
 /// Adds the tokens whose text is one of llama.cpp's end-of-generation list to eog, marked control.
 inline void add_eog_by_text(TokenTable& t, std::set<int>& eog) {
   for (const auto& [text, id] : t.token_to_id) {
-    if (one_of(text, {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>",
-                      "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
-                      "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-                      "<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>", "[e~["})) {
+    if (one_of(text, {"<|eot_id|>",
+                      "<|im_end|>",
+                      "<|end|>",
+                      "<|return|>",
+                      "<|call|>",
+                      "<|flush|>",
+                      "<|calls|>",
+                      "<end_of_turn>",
+                      "<|endoftext|>",
+                      "</s>",
+                      "<|eom_id|>",
+                      "<EOT>",
+                      "_<EOT>",
+                      "[EOT]",
+                      "[EOS]",
+                      "<|end_of_text|>",
+                      "<end_of_utterance>",
+                      "<eos>",
+                      "<turn|>",
+                      "<|tool_response>",
+                      "<\xEF\xBD\x9C"
+                      "end\xE2\x96\x81"
+                      "of\xE2\x96\x81"
+                      "sentence\xEF\xBD\x9C>",
+                      "[e~["})) {
       eog.insert(id);
       t.attr(id) |= kAttrControl;
     }

@@ -55,21 +55,26 @@ class TiktokenTokenizer {
     // Ranks are token ids: they must be exactly 0 .. n-1.
     std::sort(entries.begin(), entries.end());
     for (std::size_t i = 0; i < entries.size(); ++i)
-      KVD_EXPECT(entries[i].first == static_cast<long>(i), "{}: ranks are not 0..{} without gaps (rank {} missing)", path,
-                 entries.size() - 1, i);
+      KVD_EXPECT(entries[i].first == static_cast<long>(i), "{}: ranks are not 0..{} without gaps (rank {} missing)", path, entries.size() - 1, i);
     for (auto& e : entries) pieces_.push_back(std::move(e.second));
     base_ = static_cast<int>(pieces_.size());
     // Llama-3's special tokens, in order after the base vocabulary.
-    const char* named[] = {"<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
-                           "<|reserved_special_token_1|>", "<|reserved_special_token_2|>", "<|reserved_special_token_3|>",
-                           "<|start_header_id|>", "<|end_header_id|>", "<|reserved_special_token_4|>", "<|eot_id|>"};
+    const char* named[] = {"<|begin_of_text|>",
+                           "<|end_of_text|>",
+                           "<|reserved_special_token_0|>",
+                           "<|reserved_special_token_1|>",
+                           "<|reserved_special_token_2|>",
+                           "<|reserved_special_token_3|>",
+                           "<|start_header_id|>",
+                           "<|end_header_id|>",
+                           "<|reserved_special_token_4|>",
+                           "<|eot_id|>"};
     for (const char* s : named) add_special(s);
     for (int i = 5; i < 256 - 5; ++i) add_special("<|reserved_special_token_" + std::to_string(i) + "|>");
 
     int err = 0;
     PCRE2_SIZE offset = 0;
-    re_.reset(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kPattern.data()), kPattern.size(), PCRE2_UTF | PCRE2_UCP, &err,
-                            &offset, nullptr));
+    re_.reset(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kPattern.data()), kPattern.size(), PCRE2_UTF | PCRE2_UCP, &err, &offset, nullptr));
     KVD_EXPECT(re_ != nullptr, "tiktoken: cannot compile the pre-tokenizer pattern (PCRE2 error {} at {})", err, offset);
   }
 

@@ -62,8 +62,7 @@ inline TokenTable read_token_table(GgufVocab& v) {
   KVD_EXPECT(n > 0, "tokenizer.ggml.tokens is empty");
   KVD_EXPECT(n < static_cast<std::size_t>(INT32_MAX), "{} tokens: too many", n);
   KVD_EXPECT(v.scores.empty() || v.scores.size() >= n, "tokenizer.ggml.scores has {} entries for {} tokens", v.scores.size(), n);
-  KVD_EXPECT(v.token_types.empty() || v.token_types.size() >= n, "tokenizer.ggml.token_type has {} entries for {} tokens",
-             v.token_types.size(), n);
+  KVD_EXPECT(v.token_types.empty() || v.token_types.size() >= n, "tokenizer.ggml.token_type has {} entries for {} tokens", v.token_types.size(), n);
   TokenTable t;
   t.tokens = std::move(v.tokens);
   t.scores.assign(n, 0.0f);

@@ -13,9 +13,7 @@
 
 namespace kvdrive::attention {
 
-inline void to_float_block(const float* src, float* dst, std::size_t n) {
-  std::memcpy(dst, src, n * sizeof(float));
-}
+inline void to_float_block(const float* src, float* dst, std::size_t n) { std::memcpy(dst, src, n * sizeof(float)); }
 
 inline void to_float_block(const half* src, float* dst, std::size_t n) {
   std::size_t i = 0;

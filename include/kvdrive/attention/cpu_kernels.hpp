@@ -44,9 +44,7 @@ inline __m256 sum8(const __m256 a[8]) {
 #if KVD_CPU_AVX2
 namespace detail {
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 load8(const half* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
+inline __m256 load8(const half* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 inline __m256 load8(const bfloat16* p) {
   const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
@@ -56,8 +54,7 @@ inline __m256 load8(const bfloat16* p) {
 /// and converted once. Each score is one accumulator reduced by the same tree, so every blocking
 /// gives the same bits.
 template <int HB, int TB, class T>
-inline void score_block(const float* q, const T* k, int tokens, int d, float scale, int h0, int t0,
-                        int rows, float* s) {
+inline void score_block(const float* q, const T* k, int tokens, int d, float scale, int h0, int t0, int rows, float* s) {
   static_assert(HB * TB <= 8);
   __m256 acc[8];
   for (auto& a : acc) a = _mm256_setzero_ps();
@@ -110,8 +107,7 @@ inline void page_scores(const float* q, int group, const T* k, int tokens, int d
       const T* kt = k + static_cast<std::size_t>(t) * d;
       float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       for (int j = 0; j < d; ++j) part[j & 7] += qh[j] * to_float(kt[j]);
-      s[static_cast<std::size_t>(h) * rows + t] =
-          (((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]))) * scale;
+      s[static_cast<std::size_t>(h) * rows + t] = (((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]))) * scale;
     }
   }
 }
@@ -218,12 +214,11 @@ inline float horizontal_sum(__m256 v) {
 namespace detail {
 /// acc of HB heads += weights x V over TB tokens, V read and converted once for the HB heads.
 template <int HB, int TB, class T>
-inline void accumulate_block(float* acc, const float* keep, const float* take, const float* w,
-                             const T* v, int tokens, int rows, int d, int h0, int t0) {
+inline void accumulate_block(float* acc, const float* keep, const float* take, const float* w, const T* v, int tokens, int rows, int d, int h0,
+                             int t0) {
   __m256 wv[HB][TB];
   for (int h = 0; h < HB; ++h)
-    for (int t = 0; t < TB; ++t)
-      wv[h][t] = _mm256_set1_ps(w[static_cast<std::size_t>(h0 + h) * rows + t0 + t] * take[h0 + h]);
+    for (int t = 0; t < TB; ++t) wv[h][t] = _mm256_set1_ps(w[static_cast<std::size_t>(h0 + h) * rows + t0 + t] * take[h0 + h]);
   __m256 kp[HB];
   for (int h = 0; h < HB; ++h) kp[h] = _mm256_set1_ps(t0 == 0 ? keep[h0 + h] : 1.0f);
   const T* vr[TB];
@@ -241,8 +236,7 @@ inline void accumulate_block(float* acc, const float* keep, const float* take, c
 }
 
 template <int HB, int TB, class T>
-inline void accumulate_page(float* acc, const float* keep, const float* take, const float* w,
-                            const T* v, int group, int tokens, int d) {
+inline void accumulate_page(float* acc, const float* keep, const float* take, const float* w, const T* v, int group, int tokens, int d) {
   const int rows = padded_rows(tokens);
   for (int h0 = 0; h0 < group; h0 += HB)
     for (int t0 = 0; t0 < rows; t0 += TB) accumulate_block<HB, TB>(acc, keep, take, w, v, tokens, rows, d, h0, t0);
@@ -253,8 +247,7 @@ inline void accumulate_page(float* acc, const float* keep, const float* take, co
 /// acc: [group][d]; keep, take: [group]; w: [group][padded_rows(tokens)], zero past `tokens`;
 /// v: [tokens][d] in the KV dtype. acc_h = acc_h * keep[h] + sum_t (w[h][t] * take[h]) v_t.
 template <class T>
-inline void page_accumulate(float* acc, const float* keep, const float* take, const float* w,
-                            const T* v, int group, int tokens, int d) {
+inline void page_accumulate(float* acc, const float* keep, const float* take, const float* w, const T* v, int group, int tokens, int d) {
 #if KVD_CPU_AVX2
   if (d % 8 == 0) {
     // The same blockings as page_scores; each head's sum runs over the tokens in order whatever

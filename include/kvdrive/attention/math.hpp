@@ -22,8 +22,8 @@ KVD_HOST_DEVICE float neg_inf() { return -std::numeric_limits<float>::infinity()
 KVD_HOST_DEVICE float exp_shifted(float x) {
   constexpr std::uint32_t kLowest = 0xc2ae0000u;  // -87.0f: below it exp underflows to 0
   const std::uint32_t u = float_bits(x);
-  std::uint32_t c = u > kLowest ? kLowest : u;     // x < -87, -inf (or a negative NaN): clamp
-  c = c < 0x80000000u ? 0x80000000u : c;           // x >= 0: clamp to -0
+  std::uint32_t c = u > kLowest ? kLowest : u;  // x < -87, -inf (or a negative NaN): clamp
+  c = c < 0x80000000u ? 0x80000000u : c;        // x >= 0: clamp to -0
   const float xc = bits_float(c);
   const float n = static_cast<float>(static_cast<int>(xc * 1.44269504088896341f - 0.5f));  // round
   float r = xc - n * 0.693359375f;
@@ -47,9 +47,9 @@ KVD_HOST_DEVICE float exp_shifted(float x) {
 /// is clamped to 0, as exp_shifted does.
 KVD_HOST_DEVICE float exp_rank(float x) {
   float t = x * 1.44269504088896341f;
-  t = t > -126.0f ? (t < 0.0f ? t : 0.0f) : -126.0f;              // -inf and NaN too; x > 0 as 0
-  const int n = static_cast<int>(t - 0.5f);                       // t <= 0: rounds to nearest
-  const float f = t - static_cast<float>(n);                      // [-1/2, 1/2]
+  t = t > -126.0f ? (t < 0.0f ? t : 0.0f) : -126.0f;  // -inf and NaN too; x > 0 as 0
+  const int n = static_cast<int>(t - 0.5f);           // t <= 0: rounds to nearest
+  const float f = t - static_cast<float>(n);          // [-1/2, 1/2]
   float p = 0.009582770988345146f * f + 0.05590623617172241f;
   p = p * f + 0.24024099111557007f;
   p = p * f + 0.6931242346763611f;
@@ -98,8 +98,7 @@ KVD_HOST_DEVICE float dot8(const float* q, const T* k, int d) {
 }
 
 /// Folds partial (m2, l2, acc2) into (m, l, acc): the result covers the tokens of both.
-KVD_HOST_DEVICE void merge_partial(float& m, float& l, float* acc, float m2, float l2,
-                                   const float* acc2, int d) {
+KVD_HOST_DEVICE void merge_partial(float& m, float& l, float* acc, float m2, float l2, const float* acc2, int d) {
   if (l2 <= 0.0f) return;
   if (l <= 0.0f) {
     m = m2;
@@ -115,8 +114,6 @@ KVD_HOST_DEVICE void merge_partial(float& m, float& l, float* acc, float m2, flo
 }
 
 /// Attention mass of a page for one head: exp(page_lse - total_lse).
-KVD_HOST_DEVICE float page_mass(float page_lse, float total_lse) {
-  return page_lse == neg_inf() ? 0.0f : exp_shifted(page_lse - total_lse);
-}
+KVD_HOST_DEVICE float page_mass(float page_lse, float total_lse) { return page_lse == neg_inf() ? 0.0f : exp_shifted(page_lse - total_lse); }
 
 }  // namespace kvdrive::attention

@@ -30,10 +30,10 @@ struct PageRef {
 
 /// Arguments of one stream's sparse decode attention.
 struct DecodeArgs {
-  const float* q = nullptr;   ///< [group][head_dim]
-  int group = 1;              ///< query heads sharing this KV head
+  const float* q = nullptr;  ///< [group][head_dim]
+  int group = 1;             ///< query heads sharing this KV head
   int head_dim = 0;
-  float scale = 1.0f;         ///< softmax scale, usually 1/sqrt(head_dim)
+  float scale = 1.0f;  ///< softmax scale, usually 1/sqrt(head_dim)
   std::span<const PageRef> pages;
   float* out = nullptr;       ///< [group][head_dim]
   float* lse = nullptr;       ///< [group], optional
@@ -65,9 +65,9 @@ struct DecodeState {
 inline DecodeState start_decode(int g, int d, int max_rows) {
   thread_local std::vector<float> scratch;
   const std::size_t gd = static_cast<std::size_t>(g) * d;
-  const std::size_t need = gd                                              // acc
-                           + static_cast<std::size_t>(g) * max_rows        // scores, then weights
-                           + 6 * static_cast<std::size_t>(g);  // m, l, keep, take, row max, row sum
+  const std::size_t need = gd                                        // acc
+                           + static_cast<std::size_t>(g) * max_rows  // scores, then weights
+                           + 6 * static_cast<std::size_t>(g);        // m, l, keep, take, row max, row sum
   if (scratch.size() < need) scratch.resize(need);
   DecodeState st;
   st.acc = scratch.data();

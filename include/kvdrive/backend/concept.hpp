@@ -20,17 +20,17 @@ namespace kvdrive::backend {
 struct PagedDecode {
   DType dtype = DType::f16;
   int group = 1, head_dim = 0;
-  int page_tokens = 0;           ///< rows of a full page (no page has more)
-  std::size_t block_bytes = 0;   ///< bytes of one page's K block
+  int page_tokens = 0;          ///< rows of a full page (no page has more)
+  std::size_t block_bytes = 0;  ///< bytes of one page's K block
   float scale = 1.0f;
   std::size_t streams = 0;
-  const float* q = nullptr;                        ///< [streams][group][head_dim]
-  std::span<const std::uint32_t> offsets;          ///< [streams + 1]: stream s owns pages [offsets[s], offsets[s+1])
-  std::span<const std::byte* const> pages;         ///< [pages]: each page's K block, in list order per stream
-  std::span<const std::int32_t> tokens;            ///< [pages]: filled rows of each page
-  float* out = nullptr;       ///< [streams][group][head_dim]
-  float* lse = nullptr;       ///< [streams][group]
-  float* page_lse = nullptr;  ///< [pages][group]
+  const float* q = nullptr;                 ///< [streams][group][head_dim]
+  std::span<const std::uint32_t> offsets;   ///< [streams + 1]: stream s owns pages [offsets[s], offsets[s+1])
+  std::span<const std::byte* const> pages;  ///< [pages]: each page's K block, in list order per stream
+  std::span<const std::int32_t> tokens;     ///< [pages]: filled rows of each page
+  float* out = nullptr;                     ///< [streams][group][head_dim]
+  float* lse = nullptr;                     ///< [streams][group]
+  float* page_lse = nullptr;                ///< [pages][group]
 };
 
 template <class B>
@@ -41,6 +41,8 @@ concept Backend = requires(B& b, std::size_t n, const std::function<void(std::si
 /// A backend that attends pages in its own memory: attend() fills out, lse and page_lse of a
 /// PagedDecode (on the host) and returns once they are there; it throws kvdrive::Error on failure.
 template <class B>
-concept DeviceBackend = Backend<B> && requires(B& b, const PagedDecode& d) { b.attend(d); };
+concept DeviceBackend = Backend<B> && requires(B& b, const PagedDecode& d) {
+  b.attend(d);
+};
 
 }  // namespace kvdrive::backend

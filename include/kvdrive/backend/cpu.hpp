@@ -23,9 +23,7 @@ class Cpu {
   static constexpr std::string_view name() { return "cpu"; }
   unsigned threads() const { return pool_->threads(); }
 
-  void parallel_for(std::size_t n, const std::function<void(std::size_t)>& fn) {
-    pool_->parallel_for(n, fn);
-  }
+  void parallel_for(std::size_t n, const std::function<void(std::size_t)>& fn) { pool_->parallel_for(n, fn); }
 
  private:
   std::unique_ptr<ThreadPool> pool_;

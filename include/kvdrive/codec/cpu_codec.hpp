@@ -46,8 +46,7 @@ inline void store_ranges(std::uint8_t* coded, const PageRanges& r) {
 /// Quantizes a block whose value (t, c) belongs to group group_of(t, c) of `groups`, writing the
 /// groups' codes at `codes` and the values at `data`; returns the block range.
 template <class T, class GroupOf>
-BlockRange encode_block(const CodedLayout& l, const T* block, std::uint32_t groups, GroupOf group_of, std::uint8_t* codes,
-                        std::uint8_t* data) {
+BlockRange encode_block(const CodedLayout& l, const T* block, std::uint32_t groups, GroupOf group_of, std::uint8_t* codes, std::uint8_t* data) {
   const std::size_t n = std::size_t{l.tokens} * l.head_dim;
   thread_local std::vector<float> values, gmin, gmax, inv_step;
   thread_local std::vector<GroupRange> ranges;
@@ -84,8 +83,8 @@ BlockRange encode_block(const CodedLayout& l, const T* block, std::uint32_t grou
     for (std::size_t i = 0; i < n; i += 2) {  // head_dim is even, so a pair never crosses a token
       const auto t = static_cast<std::uint32_t>(i / l.head_dim), c = static_cast<std::uint32_t>(i % l.head_dim);
       const std::uint32_t g0 = group_of(t, c), g1 = group_of(t, c + 1);
-      data[i / 2] = pack_nibbles(quantize(ranges[g0], inv_step[g0], values[i], l.levels),
-                                 quantize(ranges[g1], inv_step[g1], values[i + 1], l.levels));
+      data[i / 2] =
+          pack_nibbles(quantize(ranges[g0], inv_step[g0], values[i], l.levels), quantize(ranges[g1], inv_step[g1], values[i + 1], l.levels));
     }
   }
   return b;
@@ -116,8 +115,7 @@ inline void group_ranges(BlockRange b, const std::uint8_t* codes, std::uint32_t 
 
 /// Each key channel's decoded range (key_lo, key_step: head_dim each) and each token's value
 /// range (value_lo, value_step: tokens each).
-inline void decode_ranges(const CodedLayout& l, const std::uint8_t* coded, float* key_lo, float* key_step, float* value_lo,
-                          float* value_step) {
+inline void decode_ranges(const CodedLayout& l, const std::uint8_t* coded, float* key_lo, float* key_step, float* value_lo, float* value_step) {
   const PageRanges r = load_ranges(coded);
   group_ranges(r.keys, coded + l.key_codes, l.head_dim, l.inv_levels, key_lo, key_step);
   group_ranges(r.values, coded + l.value_codes, l.tokens, l.inv_levels, value_lo, value_step);
@@ -161,10 +159,10 @@ void encode_page(const CodedLayout& l, const T* page, std::uint8_t* coded) {
   const T* k = page;
   const T* v = page + std::size_t{l.tokens} * l.head_dim;
   detail::PageRanges r;
-  r.keys = detail::encode_block(l, k, l.head_dim, [](std::uint32_t, std::uint32_t c) { return c; }, coded + l.key_codes,
-                                coded + l.key_data);
-  r.values = detail::encode_block(l, v, l.tokens, [](std::uint32_t t, std::uint32_t) { return t; }, coded + l.value_codes,
-                                  coded + l.value_data);
+  r.keys = detail::encode_block(
+      l, k, l.head_dim, [](std::uint32_t, std::uint32_t c) { return c; }, coded + l.key_codes, coded + l.key_data);
+  r.values = detail::encode_block(
+      l, v, l.tokens, [](std::uint32_t t, std::uint32_t) { return t; }, coded + l.value_codes, coded + l.value_data);
   detail::store_ranges(coded, r);
 }
 

@@ -67,12 +67,12 @@ struct PageCodec {
 /// Trivially copyable, so kernels take it by value.
 struct CodedLayout {
   std::uint32_t tokens = 0, head_dim = 0;
-  std::uint32_t bits = 0;        ///< 8 or 4
-  std::uint32_t levels = 0;      ///< 2^bits - 1: the largest value code
-  float inv_levels = 0;          ///< the float 1 / levels, which every group range multiplies by
+  std::uint32_t bits = 0;                                                    ///< 8 or 4
+  std::uint32_t levels = 0;                                                  ///< 2^bits - 1: the largest value code
+  float inv_levels = 0;                                                      ///< the float 1 / levels, which every group range multiplies by
   std::size_t key_codes = 0, value_codes = 0, key_data = 0, value_data = 0;  ///< byte offsets
-  std::size_t data_bytes = 0;    ///< bytes of one block's values: tokens x head_dim x bits / 8
-  std::size_t bytes = 0;         ///< the whole coded page
+  std::size_t data_bytes = 0;                                                ///< bytes of one block's values: tokens x head_dim x bits / 8
+  std::size_t bytes = 0;                                                     ///< the whole coded page
 
   static constexpr std::size_t kHeaderBytes = 16;
 

@@ -31,13 +31,10 @@ struct ModelShape {
     KVD_EXPECT(layers > 0, "ModelShape: layers is {}, expected > 0", layers);
     KVD_EXPECT(q_heads > 0, "ModelShape: q_heads is {}, expected > 0 (zero heads)", q_heads);
     KVD_EXPECT(kv_heads > 0, "ModelShape: kv_heads is {}, expected > 0 (zero heads)", kv_heads);
-    KVD_EXPECT(q_heads % kv_heads == 0,
-               "ModelShape: q_heads {} is not a multiple of kv_heads {} (GQA groups must be equal)",
-               q_heads, kv_heads);
-    KVD_EXPECT(head_dim > 0 && head_dim <= 1024, "ModelShape: head_dim is {}, expected 1..1024",
-               head_dim);
-    KVD_EXPECT(layers <= kMaxCount && q_heads <= kMaxCount,
-               "ModelShape: {} layers and {} query heads, expected at most {} of each", layers, q_heads, kMaxCount);
+    KVD_EXPECT(q_heads % kv_heads == 0, "ModelShape: q_heads {} is not a multiple of kv_heads {} (GQA groups must be equal)", q_heads, kv_heads);
+    KVD_EXPECT(head_dim > 0 && head_dim <= 1024, "ModelShape: head_dim is {}, expected 1..1024", head_dim);
+    KVD_EXPECT(layers <= kMaxCount && q_heads <= kMaxCount, "ModelShape: {} layers and {} query heads, expected at most {} of each", layers, q_heads,
+               kMaxCount);
   }
 };
 
@@ -47,8 +44,7 @@ class Budget {
  public:
   /// f in (0, 1]: selects ceil(f x candidates) pages. Throws kvdrive::Error otherwise.
   static Budget fraction(double f) {
-    KVD_EXPECT(f > 0.0 && f <= 1.0 && std::isfinite(f),
-               "Budget::fraction: {} is outside (0, 1]", f);
+    KVD_EXPECT(f > 0.0 && f <= 1.0 && std::isfinite(f), "Budget::fraction: {} is outside (0, 1]", f);
     Budget b;
     b.fraction_ = f;
     return b;
@@ -69,10 +65,7 @@ class Budget {
   /// exact arithmetic (0.1 x 30) from rounding up to the next one.
   std::int64_t pages_for(std::int64_t candidates) const {
     if (candidates <= 0) return 0;
-    const std::int64_t want =
-        is_fraction()
-            ? static_cast<std::int64_t>(std::ceil(fraction_ * static_cast<double>(candidates) - 1e-9))
-            : pages_;
+    const std::int64_t want = is_fraction() ? static_cast<std::int64_t>(std::ceil(fraction_ * static_cast<double>(candidates) - 1e-9)) : pages_;
     return want < 1 ? 1 : (want > candidates ? candidates : want);
   }
 
@@ -119,17 +112,15 @@ struct ObservationPins {
   std::int64_t pages_for(std::int64_t budget_pages) const {
     return static_cast<std::int64_t>(std::floor(static_cast<double>(share) * static_cast<double>(budget_pages)));
   }
-  void validate() const {
-    KVD_EXPECT(share >= 0.0f && share < 1.0f, "ObservationPins: share is {}, expected in [0, 1) (0 turns it off)", share);
-  }
+  void validate() const { KVD_EXPECT(share >= 0.0f && share < 1.0f, "ObservationPins: share is {}, expected in [0, 1) (0 turns it off)", share); }
 };
 
 struct Config {
   ModelShape shape;
-  int page_tokens = 8;   ///< tokens per page (8 x 128 x fp16: K 2 KiB + V 2 KiB = one 4 KiB block)
+  int page_tokens = 8;  ///< tokens per page (8 x 128 x fp16: K 2 KiB + V 2 KiB = one 4 KiB block)
   DType dtype = DType::f16;
-  int sink_tokens = 4;   ///< first tokens of every stream, always attended and resident
-  int local_tokens = 64; ///< last tokens of every stream, always attended and resident
+  int sink_tokens = 4;    ///< first tokens of every stream, always attended and resident
+  int local_tokens = 64;  ///< last tokens of every stream, always attended and resident
   Budget budget = Budget::fraction(0.0625);
   float softmax_scale = 0.0f;  ///< 0 means 1/sqrt(head_dim)
   FocusCarry carry;            ///< pages the previous step attended heavily stay selected
@@ -145,16 +136,10 @@ struct Config {
   codec::PageCodec cold_codec{};
 
   int group() const { return shape.group(); }
-  float scale() const {
-    return softmax_scale > 0.0f ? softmax_scale
-                                : 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
-  }
+  float scale() const { return softmax_scale > 0.0f ? softmax_scale : 1.0f / std::sqrt(static_cast<float>(shape.head_dim)); }
   std::size_t elem_bytes() const { return dtype_size(dtype); }
   /// Bytes of one K block (or V block) of a page.
-  std::size_t block_bytes() const {
-    return static_cast<std::size_t>(page_tokens) * static_cast<std::size_t>(shape.head_dim) *
-           elem_bytes();
-  }
+  std::size_t block_bytes() const { return static_cast<std::size_t>(page_tokens) * static_cast<std::size_t>(shape.head_dim) * elem_bytes(); }
   /// Bytes of one page: its K block followed by its V block.
   std::size_t page_bytes() const { return 2 * block_bytes(); }
   /// How a cold page is laid out when coded (a layout of 0 bytes without a cold codec); throws
@@ -167,12 +152,11 @@ struct Config {
 
   void validate() const {
     shape.validate();
-    KVD_EXPECT(page_tokens >= 1 && page_tokens <= 4096, "Config: page_tokens is {}, expected 1..4096",
-               page_tokens);
+    KVD_EXPECT(page_tokens >= 1 && page_tokens <= 4096, "Config: page_tokens is {}, expected 1..4096", page_tokens);
     KVD_EXPECT(sink_tokens >= 0, "Config: sink_tokens is {}, expected >= 0", sink_tokens);
     KVD_EXPECT(local_tokens >= 0, "Config: local_tokens is {}, expected >= 0", local_tokens);
-    KVD_EXPECT(softmax_scale >= 0.0f && std::isfinite(softmax_scale),
-               "Config: softmax_scale is {}, expected >= 0 (0 = 1/sqrt(head_dim))", softmax_scale);
+    KVD_EXPECT(softmax_scale >= 0.0f && std::isfinite(softmax_scale), "Config: softmax_scale is {}, expected >= 0 (0 = 1/sqrt(head_dim))",
+               softmax_scale);
     carry.validate();
     pins.validate();
     KVD_EXPECT(carry.share + pins.share < 1.0f, "Config: carry share {} and pins share {} leave the index no budget (their sum must be < 1)",

@@ -25,7 +25,7 @@ constexpr std::string_view dtype_name(DType t) {
 }
 
 template <class T>
-inline constexpr DType dtype_of = std::is_same_v<T, float> ? DType::f32
+inline constexpr DType dtype_of = std::is_same_v<T, float>  ? DType::f32
                                   : std::is_same_v<T, half> ? DType::f16
                                                             : DType::bf16;
 

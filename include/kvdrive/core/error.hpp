@@ -25,7 +25,7 @@ template <class... Args>
 }  // namespace kvdrive
 
 /// KVD_EXPECT(condition, "format {}", args...): throws kvdrive::Error when condition is false.
-#define KVD_EXPECT(condition, ...)          \
-  do {                                      \
+#define KVD_EXPECT(condition, ...)                  \
+  do {                                              \
     if (!(condition)) ::kvdrive::fail(__VA_ARGS__); \
   } while (0)

@@ -34,8 +34,8 @@ KVD_HOST_DEVICE std::uint16_t float_to_half_bits(float f) {
     return static_cast<std::uint16_t>(sign | 0x7c00u | nan);
   }
   if (ax >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // >= 65520: Inf
-  if (ax < 0x38800000u) {  // below the smallest normal half (2^-14): subnormal or zero
-    if (ax <= 0x33000000u) return static_cast<std::uint16_t>(sign);  // <= 2^-25 ties to 0
+  if (ax < 0x38800000u) {                                                    // below the smallest normal half (2^-14): subnormal or zero
+    if (ax <= 0x33000000u) return static_cast<std::uint16_t>(sign);          // <= 2^-25 ties to 0
     const std::uint32_t exponent = ax >> 23;
     const std::uint32_t mantissa = (ax & 0x7fffffu) | 0x800000u;
     const std::uint32_t shift = 126u - exponent;  // value / 2^-24 = mantissa >> shift
@@ -72,9 +72,7 @@ KVD_HOST_DEVICE std::uint16_t float_to_bf16_bits(float f) {
   return static_cast<std::uint16_t>(rounded >> 16);
 }
 
-KVD_HOST_DEVICE float bf16_bits_to_float(std::uint16_t b) {
-  return bits_float(static_cast<std::uint32_t>(b) << 16);
-}
+KVD_HOST_DEVICE float bf16_bits_to_float(std::uint16_t b) { return bits_float(static_cast<std::uint32_t>(b) << 16); }
 
 /// IEEE binary16 storage type.
 struct half {

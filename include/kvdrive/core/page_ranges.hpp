@@ -20,8 +20,7 @@ struct PageRanges {
   KVD_HOST_DEVICE std::int64_t candidates() const { return local_begin - sink_end; }
 };
 
-KVD_HOST_DEVICE PageRanges page_ranges(std::int64_t tokens, std::int64_t page_tokens,
-                                       std::int64_t sink_tokens, std::int64_t local_tokens) {
+KVD_HOST_DEVICE PageRanges page_ranges(std::int64_t tokens, std::int64_t page_tokens, std::int64_t sink_tokens, std::int64_t local_tokens) {
   PageRanges r;
   if (tokens <= 0) return r;
   r.pages = (tokens + page_tokens - 1) / page_tokens;

@@ -17,8 +17,8 @@ inline constexpr std::size_t kMaxTiers = 8;
 struct StageTimes {
   double select_ms = 0, classify_ms = 0, fetch_ms = 0, compute_ms = 0, commit_ms = 0;
   double classify_wait_ms = 0, fetch_wait_ms = 0;  ///< waiting for the previous stage
-  double overlap_ms = 0;  ///< wall time from the first select to the last fetch
-  double wall_ms = 0;     ///< wall time of the whole step
+  double overlap_ms = 0;                           ///< wall time from the first select to the last fetch
+  double wall_ms = 0;                              ///< wall time of the whole step
 
   /// The stages' busy time, as if they ran one after another.
   double total_ms() const { return select_ms + classify_ms + fetch_ms + compute_ms + commit_ms; }
@@ -43,26 +43,24 @@ struct StageTimes {
 };
 
 struct Stats {
-  std::uint64_t steps = 0;       ///< attend() calls summed into this record
-  std::uint64_t streams = 0;     ///< streams (sequence x KV head) processed
-  std::uint64_t candidates = 0;  ///< index candidate pages
-  std::uint64_t selected = 0;    ///< pages the index selected
-  std::uint64_t hits = 0;        ///< selected pages already in fast memory (cached or in place)
-  std::uint64_t in_place = 0;    ///< of the hits: pages attended where they live (host tiers)
-  std::uint64_t misses = 0;      ///< selected pages fetched from a slower tier
-  std::uint64_t evictions = 0;   ///< pages that left the fast-tier cache
-  std::uint64_t warmed = 0;      ///< pages read into the cache by warm-up (KvManager::warm_up)
-  std::uint64_t placed = 0;      ///< pages warm-up copied into a middle tier by importance
-  std::uint64_t packed = 0;      ///< pages warm-up rewrote on the last tier grouped by cluster
+  std::uint64_t steps = 0;           ///< attend() calls summed into this record
+  std::uint64_t streams = 0;         ///< streams (sequence x KV head) processed
+  std::uint64_t candidates = 0;      ///< index candidate pages
+  std::uint64_t selected = 0;        ///< pages the index selected
+  std::uint64_t hits = 0;            ///< selected pages already in fast memory (cached or in place)
+  std::uint64_t in_place = 0;        ///< of the hits: pages attended where they live (host tiers)
+  std::uint64_t misses = 0;          ///< selected pages fetched from a slower tier
+  std::uint64_t evictions = 0;       ///< pages that left the fast-tier cache
+  std::uint64_t warmed = 0;          ///< pages read into the cache by warm-up (KvManager::warm_up)
+  std::uint64_t placed = 0;          ///< pages warm-up copied into a middle tier by importance
+  std::uint64_t packed = 0;          ///< pages warm-up rewrote on the last tier grouped by cluster
   std::uint64_t attended_pages = 0;  ///< sink + selected + local pages attended
   std::uint64_t attended_tokens = 0;
   std::array<std::uint64_t, kMaxTiers> bytes_read{};     ///< per tier index in Tiers<...>
   std::array<std::uint64_t, kMaxTiers> bytes_written{};  ///< per tier index in Tiers<...>
   StageTimes time;
 
-  double hit_rate() const {
-    return selected ? static_cast<double>(hits) / static_cast<double>(selected) : 1.0;
-  }
+  double hit_rate() const { return selected ? static_cast<double>(hits) / static_cast<double>(selected) : 1.0; }
 
   Stats& operator+=(const Stats& o) {
     steps += o.steps;

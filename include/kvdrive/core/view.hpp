@@ -43,8 +43,7 @@ struct View {
   /// Read-only view of the same data (for views of non-const T; a template, so that a view of
   /// const T does not declare a conversion to its own type).
   template <class U = T>
-    requires(!std::is_const_v<U>)
-  operator View<const U, Rank>() const {
+  requires(!std::is_const_v<U>) operator View<const U, Rank>() const {
     View<const U, Rank> v;
     v.data = data;
     for (std::size_t r = 0; r < Rank; ++r) {

@@ -58,16 +58,14 @@ class Cuda {
 
   /// What the kernels accept, checked when a KvManager is built (not at its first step): head_dim
   /// a multiple of 32 up to 256, a GQA group of at most 32, and a page's K and V in 48 KiB.
-  void validate(const Config& c) const {
-    check_shape(c.shape.head_dim, c.group(), c.page_tokens, c.dtype);
-  }
+  void validate(const Config& c) const { check_shape(c.shape.head_dim, c.group(), c.page_tokens, c.dtype); }
 
   /// Split-KV sparse decode over the pages of a PagedDecode (device addresses), results copied
   /// back to the host before it returns. Throws kvdrive::Error on bad input or a CUDA failure.
   void attend(const PagedDecode& d) {
     KVD_EXPECT(d.offsets.size() == d.streams + 1 && d.offsets.back() == d.pages.size() && d.tokens.size() == d.pages.size(),
-               "backend::Cuda::attend: {} streams need {} offsets ending at the {} pages (got {} offsets, {} token counts)", d.streams,
-               d.streams + 1, d.pages.size(), d.offsets.size(), d.tokens.size());
+               "backend::Cuda::attend: {} streams need {} offsets ending at the {} pages (got {} offsets, {} token counts)", d.streams, d.streams + 1,
+               d.pages.size(), d.offsets.size(), d.tokens.size());
     check_shape(d.head_dim, d.group, d.page_tokens, d.dtype);
     if (d.streams == 0) return;
     std::lock_guard lock(scratch_->mutex);  // one call at a time uses the scratch
@@ -96,12 +94,11 @@ class Cuda {
   static void check_shape(int head_dim, int group, int page_tokens, DType dtype) {
     KVD_EXPECT(head_dim % 32 == 0 && head_dim > 0 && head_dim <= cuda::kSparseDecodeMaxDim,
                "backend::Cuda: head_dim {} must be a multiple of 32 up to {}", head_dim, cuda::kSparseDecodeMaxDim);
-    KVD_EXPECT(group >= 1 && group <= cuda::kSparseDecodeMaxGroup, "backend::Cuda: GQA group {} must be 1..{}", group,
-               cuda::kSparseDecodeMaxGroup);
+    KVD_EXPECT(group >= 1 && group <= cuda::kSparseDecodeMaxGroup, "backend::Cuda: GQA group {} must be 1..{}", group, cuda::kSparseDecodeMaxGroup);
     const std::size_t stage = 2 * static_cast<std::size_t>(page_tokens) * static_cast<std::size_t>(head_dim) * dtype_size(dtype);
     KVD_EXPECT(page_tokens >= 1 && stage <= cuda::kSparseDecodeMaxShared,
-               "backend::Cuda: a page of {} tokens x head_dim {} in {} needs {} bytes of shared memory; the kernel stages at most {}",
-               page_tokens, head_dim, dtype_name(dtype), stage, cuda::kSparseDecodeMaxShared);
+               "backend::Cuda: a page of {} tokens x head_dim {} in {} needs {} bytes of shared memory; the kernel stages at most {}", page_tokens,
+               head_dim, dtype_name(dtype), stage, cuda::kSparseDecodeMaxShared);
   }
 
   template <class T>
@@ -114,8 +111,8 @@ class Cuda {
   template <class T>
   void run(const PagedDecode& d, std::size_t first, std::size_t last) {
     Scratch& s = *scratch_;
-    const std::size_t streams = last - first, page0 = d.offsets[first], pages = d.offsets[last] - page0,
-                      g = static_cast<std::size_t>(d.group), hd = static_cast<std::size_t>(d.head_dim);
+    const std::size_t streams = last - first, page0 = d.offsets[first], pages = d.offsets[last] - page0, g = static_cast<std::size_t>(d.group),
+                      hd = static_cast<std::size_t>(d.head_dim);
     const std::size_t max_splits = stage_page_lists(d, first, last);
     reserve(streams, pages, max_splits, g, hd);
     const cudaStream_t st = s.compute.get();
@@ -130,8 +127,7 @@ class Cuda {
     KVD_CUDA_CHECK(cuda::sparse_decode(kernel_params<T>(d, streams, max_splits), st));
     KVD_CUDA_CHECK(cudaMemcpyAsync(d.out + first * g * hd, s.out.data(), streams * g * hd * sizeof(float), cudaMemcpyDeviceToHost, st));
     KVD_CUDA_CHECK(cudaMemcpyAsync(d.lse + first * g, s.lse.data(), streams * g * sizeof(float), cudaMemcpyDeviceToHost, st));
-    if (pages)
-      KVD_CUDA_CHECK(cudaMemcpyAsync(d.page_lse + page0 * g, s.page_lse.data(), pages * g * sizeof(float), cudaMemcpyDeviceToHost, st));
+    if (pages) KVD_CUDA_CHECK(cudaMemcpyAsync(d.page_lse + page0 * g, s.page_lse.data(), pages * g * sizeof(float), cudaMemcpyDeviceToHost, st));
     KVD_CUDA_CHECK(cudaStreamSynchronize(st));
   }
 
@@ -149,8 +145,7 @@ class Cuda {
     s.h_v.resize(pages);
     for (std::size_t i = 0; i < pages; ++i) {
       const std::int32_t tokens = d.tokens[page0 + i];
-      KVD_EXPECT(tokens >= 0 && tokens <= d.page_tokens, "backend::Cuda: page {} has {} tokens; pages hold {}", page0 + i, tokens,
-                 d.page_tokens);
+      KVD_EXPECT(tokens >= 0 && tokens <= d.page_tokens, "backend::Cuda: page {} has {} tokens; pages hold {}", page0 + i, tokens, d.page_tokens);
       s.h_k[i] = d.pages[page0 + i];
       s.h_v[i] = d.pages[page0 + i] + d.block_bytes;
     }

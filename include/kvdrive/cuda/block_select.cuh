@@ -47,8 +47,8 @@ __device__ void block_head_max(const float* est, std::int64_t n, std::int64_t st
 /// Radix select over n keys made by key_of(i), weighted by weight_of(i): the largest key whose
 /// keys above weigh at least target (block-wide; every thread gets it).
 template <class KeyOf, class WeightOf>
-__device__ std::uint64_t block_radix_threshold(std::int64_t n, unsigned long long target, KeyOf key_of, WeightOf weight_of,
-                                               unsigned long long* hist, std::uint64_t& s_prefix, unsigned long long& s_left) {
+__device__ std::uint64_t block_radix_threshold(std::int64_t n, unsigned long long target, KeyOf key_of, WeightOf weight_of, unsigned long long* hist,
+                                               std::uint64_t& s_prefix, unsigned long long& s_left) {
   const int tid = threadIdx.x;
   if (tid == 0) {
     s_prefix = 0;
@@ -78,12 +78,10 @@ __device__ std::uint64_t block_radix_threshold(std::int64_t n, unsigned long lon
   return s_prefix;
 }
 
-
 /// Writes value(i) for every i in [0, n) with keep(i), in order of i, to out[0..): a block scan
 /// per chunk of the block's size places each. `written` is shared scratch.
 template <int Threads, class Keep, class Value, class Out>
-__device__ void write_in_order(std::int64_t n, Keep keep, Value value, Out* out, typename OrderScan<Threads>::TempStorage& scan,
-                               int& written) {
+__device__ void write_in_order(std::int64_t n, Keep keep, Value value, Out* out, typename OrderScan<Threads>::TempStorage& scan, int& written) {
   const int tid = threadIdx.x;
   if (tid == 0) written = 0;
   __syncthreads();

@@ -10,19 +10,19 @@
 #include "kvdrive/core/error.hpp"
 
 /// Returns the cudaError_t of `call` from the enclosing function if it is not cudaSuccess.
-#define KVD_CUDA_TRY(call)                         \
-  do {                                             \
-    const cudaError_t kvd_status_ = (call);        \
+#define KVD_CUDA_TRY(call)                              \
+  do {                                                  \
+    const cudaError_t kvd_status_ = (call);             \
     if (kvd_status_ != cudaSuccess) return kvd_status_; \
   } while (0)
 
 /// Throws kvdrive::Error if `call` does not return cudaSuccess.
-#define KVD_CUDA_CHECK(call)                                                                    \
-  do {                                                                                          \
-    const cudaError_t kvd_status_ = (call);                                                     \
-    if (kvd_status_ != cudaSuccess)                                                             \
-      ::kvdrive::fail("CUDA error at {}:{}: {} returned {} ({})", __FILE__, __LINE__, #call,    \
-                      cudaGetErrorName(kvd_status_), cudaGetErrorString(kvd_status_));          \
+#define KVD_CUDA_CHECK(call)                                                                                                \
+  do {                                                                                                                      \
+    const cudaError_t kvd_status_ = (call);                                                                                 \
+    if (kvd_status_ != cudaSuccess)                                                                                         \
+      ::kvdrive::fail("CUDA error at {}:{}: {} returned {} ({})", __FILE__, __LINE__, #call, cudaGetErrorName(kvd_status_), \
+                      cudaGetErrorString(kvd_status_));                                                                     \
   } while (0)
 
 namespace kvdrive::cuda {

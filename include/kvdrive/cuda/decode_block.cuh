@@ -18,8 +18,8 @@ namespace kvdrive::cuda::detail {
 /// Folds `tokens` rows of k and v ([tokens][d]) into the page partial (mp, lp, accp): each
 /// token is a one-token partial (m = score, l = 1, acc = v).
 template <class T, int PerLaneMax>
-__device__ void fold_page(const float (&qr)[PerLaneMax], const T* k, const T* v, int tokens, int d, int per_lane, int lane,
-                          float scale, float& mp, float& lp, float (&accp)[PerLaneMax]) {
+__device__ void fold_page(const float (&qr)[PerLaneMax], const T* k, const T* v, int tokens, int d, int per_lane, int lane, float scale, float& mp,
+                          float& lp, float (&accp)[PerLaneMax]) {
   for (int t = 0; t < tokens; ++t) {
     float s = 0.0f;
     for (int i = 0; i < per_lane; ++i) s += qr[i] * to_float(k[static_cast<std::int64_t>(t) * d + lane + 32 * i]);

@@ -20,14 +20,14 @@ namespace kvdrive::cuda {
 
 template <class T>
 struct DenseDecodeParams {
-  const float* q = nullptr;       ///< [streams][group][head_dim]
-  const T* k = nullptr;           ///< [streams] x kv_stride elements: [tokens][head_dim] each
-  const T* v = nullptr;           ///< same layout as k
-  const int* tokens = nullptr;    ///< [streams] tokens of each stream
-  std::int64_t kv_stride = 0;     ///< elements between streams in k and v
-  float* out = nullptr;           ///< [streams][group][head_dim]
-  float* lse = nullptr;           ///< [streams][group], optional
-  float* page_lse = nullptr;      ///< [streams][max_pages][group], optional
+  const float* q = nullptr;     ///< [streams][group][head_dim]
+  const T* k = nullptr;         ///< [streams] x kv_stride elements: [tokens][head_dim] each
+  const T* v = nullptr;         ///< same layout as k
+  const int* tokens = nullptr;  ///< [streams] tokens of each stream
+  std::int64_t kv_stride = 0;   ///< elements between streams in k and v
+  float* out = nullptr;         ///< [streams][group][head_dim]
+  float* lse = nullptr;         ///< [streams][group], optional
+  float* page_lse = nullptr;    ///< [streams][max_pages][group], optional
   int streams = 0, group = 1, head_dim = 0, page_tokens = 1, max_pages = 0;
   float scale = 1.0f;
 };
@@ -55,16 +55,16 @@ __global__ void DenseDecodeKernel(DenseDecodeParams<T> p) {
     const int first = page * p.page_tokens;
     const int last = min(tokens, first + p.page_tokens);
     float mp = attention::neg_inf(), lp = 0.0f, accp[kPerLane] = {};
-    detail::fold_page<T>(qr, k + static_cast<std::int64_t>(first) * d, v + static_cast<std::int64_t>(first) * d, last - first, d,
-                         per_lane, lane, p.scale, mp, lp, accp);
+    detail::fold_page<T>(qr, k + static_cast<std::int64_t>(first) * d, v + static_cast<std::int64_t>(first) * d, last - first, d, per_lane, lane,
+                         p.scale, mp, lp, accp);
     if (p.page_lse && lane == 0)
       p.page_lse[(static_cast<std::int64_t>(stream) * p.max_pages + page) * p.group + head] = attention::partial_lse(mp, lp);
     attention::merge_partial(m, l, acc, mp, lp, accp, per_lane);
   }
 
-  detail::merge_warps_and_store<kDenseDecodeWarps, kDenseDecodeMaxDim>(
-      m, l, acc, per_lane, p.out + (static_cast<std::int64_t>(stream) * p.group + head) * d,
-      p.lse ? p.lse + static_cast<std::int64_t>(stream) * p.group + head : nullptr);
+  detail::merge_warps_and_store<kDenseDecodeWarps, kDenseDecodeMaxDim>(m, l, acc, per_lane,
+                                                                       p.out + (static_cast<std::int64_t>(stream) * p.group + head) * d,
+                                                                       p.lse ? p.lse + static_cast<std::int64_t>(stream) * p.group + head : nullptr);
 }
 
 /// Checks the arguments and launches DenseDecodeKernel on `stream`.

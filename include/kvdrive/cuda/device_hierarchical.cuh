@@ -52,15 +52,15 @@ class DeviceHierarchical {
 
     template <class T>
     HierarchicalDeviceIndex<T> view() const {
-      return {reinterpret_cast<const T*>(centroids.data()), radius.data(), offsets.data(), pages.data(),
-              reinterpret_cast<const T*>(means.data()), cluster.data(), clusters, members,
-              reinterpret_cast<const T*>(radii.data()), pairs.data(), pair_count};
+      return {reinterpret_cast<const T*>(centroids.data()), radius.data(),  offsets.data(), pages.data(),
+              reinterpret_cast<const T*>(means.data()),     cluster.data(), clusters,       members,
+              reinterpret_cast<const T*>(radii.data()),     pairs.data(),   pair_count};
     }
   };
 
   struct State {
     index::Hierarchical::State host;
-    std::uint64_t version = 0;              ///< bumped by every build() and append()
+    std::uint64_t version = 0;               ///< bumped by every build() and append()
     mutable std::shared_ptr<Mirror> device;  ///< uploaded by select_batch when stale
 
     State() = default;
@@ -157,8 +157,7 @@ class DeviceHierarchical {
     const auto put = [&](auto& buf, const auto& host) {
       using T = std::remove_cvref_t<decltype(*buf.data())>;
       if (buf.size() < host.size()) buf = std::remove_cvref_t<decltype(buf)>(host.size() + host.size() / 2);
-      if (!host.empty())
-        KVD_CUDA_CHECK(cudaMemcpyAsync(buf.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, stream));
+      if (!host.empty()) KVD_CUDA_CHECK(cudaMemcpyAsync(buf.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, stream));
     };
     m.version = ~std::uint64_t{0};  // stale until the copies are queued
     put(m.centroids, f.centroids);

@@ -36,7 +36,7 @@ namespace kvdrive::cuda {
 class DeviceTier {
  public:
   struct Params {
-    std::size_t capacity_pages = 0;            ///< 0: grow until device memory runs out
+    std::size_t capacity_pages = 0;                   ///< 0: grow until device memory runs out
     std::size_t block_bytes = std::size_t{64} << 20;  ///< device memory per cudaMalloc
     int device = 0;
   };

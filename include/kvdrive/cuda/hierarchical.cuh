@@ -66,8 +66,17 @@ class HierarchicalOnDevice {
         members_(f.members()) {}
 
   HierarchicalDeviceIndex<T> view() const {
-    return {centroids_.data(), radius_.data(), offsets_.data(), pages_.data(), means_.data(), cluster_.data(), clusters_, members_,
-            radii_.data(), pairs_.data(), static_cast<int>(pairs_.size())};
+    return {centroids_.data(),
+            radius_.data(),
+            offsets_.data(),
+            pages_.data(),
+            means_.data(),
+            cluster_.data(),
+            clusters_,
+            members_,
+            radii_.data(),
+            pairs_.data(),
+            static_cast<int>(pairs_.size())};
   }
 
  private:
@@ -95,9 +104,9 @@ struct HierarchicalSelectParams {
   const std::int64_t* budget = nullptr;               ///< [streams]: pages to select
   float radius_weight = 0.5f;
   double expand = 8.0;
-  double min_scored = 0.25;                              ///< index::HierarchicalParams::min_scored
-  std::int64_t score_all_below = 512;                    ///< index::HierarchicalParams::score_all_below
-  float pair_weight = 0.5f;                              ///< members' pair radii (index::HierarchicalParams)
+  double min_scored = 0.25;            ///< index::HierarchicalParams::min_scored
+  std::int64_t score_all_below = 512;  ///< index::HierarchicalParams::score_all_below
+  float pair_weight = 0.5f;            ///< members' pair radii (index::HierarchicalParams)
   index::RotaryPairs rotary = index::RotaryPairs::adjacent;
   /// Scratch per stream: estimates [group][scratch_stride] with scratch_stride >= clusters +
   /// members of every stream, counts [scratch_stride] (each cluster's candidates, then each
@@ -109,7 +118,7 @@ struct HierarchicalSelectParams {
   /// [streams][max_k]: ascending page ids. A selection larger than max_k keeps its best max_k
   /// pages (not its first max_k ids).
   std::uint32_t* out = nullptr;
-  int* out_count = nullptr;      ///< [streams]: ids written
+  int* out_count = nullptr;  ///< [streams]: ids written
   int streams = 0, group = 1, head_dim = 0, max_k = 0;
 };
 
@@ -126,7 +135,6 @@ KVD_HOST_DEVICE std::int64_t lower_bound_page(const std::uint32_t* pages, std::i
 inline constexpr int kHierarchicalThreads = 256;
 inline constexpr int kHierarchicalMaxGroup = 64;
 inline constexpr int kHierarchicalMaxPairs = 8;  ///< pair radii per member the kernel scores
-
 
 namespace detail {
 
@@ -153,9 +161,9 @@ struct HierarchicalBlock {
   HierarchicalDeviceIndex<T> ix;
   const float* q;
   std::int64_t first, end, stride;
-  float* est1;       // [group][stride]: the clusters' estimates
-  float* est2;       // est1 + clusters: the members' estimates
-  unsigned* count;   // each cluster's candidates, then each member's take flag
+  float* est1;      // [group][stride]: the clusters' estimates
+  float* est2;      // est1 + clusters: the members' estimates
+  unsigned* count;  // each cluster's candidates, then each member's take flag
   std::uint32_t* bitmap;
   std::uint32_t* out;
   int group, head_dim;
@@ -177,12 +185,10 @@ struct HierarchicalBlock {
         sh(shared) {}
 
   __device__ std::uint64_t cluster_key(std::int64_t c) const {
-    return index::selection_key(index::gqa_page_score(est1 + c, sh.head_max, group, static_cast<std::size_t>(stride)),
-                                static_cast<std::uint32_t>(c));
+    return index::selection_key(index::gqa_page_score(est1 + c, sh.head_max, group, static_cast<std::size_t>(stride)), static_cast<std::uint32_t>(c));
   }
   __device__ std::uint64_t member_key(std::int64_t m) const {
-    return index::selection_key(index::gqa_page_score(est2 + m, sh.head_max, group, static_cast<std::size_t>(stride)),
-                                ix.member_pages[m]);
+    return index::selection_key(index::gqa_page_score(est2 + m, sh.head_max, group, static_cast<std::size_t>(stride)), ix.member_pages[m]);
   }
   __device__ unsigned long long member_weight(std::int64_t m) const { return count[ix.clusters + m]; }
 
@@ -242,8 +248,7 @@ struct HierarchicalBlock {
   /// The k best scored members set their page's bit; then the set pages come out in page order.
   __device__ void write_best(unsigned long long k) {
     const std::uint64_t kth = block_radix_threshold(
-        ix.members, k, [&](std::int64_t m) { return member_key(m); }, [&](std::int64_t m) { return member_weight(m); }, sh.hist,
-        sh.prefix, sh.left);
+        ix.members, k, [&](std::int64_t m) { return member_key(m); }, [&](std::int64_t m) { return member_weight(m); }, sh.hist, sh.prefix, sh.left);
     for (std::int64_t m = threadIdx.x; m < ix.members; m += blockDim.x)
       if (member_weight(m) && member_key(m) >= kth) {
         const std::uint32_t page = ix.member_pages[m];
@@ -278,12 +283,11 @@ template <class T>
 cudaError_t hierarchical_select(const HierarchicalSelectParams<T>& p, cudaStream_t stream = nullptr) {
   if (p.streams < 0 || p.group < 1 || p.group > kHierarchicalMaxGroup || p.head_dim < 1 || p.max_k < 0) return cudaErrorInvalidValue;
   if (!(p.expand >= 1.0) || !std::isfinite(p.expand) || !(p.min_scored >= 0.0 && p.min_scored <= 1.0) || p.score_all_below < 0 ||
-      !(p.radius_weight >= 0.0f) || !std::isfinite(p.radius_weight) ||
-      !(p.pair_weight >= 0.0f) || !std::isfinite(p.pair_weight))
+      !(p.radius_weight >= 0.0f) || !std::isfinite(p.radius_weight) || !(p.pair_weight >= 0.0f) || !std::isfinite(p.pair_weight))
     return cudaErrorInvalidValue;
   if (p.streams == 0) return cudaSuccess;
-  if (!p.index || !p.q || !p.first_candidate || !p.end_candidate || !p.budget || !p.scratch_est || !p.scratch_count ||
-      !p.scratch_bitmap || p.scratch_stride < 1 || p.bitmap_words < 1 || (!p.out && p.max_k > 0))
+  if (!p.index || !p.q || !p.first_candidate || !p.end_candidate || !p.budget || !p.scratch_est || !p.scratch_count || !p.scratch_bitmap ||
+      p.scratch_stride < 1 || p.bitmap_words < 1 || (!p.out && p.max_k > 0))
     return cudaErrorInvalidValue;
   HierarchicalSelectKernel<T><<<static_cast<unsigned>(p.streams), kHierarchicalThreads, 0, stream>>>(p);
   return cudaGetLastError();

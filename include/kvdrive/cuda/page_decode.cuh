@@ -56,9 +56,7 @@ __global__ void PageDecodeKernel(PageDecodeParams<T> p) {
 }
 
 /// Shared memory PageDecodeKernel needs for a layout.
-inline std::size_t page_decode_shared_bytes(const codec::CodedLayout& l) {
-  return (std::size_t{l.head_dim} + l.tokens) * sizeof(codec::GroupRange);
-}
+inline std::size_t page_decode_shared_bytes(const codec::CodedLayout& l) { return (std::size_t{l.head_dim} + l.tokens) * sizeof(codec::GroupRange); }
 
 /// Launches PageDecodeKernel; `coded` and `pages` must be device-visible arrays of pages_count pointers.
 template <class T>

@@ -26,19 +26,19 @@ template <class T>
 struct PageScoreParams {
   int group = 1, head_dim = 0;
   std::int64_t pages = 0;
-  const float* q = nullptr;              ///< [group][head_dim] (mean_dot, quest_bound)
-  const T* rows = nullptr;               ///< [pages][head_dim]: means (mean_dot) or minima (quest)
-  const T* rows_hi = nullptr;            ///< [pages][head_dim]: maxima (quest)
-  const std::uint64_t* codes = nullptr;  ///< simhash: [pages][words]
-  const std::uint64_t* q_codes = nullptr;///< simhash: [group][words]
+  const float* q = nullptr;                ///< [group][head_dim] (mean_dot, quest_bound)
+  const T* rows = nullptr;                 ///< [pages][head_dim]: means (mean_dot) or minima (quest)
+  const T* rows_hi = nullptr;              ///< [pages][head_dim]: maxima (quest)
+  const std::uint64_t* codes = nullptr;    ///< simhash: [pages][words]
+  const std::uint64_t* q_codes = nullptr;  ///< simhash: [group][words]
   int words = 0;
-  const T* norms = nullptr;              ///< simhash: [pages]
-  const float* q_norms = nullptr;        ///< simhash: [group]
-  const float* cos_table = nullptr;      ///< simhash: [bits + 1]
-  const std::uint8_t* pq_codes = nullptr;///< product_quant: [pages][M]
-  const float* lut = nullptr;            ///< product_quant: [group][M][C]
+  const T* norms = nullptr;                ///< simhash: [pages]
+  const float* q_norms = nullptr;          ///< simhash: [group]
+  const float* cos_table = nullptr;        ///< simhash: [bits + 1]
+  const std::uint8_t* pq_codes = nullptr;  ///< product_quant: [pages][M]
+  const float* lut = nullptr;              ///< product_quant: [group][M][C]
   int M = 0, C = 0;
-  float* est = nullptr;                  ///< [group][pages]
+  float* est = nullptr;  ///< [group][pages]
 };
 
 template <class T, PageScoreKind Kind>

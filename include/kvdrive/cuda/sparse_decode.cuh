@@ -33,14 +33,14 @@ namespace kvdrive::cuda {
 
 template <class T>
 struct SparseDecodeParams {
-  const float* q = nullptr;                 ///< [streams][group][head_dim]
-  const T* const* page_k = nullptr;         ///< [total pages]: each page's keys, [page_tokens][head_dim]
-  const T* const* page_v = nullptr;         ///< [total pages]: its values, same layout
-  const int* page_tokens = nullptr;         ///< [total pages]: filled rows of each page (<= max_page_tokens)
+  const float* q = nullptr;                    ///< [streams][group][head_dim]
+  const T* const* page_k = nullptr;            ///< [total pages]: each page's keys, [page_tokens][head_dim]
+  const T* const* page_v = nullptr;            ///< [total pages]: its values, same layout
+  const int* page_tokens = nullptr;            ///< [total pages]: filled rows of each page (<= max_page_tokens)
   const std::int64_t* page_offsets = nullptr;  ///< [streams + 1]: CSR offsets into the page lists
-  float* out = nullptr;                     ///< [streams][group][head_dim]
-  float* lse = nullptr;                     ///< [streams][group], optional
-  float* page_lse = nullptr;                ///< [total pages][group], optional
+  float* out = nullptr;                        ///< [streams][group][head_dim]
+  float* lse = nullptr;                        ///< [streams][group], optional
+  float* page_lse = nullptr;                   ///< [total pages][group], optional
   /// Scratch: each split's output [streams][max_splits][group][head_dim] and log-sum-exp
   /// [streams][max_splits][group]; max_splits >= split_count(pages) of every stream.
   float* split_out = nullptr;
@@ -58,8 +58,8 @@ struct SparseDecodeParams {
   float scale = 1.0f;
 };
 
-inline constexpr int kSparseDecodeMaxDim = 256;      // head_dim <= 256, a multiple of 32
-inline constexpr int kSparseDecodeMaxGroup = 32;     // a warp per query head, at most 1024 threads
+inline constexpr int kSparseDecodeMaxDim = 256;                   // head_dim <= 256, a multiple of 32
+inline constexpr int kSparseDecodeMaxGroup = 32;                  // a warp per query head, at most 1024 threads
 inline constexpr std::size_t kSparseDecodeMaxShared = 48 * 1024;  // K + V rows of one page
 
 /// Shared-memory bytes one staged page takes: its K and V rows, max_page_tokens each.
@@ -181,8 +181,8 @@ __global__ void SparseDecodeSplitKernel(SparseDecodeParams<T> p) {
 
 /// One warp per (stream, head): the stream's splits merged in list order (attention::merge_splits).
 template <int PerLane>
-__global__ void MergeSplitsKernel(const std::int64_t* page_offsets, const float* split_out, const float* split_lse, float* out,
-                                  float* lse, int max_splits, int group) {
+__global__ void MergeSplitsKernel(const std::int64_t* page_offsets, const float* split_out, const float* split_lse, float* out, float* lse,
+                                  int max_splits, int group) {
   const int stream = blockIdx.x, head = blockIdx.y, lane = threadIdx.x;
   constexpr int d = PerLane * 32;
   const auto splits = static_cast<int>(attention::split_count(static_cast<std::size_t>(page_offsets[stream + 1] - page_offsets[stream])));
@@ -220,8 +220,7 @@ template <class T>
 cudaError_t sparse_decode(const SparseDecodeParams<T>& p, cudaStream_t stream = nullptr) {
   if (p.streams <= 0 || p.streams > 65535 || p.group <= 0 || p.group > kSparseDecodeMaxGroup) return cudaErrorInvalidValue;
   if (p.head_dim <= 0 || p.head_dim > kSparseDecodeMaxDim || p.head_dim % 32 != 0) return cudaErrorInvalidValue;
-  if (!p.q || !p.page_k || !p.page_v || !p.page_tokens || !p.page_offsets || !p.out || !p.split_out || !p.split_lse)
-    return cudaErrorInvalidValue;
+  if (!p.q || !p.page_k || !p.page_v || !p.page_tokens || !p.page_offsets || !p.out || !p.split_out || !p.split_lse) return cudaErrorInvalidValue;
   if (p.max_splits <= 0 || p.max_page_tokens <= 0 || p.stage_pages < 0) return cudaErrorInvalidValue;
   const std::size_t page_bytes = sparse_decode_page_stage_bytes(p.max_page_tokens, p.head_dim, sizeof(T));
   if (page_bytes > kSparseDecodeMaxShared) return cudaErrorInvalidValue;

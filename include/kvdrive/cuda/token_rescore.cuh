@@ -22,14 +22,14 @@ namespace kvdrive::cuda {
 struct TokenRescoreParams {
   int group = 1, head_dim = 0, page_tokens = 0;
   bool max_token = false;
-  const std::int8_t* q8 = nullptr;    ///< [group][head_dim]: the query as TokenKeys::fold_query codes it
-  const float* q_scale = nullptr;     ///< [group]
-  const int* q_sum = nullptr;         ///< [group]
-  const std::uint8_t* rows = nullptr; ///< [pages][row_bytes]: TokenKeys rows, page id order
-  std::size_t row_bytes = 0;          ///< index::token_row_bytes(page_tokens, head_dim)
-  const std::uint32_t* pool = nullptr;///< [n] page ids to score
+  const std::int8_t* q8 = nullptr;      ///< [group][head_dim]: the query as TokenKeys::fold_query codes it
+  const float* q_scale = nullptr;       ///< [group]
+  const int* q_sum = nullptr;           ///< [group]
+  const std::uint8_t* rows = nullptr;   ///< [pages][row_bytes]: TokenKeys rows, page id order
+  std::size_t row_bytes = 0;            ///< index::token_row_bytes(page_tokens, head_dim)
+  const std::uint32_t* pool = nullptr;  ///< [n] page ids to score
   std::int64_t n = 0;
-  float* est = nullptr;               ///< [group][n]
+  float* est = nullptr;  ///< [group][n]
 };
 
 template <bool MaxToken>
@@ -88,10 +88,8 @@ inline cudaError_t token_rescore(const TokenRescoreParams& p, cudaStream_t strea
   if (!p.q8 || !p.q_scale || !p.q_sum || !p.rows || !p.pool || !p.est) return cudaErrorInvalidValue;
   constexpr int kThreads = 128;
   const dim3 grid(static_cast<unsigned>((p.n + kThreads - 1) / kThreads), static_cast<unsigned>(p.group));
-  if (p.max_token)
-    TokenRescoreKernel<true><<<grid, kThreads, 0, stream>>>(p);
-  else
-    TokenRescoreKernel<false><<<grid, kThreads, 0, stream>>>(p);
+  if (p.max_token) TokenRescoreKernel<true><<<grid, kThreads, 0, stream>>>(p);
+  else TokenRescoreKernel<false><<<grid, kThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

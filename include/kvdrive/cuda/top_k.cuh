@@ -89,8 +89,8 @@ __device__ void radix_top_k(int n, int k, KeyOf key_of, std::uint32_t first_page
   const std::uint64_t threshold = block_radix_threshold(
       n, static_cast<unsigned long long>(k), key_of, [](std::int64_t) { return 1ull; }, sh.hist, sh.prefix, sh.left);
   write_in_order<kTopKThreads>(
-      n, [&](std::int64_t i) { return key_of(i) >= threshold; },
-      [&](std::int64_t i) { return first_page + static_cast<std::uint32_t>(i); }, out, sh.temp.scan, sh.written);
+      n, [&](std::int64_t i) { return key_of(i) >= threshold; }, [&](std::int64_t i) { return first_page + static_cast<std::uint32_t>(i); }, out,
+      sh.temp.scan, sh.written);
 }
 
 }  // namespace detail

@@ -19,7 +19,7 @@ class AnyIndex {
  public:
   virtual ~AnyIndex() = default;
   virtual std::string name() const = 0;
-  virtual void reset() = 0;  ///< a fresh state for the next stream
+  virtual void reset() = 0;                    ///< a fresh state for the next stream
   virtual void check(int head_dim) const = 0;  ///< throws if the policy does not fit head_dim
   virtual void build(const index::PageKeys& k) = 0;
   virtual void append(const index::PageKeys& k) = 0;

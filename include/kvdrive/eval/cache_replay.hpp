@@ -64,8 +64,8 @@ struct ReplaySettings {
 /// What a cache did over a replay (or a run: KvManager's Stats carry the same counts).
 struct CacheTally {
   std::uint64_t steps = 0, selected = 0, hits = 0, misses = 0, evictions = 0;
-  std::uint64_t warm_pages = 0;   ///< pages admitted at warm-up (fetched before step 1)
-  std::uint64_t max_cached = 0;   ///< the most pages the cache held after any update
+  std::uint64_t warm_pages = 0;  ///< pages admitted at warm-up (fetched before step 1)
+  std::uint64_t max_cached = 0;  ///< the most pages the cache held after any update
 
   double hit_rate() const { return selected ? static_cast<double>(hits) / static_cast<double>(selected) : 1.0; }
   double fetched_pages_per_step() const { return steps ? static_cast<double>(misses) / static_cast<double>(steps) : 0.0; }
@@ -82,8 +82,7 @@ struct CacheTally {
 };
 
 /// The first `capacity` pages of a placement ranking, ascending, with their scores.
-inline void warm_pages(const tier::PageRanking& ranking, std::size_t capacity, std::vector<std::uint32_t>& pages,
-                       std::vector<float>& scores) {
+inline void warm_pages(const tier::PageRanking& ranking, std::size_t capacity, std::vector<std::uint32_t>& pages, std::vector<float>& scores) {
   std::uint32_t end = 0;
   for (std::uint32_t p : ranking.pages) end = std::max(end, p + 1);
   ranking.check(0, end, "warm-up ranking");
@@ -102,8 +101,7 @@ inline void warm_pages(const tier::PageRanking& ranking, std::size_t capacity, s
 /// Replays `log` through `policy`; `warm` is the placement ranking (needed for warm-up).
 /// Policies with a fixed window (None, LastStep) run at their own W, as in KvManager.
 template <eviction::EvictionPolicy E>
-CacheTally replay_cache(const E& policy, const SelectionLog& log, ReplaySettings set,
-                        const tier::PageRanking* warm = nullptr) {
+CacheTally replay_cache(const E& policy, const SelectionLog& log, ReplaySettings set, const tier::PageRanking* warm = nullptr) {
   set.validate();
   if constexpr (eviction::kHasFixedWindow<E>) set.window = policy.default_window();
   KVD_EXPECT(!set.warm_up || warm != nullptr, "cache replay: warm-up asked without a placement ranking");

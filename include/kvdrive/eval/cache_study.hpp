@@ -54,8 +54,8 @@ decltype(auto) with_eviction(const std::string& name, float decay, F&& f) {
   fail("unknown eviction policy '{}' (known: {})", name, known);
 }
 
-inline CacheTally replay_by_name(const std::string& name, const SelectionLog& log, const ReplaySettings& r,
-                                 const tier::PageRanking* warm, float decay = eviction::Lookahead{}.decay) {
+inline CacheTally replay_by_name(const std::string& name, const SelectionLog& log, const ReplaySettings& r, const tier::PageRanking* warm,
+                                 float decay = eviction::Lookahead{}.decay) {
   return with_eviction(name, decay, [&](const auto& policy) { return replay_cache(policy, log, r, warm); });
 }
 
@@ -69,9 +69,8 @@ struct StreamSelections {
 /// `indices`, on the pool's threads; with `tallies`, also returns each stream's index figures.
 template <class Trace>
 std::vector<StreamSelections> record_selections(const Trace& trace, const std::vector<std::pair<int, int>>& list,
-                                                const std::vector<std::unique_ptr<AnyIndex>>& indices, const EvalSettings& set,
-                                                ThreadPool& pool, bool warm_up,
-                                                std::vector<std::vector<IndexTally>>* tallies = nullptr) {
+                                                const std::vector<std::unique_ptr<AnyIndex>>& indices, const EvalSettings& set, ThreadPool& pool,
+                                                bool warm_up, std::vector<std::vector<IndexTally>>* tallies = nullptr) {
   std::vector<StreamSelections> out(list.size());
   if (tallies) tallies->assign(list.size(), {});
   pool.parallel_for(list.size(), [&](std::size_t i) {
@@ -87,9 +86,9 @@ std::vector<StreamSelections> record_selections(const Trace& trace, const std::v
 
 /// Knapsack windows for index `ix` and a named policy: profiled on `calibration` (the same
 /// streams, another trace), W = 0..max_window each costing W x `step_bytes`, within `cache_bytes`.
-inline std::vector<int> knapsack_windows(const std::vector<StreamSelections>& calibration, std::size_t ix, const std::string& name,
-                                         int max_window, std::size_t page_bytes, std::size_t step_bytes, std::size_t cache_bytes,
-                                         bool warm_up, eviction::KnapsackSolver solver, float decay = eviction::Lookahead{}.decay) {
+inline std::vector<int> knapsack_windows(const std::vector<StreamSelections>& calibration, std::size_t ix, const std::string& name, int max_window,
+                                         std::size_t page_bytes, std::size_t step_bytes, std::size_t cache_bytes, bool warm_up,
+                                         eviction::KnapsackSolver solver, float decay = eviction::Lookahead{}.decay) {
   std::vector<SelectionLog> logs;
   std::vector<tier::PageRanking> warm;
   for (const StreamSelections& s : calibration) {
@@ -110,8 +109,8 @@ inline std::vector<int> knapsack_windows(const std::vector<StreamSelections>& ca
 struct CacheRun {
   CacheTally policy, belady;
 };
-inline CacheRun replay_streams(const std::vector<StreamSelections>& streams, std::size_t ix, const std::string& name,
-                               const std::vector<int>& windows, bool warm_up, float decay = eviction::Lookahead{}.decay) {
+inline CacheRun replay_streams(const std::vector<StreamSelections>& streams, std::size_t ix, const std::string& name, const std::vector<int>& windows,
+                               bool warm_up, float decay = eviction::Lookahead{}.decay) {
   KVD_EXPECT(windows.size() == streams.size(), "replay_streams: {} windows for {} streams", windows.size(), streams.size());
   CacheRun run;
   for (std::size_t s = 0; s < streams.size(); ++s) {

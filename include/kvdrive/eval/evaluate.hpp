@@ -47,8 +47,8 @@ struct EvalSettings {
   int page_tokens = 8;
   int sink_tokens = 4;
   int local_tokens = 64;
-  double budget = 0.0625;    ///< fraction of the candidate pages, (0, 1]
-  DType dtype = DType::f16;  ///< the KV dtype (keys, values and index data)
+  double budget = 0.0625;           ///< fraction of the candidate pages, (0, 1]
+  DType dtype = DType::f16;         ///< the KV dtype (keys, values and index data)
   FocusCarry carry{.share = 0.0f};  ///< off: the figures are each index's own selection
 
   void validate() const {
@@ -65,8 +65,8 @@ struct IndexTally {
   double mass_recall = 0, mass_recall_min = 0, topk_recall = 0, out_err = 0;
   double select_ns = 0;
   std::int64_t selects = 0;  ///< steps with candidates, where select() ran
-  double index_bytes = 0;   ///< summed over steps, the index's bytes at that step
-  double tokens = 0;        ///< summed over steps, the stream's tokens at that step
+  double index_bytes = 0;    ///< summed over steps, the index's bytes at that step
+  double tokens = 0;         ///< summed over steps, the stream's tokens at that step
   std::int64_t steps = 0;
 
   void add(const IndexTally& o) {
@@ -97,8 +97,7 @@ std::vector<T> to_dtype(const std::vector<float>& x) {
 /// Throws kvdrive::Error for a stream trace whose arrays do not match its shape.
 inline void check_trace(const StreamTrace& tr) {
   KVD_EXPECT(tr.head_dim > 0 && tr.group > 0 && tr.steps >= 1 && tr.prefix >= 0, "eval: empty or malformed stream trace");
-  KVD_EXPECT(tr.keys.size() == static_cast<std::size_t>(tr.tokens()) * tr.head_dim &&
-                 tr.values.size() == tr.keys.size() &&
+  KVD_EXPECT(tr.keys.size() == static_cast<std::size_t>(tr.tokens()) * tr.head_dim && tr.values.size() == tr.keys.size() &&
                  tr.queries.size() == static_cast<std::size_t>(tr.steps) * tr.group * tr.head_dim,
              "eval: stream trace arrays do not match its shape");
 }
@@ -110,10 +109,18 @@ template <class T>
 class StreamReplay {
  public:
   StreamReplay(const StreamTrace& tr, const EvalSettings& set)
-      : tr_(tr), set_(set), d_(tr.head_dim), g_(tr.group), pt_(set.page_tokens),
-        k_(to_dtype<T>(tr.keys)), v_(to_dtype<T>(tr.values)), kf_(k_.size()),
-        dense_out_(static_cast<std::size_t>(g_) * d_), sparse_out_(dense_out_.size()),
-        lse_(static_cast<std::size_t>(g_)), sparse_lse_(static_cast<std::size_t>(g_)) {
+      : tr_(tr),
+        set_(set),
+        d_(tr.head_dim),
+        g_(tr.group),
+        pt_(set.page_tokens),
+        k_(to_dtype<T>(tr.keys)),
+        v_(to_dtype<T>(tr.values)),
+        kf_(k_.size()),
+        dense_out_(static_cast<std::size_t>(g_) * d_),
+        sparse_out_(dense_out_.size()),
+        lse_(static_cast<std::size_t>(g_)),
+        sparse_lse_(static_cast<std::size_t>(g_)) {
     // The index sees the keys as the manager hands them over: float, in the KV dtype's precision.
     for (std::size_t i = 0; i < k_.size(); ++i) kf_[i] = to_float(k_[i]);
   }
@@ -183,7 +190,8 @@ class StreamReplay {
     mass_.assign(static_cast<std::size_t>(r.candidates()), 0.0f);
     for (std::int64_t p = r.sink_end; p < r.local_begin; ++p)
       for (int h = 0; h < g_; ++h)
-        mass_[static_cast<std::size_t>(p - r.sink_end)] += std::exp(page_lse_[static_cast<std::size_t>(p) * g_ + h] - lse_[static_cast<std::size_t>(h)]);
+        mass_[static_cast<std::size_t>(p - r.sink_end)] +=
+            std::exp(page_lse_[static_cast<std::size_t>(p) * g_ + h] - lse_[static_cast<std::size_t>(h)]);
     truth_.clear();
     index::top_pages(mass_, r.sink_end, want, truth_);
   }
@@ -201,8 +209,8 @@ class StreamReplay {
     }
     for (std::size_t j = 0; j < selected_.size(); ++j)
       KVD_EXPECT(selected_[j] >= q.first_candidate && selected_[j] < q.end_candidate && (j == 0 || selected_[j] > selected_[j - 1]),
-                 "eval: index {} selected page {} (position {}): not an ascending, unique candidate in [{}, {})", t.name,
-                 selected_[j], j, q.first_candidate, q.end_candidate);
+                 "eval: index {} selected page {} (position {}): not an ascending, unique candidate in [{}, {})", t.name, selected_[j], j,
+                 q.first_candidate, q.end_candidate);
     KVD_EXPECT(ix.ignores_budget() || static_cast<std::int64_t>(selected_.size()) <= q.budget_pages,
                "eval: index {} selected {} pages, over its budget of {}", t.name, selected_.size(), q.budget_pages);
   }
@@ -243,10 +251,8 @@ class StreamReplay {
   /// Page `page` was sealed: it joins every index (the first page builds them).
   void seal(std::int64_t page, std::vector<std::unique_ptr<AnyIndex>>& indices) const {
     for (auto& ix : indices) {
-      if (page == 0)
-        ix->build(page_keys(0, 1));
-      else
-        ix->append(page_keys(page, 1));
+      if (page == 0) ix->build(page_keys(0, 1));
+      else ix->append(page_keys(page, 1));
     }
   }
 
@@ -267,8 +273,8 @@ class StreamReplay {
 
 /// Replays one stream against every index (each reset first); returns one tally per index.
 /// With `logs`, also records each index's selections for cache replays (eval/cache_replay.hpp).
-inline std::vector<IndexTally> evaluate_stream(const StreamTrace& tr, std::vector<std::unique_ptr<AnyIndex>>& indices,
-                                               const EvalSettings& set, std::vector<SelectionLog>* logs = nullptr) {
+inline std::vector<IndexTally> evaluate_stream(const StreamTrace& tr, std::vector<std::unique_ptr<AnyIndex>>& indices, const EvalSettings& set,
+                                               std::vector<SelectionLog>* logs = nullptr) {
   set.validate();
   detail::check_trace(tr);
   std::vector<IndexTally> tally(indices.size());

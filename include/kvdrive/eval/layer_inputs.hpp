@@ -19,9 +19,9 @@ namespace kvdrive::eval {
 struct LayerInputs {
   int kv_heads = 0, group = 1, head_dim = 0;
   std::int64_t prefix = 0, steps = 0, observed = 0;
-  std::vector<float> k, v;       ///< prompt: [prefix][kv_heads][head_dim]
-  std::vector<float> obs_q;      ///< [observed][q_heads][head_dim]
-  std::vector<float> q_steps;    ///< [steps][q_heads][head_dim]
+  std::vector<float> k, v;              ///< prompt: [prefix][kv_heads][head_dim]
+  std::vector<float> obs_q;             ///< [observed][q_heads][head_dim]
+  std::vector<float> q_steps;           ///< [steps][q_heads][head_dim]
   std::vector<float> k_steps, v_steps;  ///< [steps][kv_heads][head_dim]
 
   int q_heads() const { return group * kv_heads; }
@@ -59,8 +59,7 @@ LayerInputs layer_inputs(const Source& source, int layer, int kv_heads = 0) {
       in.k_steps.assign(static_cast<std::size_t>(st.steps) * kvh * d, 0.0f);
       in.v_steps.assign(in.k_steps.size(), 0.0f);
     }
-    KVD_EXPECT(st.head_dim == in.head_dim && st.group == in.group && st.prefix == in.prefix && st.steps == in.steps &&
-                   st.observed == in.observed,
+    KVD_EXPECT(st.head_dim == in.head_dim && st.group == in.group && st.prefix == in.prefix && st.steps == in.steps && st.observed == in.observed,
                "layer_inputs: layer {} head {} differs in shape from head 0", layer, h);
     const auto du = static_cast<std::size_t>(d), gd = static_cast<std::size_t>(g) * du;
     const auto hu = static_cast<std::size_t>(h), kvu = static_cast<std::size_t>(kvh);
@@ -83,14 +82,15 @@ LayerInputs layer_inputs(const Source& source, int layer, int kv_heads = 0) {
 /// KvManager::attend takes: q [batch][q_heads][head_dim], k and v [batch][kv_heads][head_dim].
 inline void batch_step(std::span<const LayerInputs> batch, std::int64_t s, std::vector<float>& q, std::vector<float>& k, std::vector<float>& v) {
   KVD_EXPECT(!batch.empty(), "batch_step: an empty batch");
-  const auto qn = static_cast<std::size_t>(batch[0].q_heads()) * batch[0].head_dim, kn = static_cast<std::size_t>(batch[0].kv_heads) * batch[0].head_dim;
+  const auto qn = static_cast<std::size_t>(batch[0].q_heads()) * batch[0].head_dim,
+             kn = static_cast<std::size_t>(batch[0].kv_heads) * batch[0].head_dim;
   q.resize(batch.size() * qn);
   k.resize(batch.size() * kn);
   v.resize(batch.size() * kn);
   for (std::size_t b = 0; b < batch.size(); ++b) {
     const LayerInputs& in = batch[b];
-    KVD_EXPECT(static_cast<std::size_t>(in.q_heads()) * in.head_dim == qn && static_cast<std::size_t>(in.kv_heads) * in.head_dim == kn &&
-                   s >= 0 && s < in.steps,
+    KVD_EXPECT(static_cast<std::size_t>(in.q_heads()) * in.head_dim == qn && static_cast<std::size_t>(in.kv_heads) * in.head_dim == kn && s >= 0 &&
+                   s < in.steps,
                "batch_step: sequence {} differs in shape from the first, or has no step {}", b, s);
     std::copy_n(in.q(s), qn, q.data() + b * qn);
     std::copy_n(in.k_new(s), kn, k.data() + b * kn);

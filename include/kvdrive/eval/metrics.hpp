@@ -34,8 +34,7 @@ struct MassRecall {
 
 /// page_lse: [pages][group], each page's log-sum-exp per query head over ALL pages of the
 /// stream (dense attention's per-page output); lse: [group], the total. attended: page ids.
-inline MassRecall mass_recall(std::span<const float> page_lse, std::span<const float> lse, int group,
-                              std::span<const std::uint32_t> attended) {
+inline MassRecall mass_recall(std::span<const float> page_lse, std::span<const float> lse, int group, std::span<const std::uint32_t> attended) {
   KVD_EXPECT(group > 0 && page_lse.size() % static_cast<std::size_t>(group) == 0 && lse.size() == static_cast<std::size_t>(group),
              "mass_recall: page_lse has {} values, lse {}, for a group of {}", page_lse.size(), lse.size(), group);
   const std::size_t pages = page_lse.size() / static_cast<std::size_t>(group);

@@ -29,8 +29,7 @@ class RecordedTrace {
     const ModelShape& s = reader_.shape();
     positions_ = reader_.positions(0);
     for (int l = 0; l < s.layers; ++l) {
-      KVD_EXPECT(reader_.positions(l) == positions_, "{}: layer {} has {} positions, layer 0 has {}", path, l,
-                 reader_.positions(l), positions_);
+      KVD_EXPECT(reader_.positions(l) == positions_, "{}: layer {} has {} positions, layer 0 has {}", path, l, reader_.positions(l), positions_);
       for (std::int64_t p = 0; p < positions_; ++p)
         KVD_EXPECT(reader_.contains(l, p), "{}: layer {} misses position {} (positions must run from 0)", path, l, p);
     }
@@ -38,8 +37,8 @@ class RecordedTrace {
       KVD_EXPECT(end >= 2 && end <= positions_, "{}: positions up to {} asked of a trace with {} per layer", path, end, positions_);
       positions_ = end;
     }
-    KVD_EXPECT(steps >= 1 && steps < positions_, "{}: {} decode steps asked of a trace with {} positions per layer (need 1..{})",
-               path, steps, positions_, positions_ - 1);
+    KVD_EXPECT(steps >= 1 && steps < positions_, "{}: {} decode steps asked of a trace with {} positions per layer (need 1..{})", path, steps,
+               positions_, positions_ - 1);
   }
 
   const ModelShape& shape() const { return reader_.shape(); }
@@ -68,11 +67,9 @@ class RecordedTrace {
       std::copy_n(k.data() + kv_head * d, d, t.keys.data() + static_cast<std::size_t>(p) * d);
       std::copy_n(v.data() + kv_head * d, d, t.values.data() + static_cast<std::size_t>(p) * d);
       const float* group_q = q.data() + static_cast<std::size_t>(kv_head) * t.group * d;
-      if (p >= t.prefix)
-        std::copy_n(group_q, t.group * d, t.queries.data() + static_cast<std::size_t>(p - t.prefix) * t.group * d);
+      if (p >= t.prefix) std::copy_n(group_q, t.group * d, t.queries.data() + static_cast<std::size_t>(p - t.prefix) * t.group * d);
       else if (p >= t.prefix - t.observed)
-        std::copy_n(group_q, t.group * d,
-                    t.observed_queries.data() + static_cast<std::size_t>(p - (t.prefix - t.observed)) * t.group * d);
+        std::copy_n(group_q, t.group * d, t.observed_queries.data() + static_cast<std::size_t>(p - (t.prefix - t.observed)) * t.group * d);
     }
     return t;
   }

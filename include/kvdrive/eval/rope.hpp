@@ -15,14 +15,13 @@ namespace kvdrive::eval {
 /// (i, i + head_dim/2), angle position x theta^(-2i/head_dim)); row r sits at position
 /// first_position + r. Angles are evaluated exactly (std::cos/std::sin) at every 64th position
 /// and advanced by angle addition in double between, so long contexts stay accurate.
-inline void rope_rotate_rows(float* rows, std::int64_t count, int head_dim, std::int64_t first_position, double theta,
-                             std::size_t stride = 0) {
+inline void rope_rotate_rows(float* rows, std::int64_t count, int head_dim, std::int64_t first_position, double theta, std::size_t stride = 0) {
   if (count <= 0) return;
   if (stride == 0) stride = static_cast<std::size_t>(head_dim);
   const int half = head_dim / 2;
   constexpr int kBlock = 64;
-  std::vector<double> freq(static_cast<std::size_t>(half)), step_c(static_cast<std::size_t>(half) * kBlock),
-      step_s(step_c.size()), c(static_cast<std::size_t>(half)), s(c.size());
+  std::vector<double> freq(static_cast<std::size_t>(half)), step_c(static_cast<std::size_t>(half) * kBlock), step_s(step_c.size()),
+      c(static_cast<std::size_t>(half)), s(c.size());
   for (int i = 0; i < half; ++i) {
     freq[i] = std::pow(theta, -2.0 * i / head_dim);
     for (int r = 0; r < kBlock; ++r) {

@@ -50,8 +50,7 @@ struct TraceStatsOptions {
 
   void validate() const {
     KVD_EXPECT(page_tokens >= 1 && page_tokens <= 4096, "trace stats: page_tokens {} expected 1..4096", page_tokens);
-    KVD_EXPECT(sink_tokens >= 0 && local_tokens >= 0, "trace stats: sink_tokens {} local_tokens {} expected >= 0", sink_tokens,
-               local_tokens);
+    KVD_EXPECT(sink_tokens >= 0 && local_tokens >= 0, "trace stats: sink_tokens {} local_tokens {} expected >= 0", sink_tokens, local_tokens);
     KVD_EXPECT(budget > 0.0 && budget <= 1.0 && std::isfinite(budget), "trace stats: budget {} is outside (0, 1]", budget);
     KVD_EXPECT(max_window >= 1 && max_window <= 64, "trace stats: max_window {} expected 1..64", max_window);
     KVD_EXPECT(streams >= 0, "trace stats: streams {} expected >= 0 (0 = all)", streams);
@@ -87,12 +86,12 @@ namespace trace_stats_detail {
 /// Throws kvdrive::Error for bad options or a stream whose arrays do not match its shape.
 inline void check_stream(const StreamTrace& tr, const TraceStatsOptions& o) {
   o.validate();
-  KVD_EXPECT(tr.group >= 1 && tr.head_dim >= 1 && tr.prefix >= 0 && tr.steps >= 1,
-             "trace stats: stream with group {} head_dim {} prefix {} steps {}", tr.group, tr.head_dim, tr.prefix, tr.steps);
+  KVD_EXPECT(tr.group >= 1 && tr.head_dim >= 1 && tr.prefix >= 0 && tr.steps >= 1, "trace stats: stream with group {} head_dim {} prefix {} steps {}",
+             tr.group, tr.head_dim, tr.prefix, tr.steps);
   KVD_EXPECT(tr.keys.size() == static_cast<std::size_t>(tr.tokens()) * tr.head_dim &&
                  tr.queries.size() == static_cast<std::size_t>(tr.steps) * tr.group * tr.head_dim,
-             "trace stats: stream ({}, {}) has {} key and {} query floats for {} tokens, {} steps", tr.layer, tr.kv_head,
-             tr.keys.size(), tr.queries.size(), tr.tokens(), tr.steps);
+             "trace stats: stream ({}, {}) has {} key and {} query floats for {} tokens, {} steps", tr.layer, tr.kv_head, tr.keys.size(),
+             tr.queries.size(), tr.tokens(), tr.steps);
 }
 
 /// The per-head sums of one stream's figures, before they are divided by its steps.
@@ -125,8 +124,7 @@ struct StepBuffers {
 };
 
 /// Scaled scores of step s's n tokens for every head, page by page (the CPU kernel's order).
-inline void token_scores(const StreamTrace& tr, std::int64_t s, std::int64_t n, int pt, float scale, std::size_t pages,
-                         StepBuffers& b) {
+inline void token_scores(const StreamTrace& tr, std::int64_t s, std::int64_t n, int pt, float scale, std::size_t pages, StepBuffers& b) {
   const int rows = attention::padded_rows(pt);
   for (std::size_t p = 0; p < pages; ++p) {
     const std::int64_t first = static_cast<std::int64_t>(p) * pt;
@@ -139,8 +137,8 @@ inline void token_scores(const StreamTrace& tr, std::int64_t s, std::int64_t n, 
 
 /// Mass of the ceil(budget x n) largest of head h's n weights x (summing to z), over z.
 inline double top_mass(const float* x, std::size_t n, double budget, double z, StepBuffers& b) {
-  const auto k = static_cast<std::size_t>(std::clamp<std::int64_t>(
-      static_cast<std::int64_t>(std::ceil(budget * static_cast<double>(n) - 1e-9)), 1, static_cast<std::int64_t>(n)));
+  const auto k = static_cast<std::size_t>(
+      std::clamp<std::int64_t>(static_cast<std::int64_t>(std::ceil(budget * static_cast<double>(n) - 1e-9)), 1, static_cast<std::int64_t>(n)));
   std::copy_n(x, n, b.sorted.data());
   std::nth_element(b.sorted.begin(), b.sorted.begin() + static_cast<std::ptrdiff_t>(k - 1), b.sorted.begin() + static_cast<std::ptrdiff_t>(n),
                    std::greater<float>());
@@ -222,7 +220,8 @@ class CriticalOverlap {
       }
       for (int w = 1; w <= W; ++w)
         if (s >= w) {
-          cover_sum_[static_cast<std::size_t>(w - 1)] += static_cast<double>(hits[static_cast<std::size_t>(w - 1)]) / static_cast<double>(crit.size());
+          cover_sum_[static_cast<std::size_t>(w - 1)] +=
+              static_cast<double>(hits[static_cast<std::size_t>(w - 1)]) / static_cast<double>(crit.size());
           ++cover_n_[static_cast<std::size_t>(w - 1)];
         }
       if (s >= 1) {
@@ -240,8 +239,7 @@ class CriticalOverlap {
     const double nan = std::numeric_limits<double>::quiet_NaN();
     r.jaccard = jaccard_n_ > 0 ? jaccard_sum_ / static_cast<double>(jaccard_n_) : nan;
     r.coverage.resize(static_cast<std::size_t>(windows_));
-    for (std::size_t w = 0; w < r.coverage.size(); ++w)
-      r.coverage[w] = cover_n_[w] > 0 ? cover_sum_[w] / static_cast<double>(cover_n_[w]) : nan;
+    for (std::size_t w = 0; w < r.coverage.size(); ++w) r.coverage[w] = cover_n_[w] > 0 ? cover_sum_[w] / static_cast<double>(cover_n_[w]) : nan;
   }
 
  private:
@@ -260,8 +258,7 @@ class CriticalOverlap {
 
 /// The figures of one stream; see the top of this file. When `critical` is given it receives
 /// each step's critical pages C_s (ascending page ids), e.g. to replay a cache against them.
-inline StreamStats stream_stats(const StreamTrace& tr, const TraceStatsOptions& o,
-                                std::vector<std::vector<std::uint32_t>>* critical = nullptr) {
+inline StreamStats stream_stats(const StreamTrace& tr, const TraceStatsOptions& o, std::vector<std::vector<std::uint32_t>>* critical = nullptr) {
   using namespace trace_stats_detail;
   check_stream(tr, o);
   if (critical) critical->clear();

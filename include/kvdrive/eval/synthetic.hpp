@@ -46,8 +46,7 @@ class SyntheticTrace {
     preset_.validate();
     KVD_EXPECT(context >= 1, "SyntheticTrace: context {} tokens, expected >= 1", context);
     KVD_EXPECT(steps >= 1, "SyntheticTrace: steps {}, expected >= 1", steps);
-    KVD_EXPECT(context + steps <= (std::int64_t{1} << 31), "SyntheticTrace: {} + {} tokens, expected at most 2^31", context,
-               steps);
+    KVD_EXPECT(context + steps <= (std::int64_t{1} << 31), "SyntheticTrace: {} + {} tokens, expected at most 2^31", context, steps);
     make_topic_runs();
     make_needles();
     make_head_kinds();
@@ -83,10 +82,8 @@ class SyntheticTrace {
   using Rng = synthetic_detail::Rng;
 
   void check_stream(int layer, int kv_head) const {
-    KVD_EXPECT(layer >= 0 && layer < preset_.shape.layers, "SyntheticTrace: layer {} out of range [0, {})", layer,
-               preset_.shape.layers);
-    KVD_EXPECT(kv_head >= 0 && kv_head < preset_.shape.kv_heads, "SyntheticTrace: kv_head {} out of range [0, {})", kv_head,
-               preset_.shape.kv_heads);
+    KVD_EXPECT(layer >= 0 && layer < preset_.shape.layers, "SyntheticTrace: layer {} out of range [0, {})", layer, preset_.shape.layers);
+    KVD_EXPECT(kv_head >= 0 && kv_head < preset_.shape.kv_heads, "SyntheticTrace: kv_head {} out of range [0, {})", kv_head, preset_.shape.kv_heads);
   }
 
   std::int64_t tokens() const { return context_ + steps_; }
@@ -133,8 +130,7 @@ class SyntheticTrace {
       Rng rng(synthetic_detail::mix(0x4eadc1a55ull, static_cast<std::uint64_t>(l)));
       for (int i = h - 1; i > 0; --i) std::swap(order[static_cast<std::size_t>(i)], order[rng.below(static_cast<std::uint64_t>(i) + 1)]);
       for (int i = 0; i < n_ret; ++i) kinds_[static_cast<std::size_t>(l) * h + order[static_cast<std::size_t>(i)]] = HeadKind::retrieval;
-      for (int i = n_ret; i < n_ret + n_loc; ++i)
-        kinds_[static_cast<std::size_t>(l) * h + order[static_cast<std::size_t>(i)]] = HeadKind::local;
+      for (int i = n_ret; i < n_ret + n_loc; ++i) kinds_[static_cast<std::size_t>(l) * h + order[static_cast<std::size_t>(i)]] = HeadKind::local;
     }
   }
 
@@ -166,11 +162,9 @@ class SyntheticTrace {
     const double theta = preset_.rope_theta;
     const std::size_t stride = static_cast<std::size_t>(G) * static_cast<std::size_t>(D);
     rope_rotate_rows(s.keys.data(), s.tokens(), D, 0, theta);
+    for (int g = 0; g < G; ++g) rope_rotate_rows(s.queries.data() + static_cast<std::size_t>(g) * D, steps_, D, context_, theta, stride);
     for (int g = 0; g < G; ++g)
-      rope_rotate_rows(s.queries.data() + static_cast<std::size_t>(g) * D, steps_, D, context_, theta, stride);
-    for (int g = 0; g < G; ++g)
-      rope_rotate_rows(s.observed_queries.data() + static_cast<std::size_t>(g) * D, s.observed, D, context_ - s.observed, theta,
-                       stride);
+      rope_rotate_rows(s.observed_queries.data() + static_cast<std::size_t>(g) * D, s.observed, D, context_ - s.observed, theta, stride);
   }
 
   /// One stream: its directions, keys and values, queries (synthetic_stream.hpp), each pass from

@@ -25,9 +25,7 @@ inline std::uint64_t mix(std::uint64_t a, std::uint64_t b) {
   return splitmix64(x);
 }
 inline std::uint64_t mix(std::uint64_t a, std::uint64_t b, std::uint64_t c) { return mix(mix(a, b), c); }
-inline std::uint64_t mix(std::uint64_t a, std::uint64_t b, std::uint64_t c, std::uint64_t d) {
-  return mix(mix(a, b, c), d);
-}
+inline std::uint64_t mix(std::uint64_t a, std::uint64_t b, std::uint64_t c, std::uint64_t d) { return mix(mix(a, b, c), d); }
 
 /// xoshiro256** with a Marsaglia polar normal sampler.
 class Rng {

@@ -118,10 +118,10 @@ inline StreamDirections make_directions(const SyntheticPreset& P, Rng& dir) {
 struct StreamRole {
   const SyntheticPreset& P;
   const SyntheticLayer& L;
-  double scale;      ///< 1 / sqrt(head_dim)
-  bool is_local;     ///< a local head
-  bool is_retrieval; ///< a retrieval head of a trace with needles
-  int needle;        ///< the needle a retrieval head looks for (-1: no needles)
+  double scale;       ///< 1 / sqrt(head_dim)
+  bool is_local;      ///< a local head
+  bool is_retrieval;  ///< a retrieval head of a trace with needles
+  int needle;         ///< the needle a retrieval head looks for (-1: no needles)
   /// The local band: the same positional vector in q and k, so RoPE makes q.k peak at distance
   /// 0; its logit there is split evenly between q and k.
   double pos_norm() const { return std::sqrt((is_local ? P.local_gain : L.band_gain) / scale); }
@@ -141,13 +141,12 @@ inline void sink_token(const StreamRole& r, const StreamDirections& w, std::int6
 
 /// Key k and value v of text token t on topic z: the topic direction plus token content, the
 /// positional vector, noise; the needles' anchors and value where t is part of one.
-inline void text_token(const StreamRole& r, const StreamDirections& w, std::int64_t t, std::size_t z,
-                       const std::vector<std::int64_t>& needles, double pos_norm, Rng& kv, float* k, float* v) {
+inline void text_token(const StreamRole& r, const StreamDirections& w, std::int64_t t, std::size_t z, const std::vector<std::int64_t>& needles,
+                       double pos_norm, Rng& kv, float* k, float* v) {
   const SyntheticPreset& P = r.P;
   const auto Ds = static_cast<std::size_t>(P.shape.head_dim);
   const std::vector<double>& u = w.topic_dir[z];
-  for (int j : w.semantic)
-    k[j] = static_cast<float>(P.key_topic_norm * u[static_cast<std::size_t>(j)] + P.key_token_sd * kv.normal());
+  for (int j : w.semantic) k[j] = static_cast<float>(P.key_topic_norm * u[static_cast<std::size_t>(j)] + P.key_token_sd * kv.normal());
   for (int j : w.fast) k[j] = static_cast<float>(P.key_noise_sd * kv.normal() + pos_norm * w.pos_dir[static_cast<std::size_t>(j)]);
   for (int j : w.anchor) k[j] = static_cast<float>(0.1 * P.key_noise_sd * kv.normal());
   const float* tv = w.topic_value.data() + z * Ds;
@@ -168,12 +167,9 @@ inline void make_keys_values(const StreamRole& r, const StreamDirections& w, con
   for (std::int64_t t = 0; t < s.tokens(); ++t) {
     float* k = s.keys.data() + static_cast<std::size_t>(t) * Ds;
     float* v = s.values.data() + static_cast<std::size_t>(t) * Ds;
-    if (t < r.P.sink_tokens)
-      sink_token(r, w, t, kv, k, v);
-    else
-      text_token(r, w, t, static_cast<std::size_t>(topic_of[static_cast<std::size_t>(t)]), needles, pos_norm, kv, k, v);
-    for (std::size_t o = 0; o < w.outliers.size(); ++o)
-      k[w.outliers[o]] = static_cast<float>(w.outlier_value[o] * (1.0 + 0.05 * kv.normal()));
+    if (t < r.P.sink_tokens) sink_token(r, w, t, kv, k, v);
+    else text_token(r, w, t, static_cast<std::size_t>(topic_of[static_cast<std::size_t>(t)]), needles, pos_norm, kv, k, v);
+    for (std::size_t o = 0; o < w.outliers.size(); ++o) k[w.outliers[o]] = static_cast<float>(w.outlier_value[o] * (1.0 + 0.05 * kv.normal()));
   }
 }
 
@@ -272,7 +268,8 @@ inline void make_queries(QueryProcess& process, Rng& qr, StreamTrace& s) {
   const auto G = static_cast<std::size_t>(s.group), Ds = static_cast<std::size_t>(s.head_dim);
   for (std::int64_t st = 0; st < s.steps; ++st) {
     if (st > 0) process.drift(qr);
-    for (int g = 0; g < s.group; ++g) process.compose(g, qr, s.queries.data() + (static_cast<std::size_t>(st) * G + static_cast<std::size_t>(g)) * Ds);
+    for (int g = 0; g < s.group; ++g)
+      process.compose(g, qr, s.queries.data() + (static_cast<std::size_t>(st) * G + static_cast<std::size_t>(g)) * Ds);
   }
 }
 

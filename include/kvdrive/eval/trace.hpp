@@ -155,8 +155,8 @@ class TraceReader {
     const std::size_t body = bytes.size() - sizeof h - sizeof t;
     record_bytes_ = 16 + (static_cast<std::size_t>(shape_.q_heads) + 2 * static_cast<std::size_t>(shape_.kv_heads)) *
                              static_cast<std::size_t>(shape_.head_dim) * dtype_size(dtype_);  // sizes: the heads may be near 2^31
-    KVD_EXPECT(body % record_bytes_ == 0 && body / record_bytes_ == t.records,
-               "{}: {} bytes of records, expected {} records x {} bytes", path, body, t.records, record_bytes_);
+    KVD_EXPECT(body % record_bytes_ == 0 && body / record_bytes_ == t.records, "{}: {} bytes of records, expected {} records x {} bytes", path, body,
+               t.records, record_bytes_);
     KVD_EXPECT(XXH3_64bits(bytes.data() + sizeof h, body) == t.checksum, "{}: checksum mismatch: the trace is corrupt", path);
     body_.assign(bytes.begin() + sizeof h, bytes.end() - sizeof t);
     for (std::uint64_t r = 0; r < t.records; ++r) {

@@ -45,7 +45,7 @@ struct TraceStatsGroup {
   int layer = -1;  ///< -1 for all layers
   int streams = 0;
   double jaccard = 0;
-  std::vector<double> coverage;  ///< [max_window]
+  std::vector<double> coverage;                          ///< [max_window]
   double entropy = 0, entropy_min = 0, entropy_max = 0;  ///< over query heads
   double entropy_norm = 0, top_mass = 0, sink_mass = 0, local_mass = 0, critical_mass = 0;
 };
@@ -139,20 +139,19 @@ TraceStats compute_trace_stats(const Source& source, const TraceStatsOptions& op
   out.options = options;
   out.streams.resize(list.size());
   ThreadPool pool(static_cast<unsigned>(std::min<std::size_t>(
-      options.threads > 0 ? static_cast<std::size_t>(options.threads) : std::max(1u, std::thread::hardware_concurrency()),
-      list.size())));
+      options.threads > 0 ? static_cast<std::size_t>(options.threads) : std::max(1u, std::thread::hardware_concurrency()), list.size())));
   pool.parallel_for(list.size(), [&](std::size_t i) {
     const StreamTrace tr = source.stream(list[i].first, list[i].second);
     KVD_EXPECT(tr.group == shape.group() && tr.head_dim == shape.head_dim,
-               "trace stats: stream ({}, {}) has group {} head_dim {}, the shape says {} and {}", list[i].first, list[i].second,
-               tr.group, tr.head_dim, shape.group(), shape.head_dim);
+               "trace stats: stream ({}, {}) has group {} head_dim {}, the shape says {} and {}", list[i].first, list[i].second, tr.group,
+               tr.head_dim, shape.group(), shape.head_dim);
     out.streams[i] = stream_stats(tr, options);
   });
   const StreamStats& first = out.streams.front();
   for (const StreamStats& s : out.streams)
     KVD_EXPECT(s.prefix == first.prefix && s.steps == first.steps,
-               "trace stats: stream ({}, {}) has prefix {} and {} steps, stream ({}, {}) {} and {}", s.layer, s.kv_head, s.prefix,
-               s.steps, first.layer, first.kv_head, first.prefix, first.steps);
+               "trace stats: stream ({}, {}) has prefix {} and {} steps, stream ({}, {}) {} and {}", s.layer, s.kv_head, s.prefix, s.steps,
+               first.layer, first.kv_head, first.prefix, first.steps);
   out.prefix = first.prefix;
   out.steps = first.steps;
   out.candidate_pages = first.candidate_pages;
@@ -170,8 +169,8 @@ TraceStats compute_trace_stats(const Source& source, const TraceStatsOptions& op
   for (const StreamStats& s : out.streams)
     for (int g = 0; g < s.group; ++g) {
       const auto gg = static_cast<std::size_t>(g);
-      out.heads.push_back({s.layer, s.kv_head * s.group + g, s.entropy[gg], s.entropy_norm[gg], s.top_mass[gg], s.sink_mass[gg],
-                           s.local_mass[gg], s.critical_mass[gg]});
+      out.heads.push_back({s.layer, s.kv_head * s.group + g, s.entropy[gg], s.entropy_norm[gg], s.top_mass[gg], s.sink_mass[gg], s.local_mass[gg],
+                           s.critical_mass[gg]});
     }
   return out;
 }
@@ -183,20 +182,19 @@ inline void print_trace_stats(const TraceStats& st, std::FILE* f) {
   fmt::print(f, "trace stats: {} layers x {} KV heads ({} query heads, head_dim {}); prefix {} tokens, {} decode steps; {} of {} streams\n",
              st.shape.layers, st.shape.kv_heads, st.shape.q_heads, st.shape.head_dim, st.prefix, st.steps, st.all.streams,
              st.shape.layers * st.shape.kv_heads);
-  fmt::print(f, "pages of {} tokens, sink {} and local {} tokens, budget {:.2f}% = {} of {} candidate pages at step 0\n",
-             o.page_tokens, o.sink_tokens, o.local_tokens, 100.0 * o.budget, st.budget_pages, st.candidate_pages);
+  fmt::print(f, "pages of {} tokens, sink {} and local {} tokens, budget {:.2f}% = {} of {} candidate pages at step 0\n", o.page_tokens,
+             o.sink_tokens, o.local_tokens, 100.0 * o.budget, st.budget_pages, st.candidate_pages);
   std::string head = fmt::format("{:>5} {:>7} {:>7}", "layer", "streams", "jaccard");
   for (int w = 1; w <= o.max_window; ++w) head += fmt::format(" {:>6}", fmt::format("cov W{}", w));
-  head += fmt::format(" {:>7} {:>13} {:>6} {:>7} {:>6} {:>6} {:>6}\n", "entropy", "(min-max)", "H/ln n",
-                      fmt::format("top{:.4g}%", 100.0 * o.budget), "sink", "local", "crit");
+  head += fmt::format(" {:>7} {:>13} {:>6} {:>7} {:>6} {:>6} {:>6}\n", "entropy", "(min-max)", "H/ln n", fmt::format("top{:.4g}%", 100.0 * o.budget),
+                      "sink", "local", "crit");
   fmt::print(f, "{}", head);
   const auto row = [&](const TraceStatsGroup& g) {
-    std::string line = fmt::format("{:>5} {:>7} {:>7}", g.layer < 0 ? std::string("all") : std::to_string(g.layer), g.streams,
-                                   num(g.jaccard, 3));
+    std::string line = fmt::format("{:>5} {:>7} {:>7}", g.layer < 0 ? std::string("all") : std::to_string(g.layer), g.streams, num(g.jaccard, 3));
     for (double c : g.coverage) line += fmt::format(" {:>6}", num(c, 3));
     line += fmt::format(" {:>7} {:>13} {:>6} {:>7} {:>6} {:>6} {:>6}\n", num(g.entropy, 2),
-                        fmt::format("({}-{})", num(g.entropy_min, 2), num(g.entropy_max, 2)), num(g.entropy_norm, 3),
-                        num(g.top_mass, 3), num(g.sink_mass, 3), num(g.local_mass, 3), num(g.critical_mass, 3));
+                        fmt::format("({}-{})", num(g.entropy_min, 2), num(g.entropy_max, 2)), num(g.entropy_norm, 3), num(g.top_mass, 3),
+                        num(g.sink_mass, 3), num(g.local_mass, 3), num(g.critical_mass, 3));
     fmt::print(f, "{}", line);
   };
   for (const TraceStatsGroup& g : st.layers) row(g);
@@ -210,10 +208,9 @@ inline void print_trace_stats(const TraceStats& st, std::FILE* f) {
 inline std::string trace_stats_json(const TraceStats& st) {
   using nlohmann::json;
   const auto group = [](const TraceStatsGroup& g) {
-    json j = {{"streams", g.streams},           {"jaccard", g.jaccard},         {"coverage", g.coverage},
-              {"entropy", g.entropy},           {"entropy_min", g.entropy_min}, {"entropy_max", g.entropy_max},
-              {"entropy_norm", g.entropy_norm}, {"top_mass", g.top_mass},       {"sink_mass", g.sink_mass},
-              {"local_mass", g.local_mass},     {"critical_mass", g.critical_mass}};
+    json j = {{"streams", g.streams},         {"jaccard", g.jaccard},         {"coverage", g.coverage},          {"entropy", g.entropy},
+              {"entropy_min", g.entropy_min}, {"entropy_max", g.entropy_max}, {"entropy_norm", g.entropy_norm},  {"top_mass", g.top_mass},
+              {"sink_mass", g.sink_mass},     {"local_mass", g.local_mass},   {"critical_mass", g.critical_mass}};
     if (g.layer >= 0) j["layer"] = g.layer;
     return j;
   };
@@ -231,8 +228,13 @@ inline std::string trace_stats_json(const TraceStats& st) {
   for (const auto& g : st.layers) j["layers"].push_back(group(g));
   j["heads"] = json::array();
   for (const auto& h : st.heads)
-    j["heads"].push_back({{"layer", h.layer}, {"q_head", h.q_head}, {"entropy", h.entropy}, {"entropy_norm", h.entropy_norm},
-                          {"top_mass", h.top_mass}, {"sink_mass", h.sink_mass}, {"local_mass", h.local_mass},
+    j["heads"].push_back({{"layer", h.layer},
+                          {"q_head", h.q_head},
+                          {"entropy", h.entropy},
+                          {"entropy_norm", h.entropy_norm},
+                          {"top_mass", h.top_mass},
+                          {"sink_mass", h.sink_mass},
+                          {"local_mass", h.local_mass},
                           {"critical_mass", h.critical_mass}});
   j["streams"] = json::array();
   for (const auto& s : st.streams)

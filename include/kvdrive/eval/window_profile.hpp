@@ -23,12 +23,11 @@ namespace kvdrive::eval {
 /// The profile from recorded selections: logs[stream] (streams in [layer][kv_head] order) and,
 /// with warm-up, each stream's placement ranking.
 template <eviction::EvictionPolicy E>
-eviction::WindowProfile profile_windows(const std::vector<SelectionLog>& logs, const std::vector<tier::PageRanking>* warm,
-                                        int layers, int kv_heads, int max_window, std::size_t page_bytes, const E& policy,
-                                        bool warm_up = false) {
+eviction::WindowProfile profile_windows(const std::vector<SelectionLog>& logs, const std::vector<tier::PageRanking>* warm, int layers, int kv_heads,
+                                        int max_window, std::size_t page_bytes, const E& policy, bool warm_up = false) {
   KVD_EXPECT(max_window >= 0 && max_window <= 1024, "window profile: max_window {} outside 0..1024", max_window);
-  KVD_EXPECT(logs.size() == static_cast<std::size_t>(layers) * kv_heads, "window profile: {} logs for {} x {} streams",
-             logs.size(), layers, kv_heads);
+  KVD_EXPECT(logs.size() == static_cast<std::size_t>(layers) * kv_heads, "window profile: {} logs for {} x {} streams", logs.size(), layers,
+             kv_heads);
   KVD_EXPECT(!warm_up || (warm && warm->size() == logs.size()), "window profile: warm-up needs one placement ranking per stream");
   eviction::WindowProfile p;
   p.layers = layers;

@@ -85,19 +85,15 @@ class CacheEntries {
     gone_.clear();
     std::size_t kept = 0;
     for (std::size_t i = 0; i < entries_.size(); ++i) {
-      if (drop_[i])
-        gone_.push_back(entries_[i].page);  // ascending, as entries_ is
-      else
-        entries_[kept++] = entries_[i];
+      if (drop_[i]) gone_.push_back(entries_[i].page);  // ascending, as entries_ is
+      else entries_[kept++] = entries_[i];
     }
     entries_.resize(kept);
     evicted.insert(evicted.end(), gone_.begin(), gone_.end());
   }
 
- /// decay^steps, exactly 1 for steps = 0 and 0 for decay = 0.
-  static float decayed(float decay, std::uint64_t steps) {
-    return steps == 0 ? 1.0f : std::pow(decay, static_cast<float>(steps));
-  }
+  /// decay^steps, exactly 1 for steps = 0 and 0 for decay = 0.
+  static float decayed(float decay, std::uint64_t steps) { return steps == 0 ? 1.0f : std::pow(decay, static_cast<float>(steps)); }
 
  private:
   static bool by_page(const CacheEntry& e, std::uint32_t p) { return e.page < p; }

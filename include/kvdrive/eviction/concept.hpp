@@ -30,21 +30,21 @@ struct CacheUpdate {
 };
 
 template <class E>
-concept EvictionPolicy =
-    std::copy_constructible<E> &&
-    requires(const E& e, typename E::State& state, const typename E::State& cstate,
-             std::uint32_t page, const CacheUpdate& update, std::vector<std::uint32_t>& evicted) {
-      typename E::State;
-      requires std::default_initializable<typename E::State>;
-      { E::name() } -> std::convertible_to<std::string_view>;
-      { e.default_window() } -> std::convertible_to<int>;  // W without a window plan
-      { e.contains(cstate, page) } -> std::same_as<bool>;
-      { e.size(cstate) } -> std::convertible_to<std::size_t>;
-      { e.update(state, update, evicted) } -> std::same_as<void>;
-    };
+concept EvictionPolicy = std::copy_constructible<E> && requires(const E& e, typename E::State& state, const typename E::State& cstate,
+                                                                std::uint32_t page, const CacheUpdate& update, std::vector<std::uint32_t>& evicted) {
+  typename E::State;
+  requires std::default_initializable<typename E::State>;
+  { E::name() } -> std::convertible_to<std::string_view>;
+  { e.default_window() } -> std::convertible_to<int>;  // W without a window plan
+  { e.contains(cstate, page) } -> std::same_as<bool>;
+  { e.size(cstate) } -> std::convertible_to<std::size_t>;
+  { e.update(state, update, evicted) } -> std::same_as<void>;
+};
 
 /// True for policies whose window is part of their definition (None: 0, LastStep: 1).
 template <class E>
-inline constexpr bool kHasFixedWindow = requires { E::kFixedWindow; };
+inline constexpr bool kHasFixedWindow = requires {
+  E::kFixedWindow;
+};
 
 }  // namespace kvdrive::eviction

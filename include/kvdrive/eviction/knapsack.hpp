@@ -40,8 +40,7 @@ inline void check(const std::vector<KnapsackClass>& classes, std::int64_t budget
   KVD_EXPECT(budget >= 0, "knapsack: budget {} is negative", budget);
   std::int64_t least = 0;
   for (std::size_t c = 0; c < classes.size(); ++c) {
-    KVD_EXPECT(!classes[c].empty() && classes[c].size() <= 32767, "knapsack: class {} has {} items (expected 1..32767)", c,
-               classes[c].size());
+    KVD_EXPECT(!classes[c].empty() && classes[c].size() <= 32767, "knapsack: class {} has {} items (expected 1..32767)", c, classes[c].size());
     std::int64_t m = std::numeric_limits<std::int64_t>::max();
     for (const KnapsackItem& it : classes[c]) {
       KVD_EXPECT(it.cost >= 0, "knapsack: class {} has an item of negative cost {}", c, it.cost);
@@ -64,9 +63,9 @@ inline KnapsackSolution total(const std::vector<KnapsackClass>& classes, std::ve
 
 /// One move along a class's hull, from the item before it to `to`.
 struct HullStep {
-  double ratio;             // benefit per unit of cost
-  std::size_t cls, rank;    // rank: position along the class's hull
-  int to;                   // the item this step moves to
+  double ratio;           // benefit per unit of cost
+  std::size_t cls, rank;  // rank: position along the class's hull
+  int to;                 // the item this step moves to
   std::int64_t dcost;
 };
 
@@ -89,8 +88,7 @@ inline std::vector<int> upper_hull(const KnapsackClass& items) {
       // b lies on or below the segment a -> it: drop it.
       if ((b.benefit - a.benefit) * static_cast<double>(it.cost - a.cost) <= (it.benefit - a.benefit) * static_cast<double>(b.cost - a.cost))
         hull.pop_back();
-      else
-        break;
+      else break;
     }
     hull.push_back(i);
   }
@@ -110,8 +108,7 @@ inline void add_hull_steps(std::size_t c, const KnapsackClass& items, const std:
 
 /// Takes the steps (best ratio first) that still fit the budget, each class's in hull order,
 /// starting from `choice` (every class at its cheapest item).
-inline void take_steps(const std::vector<KnapsackClass>& classes, std::int64_t budget, const std::vector<HullStep>& steps,
-                       std::vector<int>& choice) {
+inline void take_steps(const std::vector<KnapsackClass>& classes, std::int64_t budget, const std::vector<HullStep>& steps, std::vector<int>& choice) {
   std::int64_t left = budget;
   for (std::size_t c = 0; c < classes.size(); ++c) left -= classes[c][static_cast<std::size_t>(choice[c])].cost;
   std::vector<std::size_t> taken(classes.size(), 0);  // hull steps taken per class
@@ -149,8 +146,7 @@ inline KnapsackSolution solve_greedy(const std::vector<KnapsackClass>& classes, 
 /// The optimum. Throws if the budget in units of the costs' common divisor makes the table
 /// larger than `max_cells` (2 bytes each): cheap when costs are multiples of one step's bytes,
 /// as window profiles' are; arbitrary byte costs need solve_greedy.
-inline KnapsackSolution solve_exact(const std::vector<KnapsackClass>& classes, std::int64_t budget,
-                                    std::int64_t max_cells = std::int64_t{1} << 27) {
+inline KnapsackSolution solve_exact(const std::vector<KnapsackClass>& classes, std::int64_t budget, std::int64_t max_cells = std::int64_t{1} << 27) {
   knapsack_detail::check(classes, budget);
   std::int64_t unit = 0;
   for (const KnapsackClass& cl : classes)
@@ -158,8 +154,7 @@ inline KnapsackSolution solve_exact(const std::vector<KnapsackClass>& classes, s
   if (unit == 0) unit = 1;
   const std::int64_t cap = budget / unit;
   KVD_EXPECT(static_cast<double>(cap + 1) * static_cast<double>(classes.size()) <= static_cast<double>(max_cells),
-             "knapsack: an exact solve needs {} x {} cells (budget {} in units of {}); use solve_greedy", classes.size(), cap + 1,
-             budget, unit);
+             "knapsack: an exact solve needs {} x {} cells (budget {} in units of {}); use solve_greedy", classes.size(), cap + 1, budget, unit);
   constexpr double kNone = -std::numeric_limits<double>::infinity();
   const auto width = static_cast<std::size_t>(cap + 1);
   std::vector<double> best(width, 0.0), next(width);
@@ -191,8 +186,8 @@ inline KnapsackSolution solve_exact(const std::vector<KnapsackClass>& classes, s
 /// What each window is worth to each stream: measured on a calibration trace.
 struct WindowProfile {
   int layers = 0, kv_heads = 0, max_window = 0;
-  std::vector<double> saved;        ///< [stream][W]: bytes per step not fetched thanks to the cache
-  std::vector<std::int64_t> cost;   ///< [stream][W]: the cache's bytes
+  std::vector<double> saved;       ///< [stream][W]: bytes per step not fetched thanks to the cache
+  std::vector<std::int64_t> cost;  ///< [stream][W]: the cache's bytes
 
   std::size_t streams() const { return static_cast<std::size_t>(layers) * kv_heads; }
   std::size_t at(std::size_t stream, int w) const { return stream * static_cast<std::size_t>(max_window + 1) + static_cast<std::size_t>(w); }
@@ -200,8 +195,7 @@ struct WindowProfile {
   void validate() const {
     KVD_EXPECT(layers > 0 && kv_heads > 0 && max_window >= 0, "window profile: {} x {} streams, max W {}", layers, kv_heads, max_window);
     KVD_EXPECT(saved.size() == streams() * static_cast<std::size_t>(max_window + 1) && cost.size() == saved.size(),
-               "window profile: {} benefits and {} costs for {} streams x {} windows", saved.size(), cost.size(), streams(),
-               max_window + 1);
+               "window profile: {} benefits and {} costs for {} streams x {} windows", saved.size(), cost.size(), streams(), max_window + 1);
   }
 };
 

@@ -27,7 +27,8 @@ struct LastStep {
     s.touch(u);
     s.drop_if([&](const CacheEntry& e) { return e.last_step < u.step; }, evicted);
     // Only when a step selects more than the capacity: the most attended stay.
-    s.drop_least(u.capacity, [](const CacheEntry& e) { return std::pair(e.score, ~e.page); }, evicted);
+    s.drop_least(
+        u.capacity, [](const CacheEntry& e) { return std::pair(e.score, ~e.page); }, evicted);
   }
 };
 static_assert(EvictionPolicy<LastStep>);

@@ -25,7 +25,7 @@
 namespace kvdrive::eviction {
 
 struct Lookahead {
-  int window = 3;      ///< W without a window plan
+  int window = 3;       ///< W without a window plan
   float decay = 0.25f;  ///< per-step decay of a page's accumulated attention, clamped to [0, 1]
 
   using State = CacheEntries;
@@ -45,9 +45,10 @@ struct Lookahead {
     power[0] = 1.0f;
     for (std::size_t i = 1; i < power.size(); ++i) power[i] = power[i - 1] * d;
     const auto decayed = [&](std::uint64_t age) { return age < power.size() ? power[age] : CacheEntries::decayed(d, age); };
-    s.drop_least(u.capacity, [&](const CacheEntry& e) {
-      return std::tuple(e.last_step + w > u.step, e.score * decayed(u.step - e.last_step), e.last_step, ~e.page);
-    }, evicted);
+    s.drop_least(
+        u.capacity,
+        [&](const CacheEntry& e) { return std::tuple(e.last_step + w > u.step, e.score * decayed(u.step - e.last_step), e.last_step, ~e.page); },
+        evicted);
   }
 };
 static_assert(EvictionPolicy<Lookahead>);

@@ -28,7 +28,8 @@ struct RankedCache {
 
   void update(State& s, const CacheUpdate& u, std::vector<std::uint32_t>& evicted) const {
     s.touch(u);
-    s.drop_least(u.capacity, [](const CacheEntry& e) { return Rank::keep_key(e); }, evicted);
+    s.drop_least(
+        u.capacity, [](const CacheEntry& e) { return Rank::keep_key(e); }, evicted);
   }
 };
 

@@ -26,15 +26,14 @@ struct WindowPlan {
   static WindowPlan uniform(const ModelShape& shape, int window) {
     KVD_EXPECT(window >= 0, "window plan: W = {} is negative", window);
     shape.validate();
-    return WindowPlan{shape.layers, shape.kv_heads,
-                      std::vector<int>(static_cast<std::size_t>(shape.layers) * shape.kv_heads, window)};
+    return WindowPlan{shape.layers, shape.kv_heads, std::vector<int>(static_cast<std::size_t>(shape.layers) * shape.kv_heads, window)};
   }
 
   std::size_t streams() const { return windows.size(); }
 
   int window(int layer, int head) const {
-    KVD_EXPECT(layer >= 0 && layer < layers && head >= 0 && head < kv_heads, "window plan: (layer {}, head {}) outside {} x {}",
-               layer, head, layers, kv_heads);
+    KVD_EXPECT(layer >= 0 && layer < layers && head >= 0 && head < kv_heads, "window plan: (layer {}, head {}) outside {} x {}", layer, head, layers,
+               kv_heads);
     return windows[static_cast<std::size_t>(layer) * kv_heads + head];
   }
 
@@ -47,13 +46,11 @@ struct WindowPlan {
 
   /// Throws unless the plan covers exactly `shape`'s streams with W >= 0.
   void validate(const ModelShape& shape) const {
-    KVD_EXPECT(layers == shape.layers && kv_heads == shape.kv_heads &&
-                   windows.size() == static_cast<std::size_t>(layers) * kv_heads,
-               "window plan: {} x {} streams ({} windows) do not match the model's {} layers x {} KV heads", layers, kv_heads,
-               windows.size(), shape.layers, shape.kv_heads);
+    KVD_EXPECT(layers == shape.layers && kv_heads == shape.kv_heads && windows.size() == static_cast<std::size_t>(layers) * kv_heads,
+               "window plan: {} x {} streams ({} windows) do not match the model's {} layers x {} KV heads", layers, kv_heads, windows.size(),
+               shape.layers, shape.kv_heads);
     for (std::size_t i = 0; i < windows.size(); ++i)
-      KVD_EXPECT(windows[i] >= 0, "window plan: W = {} for layer {} head {} is negative", windows[i], i / kv_heads,
-                 i % kv_heads);
+      KVD_EXPECT(windows[i] >= 0, "window plan: W = {} for layer {} head {} is negative", windows[i], i / kv_heads, i % kv_heads);
   }
 };
 

@@ -49,12 +49,12 @@ struct Centroid {
     DType dtype = DType::f32;
     int head_dim = 0;
     std::int64_t pages = 0;
-    std::int64_t clustered = 0;            ///< pages [0, clustered) are in clusters
-    std::vector<std::byte> centroids;      ///< [clusters][head_dim], KV dtype
-    std::vector<std::uint32_t> offsets{0}; ///< cluster c's members: members[offsets[c] .. offsets[c+1])
-    std::vector<std::uint32_t> members;    ///< page ids, nearest to their centroid first
+    std::int64_t clustered = 0;                        ///< pages [0, clustered) are in clusters
+    std::vector<std::byte> centroids;                  ///< [clusters][head_dim], KV dtype
+    std::vector<std::uint32_t> offsets{0};             ///< cluster c's members: members[offsets[c] .. offsets[c+1])
+    std::vector<std::uint32_t> members;                ///< page ids, nearest to their centroid first
     std::vector<std::uint32_t> first_page, last_page;  ///< per cluster: its segment's page range
-    RowStore pending;                      ///< means of pages [clustered, pages), KV dtype
+    RowStore pending;                                  ///< means of pages [clustered, pages), KV dtype
 
     std::size_t clusters() const { return offsets.size() - 1; }
   };
@@ -110,8 +110,7 @@ struct Centroid {
       });
     });
     for (int h = 0; h < g; ++h)
-      for (std::size_t i = 0; i < n_clusters; ++i)
-        est[static_cast<std::size_t>(h) * ni + i] = cest[static_cast<std::size_t>(h) * nc + items[i]];
+      for (std::size_t i = 0; i < n_clusters; ++i) est[static_cast<std::size_t>(h) * ni + i] = cest[static_cast<std::size_t>(h) * nc + items[i]];
     score.resize(ni);
     gqa_scores(est.data(), g, ni, score.data());
     order_by_score(score, order);
@@ -150,8 +149,12 @@ struct Centroid {
     std::vector<std::uint32_t> assign(static_cast<std::size_t>(n));
     for (std::int64_t i = 0; i < n; ++i) assign[static_cast<std::size_t>(i)] = static_cast<std::uint32_t>(i * k / n);
     std::vector<float> centroids;
-    local_lloyd(m.data(), n, d, k, assign, params.iterations,
-                [&](std::int64_t) { return std::pair<std::int64_t, std::int64_t>{0, k - 1}; }, centroids);
+    local_lloyd(
+        m.data(), n, d, k, assign, params.iterations,
+        [&](std::int64_t) {
+          return std::pair<std::int64_t, std::int64_t>{0, k - 1};
+        },
+        centroids);
     const std::size_t row = du * dtype_size(s.dtype);
     std::vector<std::vector<std::pair<float, std::uint32_t>>> by_cluster(static_cast<std::size_t>(k));
     for (std::int64_t i = 0; i < n; ++i) {

@@ -29,8 +29,8 @@ concept HasClusterSize = IndexPolicy<I> && requires(I& i) {
 
 /// One stream's calibration data.
 struct ClusterCalibration {
-  PageKeys keys;                  ///< every sealed page of the stream, first_page 0
-  std::span<const float> queries; ///< [n][group][head_dim], e.g. the prompt's last queries
+  PageKeys keys;                   ///< every sealed page of the stream, first_page 0
+  std::span<const float> queries;  ///< [n][group][head_dim], e.g. the prompt's last queries
   int group = 1;
   float scale = 1.0f;
   std::int64_t first_candidate = 0, end_candidate = 0;  ///< candidate pages (no sink, no local)
@@ -39,8 +39,8 @@ struct ClusterCalibration {
 
 struct ClusterSizeCase {
   int pages_per_cluster = 0;
-  double select_us = 0;     ///< mean selection time per query group
-  double mass_recall = 0;   ///< mean share of the candidates' attention mass selected
+  double select_us = 0;         ///< mean selection time per query group
+  double mass_recall = 0;       ///< mean share of the candidates' attention mass selected
   std::size_t index_bytes = 0;  ///< over the calibration streams
 };
 
@@ -96,8 +96,8 @@ inline void check(std::span<const ClusterCalibration> streams, std::span<const i
   KVD_EXPECT(tolerance >= 0 && std::isfinite(tolerance), "choose_cluster_size: tolerance {} must be finite and >= 0", tolerance);
   KVD_EXPECT(!streams.empty(), "choose_cluster_size: no calibration streams");
   for (const ClusterCalibration& c : streams) {
-    KVD_EXPECT(c.keys.first_page == 0 && c.keys.pages >= c.end_candidate && c.first_candidate >= 0 &&
-                   c.first_candidate <= c.end_candidate && c.budget_pages >= 0,
+    KVD_EXPECT(c.keys.first_page == 0 && c.keys.pages >= c.end_candidate && c.first_candidate >= 0 && c.first_candidate <= c.end_candidate &&
+                   c.budget_pages >= 0,
                "choose_cluster_size: candidates [{}, {}) outside the {} pages given", c.first_candidate, c.end_candidate, c.keys.pages);
     KVD_EXPECT(c.group >= 1 && c.queries.size() % (static_cast<std::size_t>(c.group) * c.keys.head_dim) == 0,
                "choose_cluster_size: {} query values are not whole groups of {} x {}", c.queries.size(), c.group, c.keys.head_dim);
@@ -163,8 +163,7 @@ inline int pick(const std::vector<ClusterSizeCase>& cases, double tolerance) {
     if (r.mass_recall >= best - tolerance) fastest = std::min(fastest, r.select_us);
   int size = 0;
   for (const ClusterSizeCase& r : cases)
-    if (r.mass_recall >= best - tolerance && r.select_us <= fastest * (1.0 + kTimeTie) && r.pages_per_cluster > size)
-      size = r.pages_per_cluster;
+    if (r.mass_recall >= best - tolerance && r.select_us <= fastest * (1.0 + kTimeTie) && r.pages_per_cluster > size) size = r.pages_per_cluster;
   return size;
 }
 

@@ -27,8 +27,8 @@ KVD_HOST_DEVICE float l2_squared(const float* a, const float* b, int d) {
 }
 
 /// centroids[c] = mean of the points assigned to c, for k clusters; returns the member counts.
-inline std::vector<std::uint32_t> cluster_means(const float* points, std::int64_t n, int d, int k,
-                                                std::span<const std::uint32_t> assign, std::vector<float>& centroids) {
+inline std::vector<std::uint32_t> cluster_means(const float* points, std::int64_t n, int d, int k, std::span<const std::uint32_t> assign,
+                                                std::vector<float>& centroids) {
   const auto du = static_cast<std::size_t>(d);
   centroids.assign(static_cast<std::size_t>(k) * du, 0.0f);
   std::vector<std::uint32_t> count(static_cast<std::size_t>(k), 0);
@@ -51,8 +51,8 @@ inline std::vector<std::uint32_t> cluster_means(const float* points, std::int64_
 /// (inclusive), and not out of a cluster it is the last member of. Stops early when nothing
 /// moves. On return centroids [k][d] are the means of the final assignment.
 template <class Range>
-void local_lloyd(const float* points, std::int64_t n, int d, int k, std::vector<std::uint32_t>& assign, int iterations,
-                 Range range, std::vector<float>& centroids) {
+void local_lloyd(const float* points, std::int64_t n, int d, int k, std::vector<std::uint32_t>& assign, int iterations, Range range,
+                 std::vector<float>& centroids) {
   std::vector<std::uint32_t> count = cluster_means(points, n, d, k, assign, centroids);
   for (int it = 0; it < iterations; ++it) {
     bool moved = false;

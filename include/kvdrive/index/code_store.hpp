@@ -28,8 +28,7 @@ class CodeStore {
 
   /// Appends one row of width() words.
   void push(const W* row) {
-    if (rows_ % kBlockRows == 0)
-      blocks_.push_back(std::make_unique_for_overwrite<W[]>(static_cast<std::size_t>(kBlockRows) * width_));
+    if (rows_ % kBlockRows == 0) blocks_.push_back(std::make_unique_for_overwrite<W[]>(static_cast<std::size_t>(kBlockRows) * width_));
     W* dst = blocks_.back().get() + static_cast<std::size_t>(rows_ % kBlockRows) * width_;
     for (std::size_t i = 0; i < width_; ++i) dst[i] = row[i];
     ++rows_;

@@ -28,9 +28,7 @@ struct PageKeys {
   int head_dim = 0;
   DType dtype = DType::f32;
 
-  const float* page(std::int64_t i) const {
-    return data + static_cast<std::size_t>(i) * page_tokens * head_dim;
-  }
+  const float* page(std::int64_t i) const { return data + static_cast<std::size_t>(i) * page_tokens * head_dim; }
 };
 
 /// One selection request for one stream.
@@ -38,38 +36,35 @@ struct IndexQuery {
   const float* q = nullptr;  ///< [group][head_dim], the group's query heads
   int group = 1;
   int head_dim = 0;
-  float scale = 1.0f;        ///< softmax scale
+  float scale = 1.0f;                ///< softmax scale
   std::int64_t first_candidate = 0;  ///< candidates are pages [first_candidate, end_candidate)
   std::int64_t end_candidate = 0;
-  std::int64_t budget_pages = 0;     ///< how many to select, already clamped to the candidates
+  std::int64_t budget_pages = 0;  ///< how many to select, already clamped to the candidates
 
   std::int64_t candidates() const { return end_candidate - first_candidate; }
 };
 
 template <class I>
-concept IndexPolicy =
-    std::copy_constructible<I> &&
-    requires(const I& index, typename I::State& state, const typename I::State& cstate,
-             const PageKeys& keys, const IndexQuery& query, std::vector<std::uint32_t>& out) {
-      typename I::State;
-      requires std::default_initializable<typename I::State>;
-      { I::name() } -> std::convertible_to<std::string_view>;
-      { index.build(state, keys) } -> std::same_as<void>;   // prefill: all sealed pages
-      { index.append(state, keys) } -> std::same_as<void>;  // decode: newly sealed pages
-      { index.select(cstate, query, out) } -> std::same_as<void>;
-      { index.bytes(cstate) } -> std::convertible_to<std::size_t>;
-    };
+concept IndexPolicy = std::copy_constructible<I> && requires(const I& index, typename I::State& state, const typename I::State& cstate,
+                                                             const PageKeys& keys, const IndexQuery& query, std::vector<std::uint32_t>& out) {
+  typename I::State;
+  requires std::default_initializable<typename I::State>;
+  { I::name() } -> std::convertible_to<std::string_view>;
+  { index.build(state, keys) } -> std::same_as<void>;   // prefill: all sealed pages
+  { index.append(state, keys) } -> std::same_as<void>;  // decode: newly sealed pages
+  { index.select(cstate, query, out) } -> std::same_as<void>;
+  { index.bytes(cstate) } -> std::convertible_to<std::size_t>;
+};
 
 /// An index that also selects for many streams in one call (on a GPU, one launch: cuda::
 /// DeviceHierarchical): select_batch(states, queries, outs) must give each stream what select()
 /// would, up to the index's own arithmetic. KvManager selects a micro-batch's streams with it
 /// where the index has it.
 template <class I>
-concept BatchSelectIndex =
-    IndexPolicy<I> && requires(const I& index, std::span<const typename I::State* const> states, std::span<const IndexQuery> queries,
-                               std::span<std::vector<std::uint32_t>* const> outs) {
-      { index.select_batch(states, queries, outs) } -> std::same_as<void>;
-    };
+concept BatchSelectIndex = IndexPolicy<I> && requires(const I& index, std::span<const typename I::State* const> states,
+                                                      std::span<const IndexQuery> queries, std::span<std::vector<std::uint32_t>* const> outs) {
+  { index.select_batch(states, queries, outs) } -> std::same_as<void>;
+};
 
 /// Policies whose parameters depend on the head dimension (ProductQuant's subspaces must divide
 /// it) may define `void check(int head_dim) const`, throwing kvdrive::Error when they do not fit.

@@ -21,8 +21,7 @@ struct Dense {
   void build(State&, const PageKeys&) const {}
   void append(State&, const PageKeys&) const {}
   void select(const State&, const IndexQuery& q, std::vector<std::uint32_t>& out) const {
-    for (std::int64_t p = q.first_candidate; p < q.end_candidate; ++p)
-      out.push_back(static_cast<std::uint32_t>(p));
+    for (std::int64_t p = q.first_candidate; p < q.end_candidate; ++p) out.push_back(static_cast<std::uint32_t>(p));
   }
   std::size_t bytes(const State&) const { return 0; }
 };

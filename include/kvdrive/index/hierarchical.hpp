@@ -59,32 +59,31 @@ KVD_HOST_DEVICE std::uint64_t members_to_score(double expand, double min_scored,
 }
 
 struct HierarchicalParams {
-  int pages_per_cluster = 16;  ///< cluster size at a full clustering
-  double expand = 8.0;         ///< expand clusters until they hold expand x budget pages
-  double min_scored = 0.25;    ///< ... and at least this fraction of the candidates (small budgets)
-  std::int64_t score_all_below = 512;  ///< with fewer candidate pages, score them all (no cluster pruning)
-  float radius_weight = 0.5f;  ///< weight of |q| x radius in a centroid's score (0: centroid only)
-  int neighbourhood = 2;       ///< a page may move to clusters up to this many runs away
-  int iterations = 4;          ///< k-means iterations of a full clustering
-  int split_factor = 2;        ///< a cluster splits past split_factor x pages_per_cluster pages
-  int pair_radii = 2;          ///< rotary-pair radii per page in a member's score (0: its mean alone)
-  float pair_weight = 0.5f;    ///< weight of sum_j |q_pair_j| rho_j in a member's score
+  int pages_per_cluster = 16;                  ///< cluster size at a full clustering
+  double expand = 8.0;                         ///< expand clusters until they hold expand x budget pages
+  double min_scored = 0.25;                    ///< ... and at least this fraction of the candidates (small budgets)
+  std::int64_t score_all_below = 512;          ///< with fewer candidate pages, score them all (no cluster pruning)
+  float radius_weight = 0.5f;                  ///< weight of |q| x radius in a centroid's score (0: centroid only)
+  int neighbourhood = 2;                       ///< a page may move to clusters up to this many runs away
+  int iterations = 4;                          ///< k-means iterations of a full clustering
+  int split_factor = 2;                        ///< a cluster splits past split_factor x pages_per_cluster pages
+  int pair_radii = 2;                          ///< rotary-pair radii per page in a member's score (0: its mean alone)
+  float pair_weight = 0.5f;                    ///< weight of sum_j |q_pair_j| rho_j in a member's score
   RotaryPairs rotary = RotaryPairs::adjacent;  ///< how the keys' channels pair under RoPE
 
   void validate() const {
-    KVD_EXPECT(pages_per_cluster >= 1 && pages_per_cluster <= (1 << 20),
-               "Hierarchical: pages_per_cluster is {}, expected 1..1048576", pages_per_cluster);
+    KVD_EXPECT(pages_per_cluster >= 1 && pages_per_cluster <= (1 << 20), "Hierarchical: pages_per_cluster is {}, expected 1..1048576",
+               pages_per_cluster);
     KVD_EXPECT(expand >= 1.0 && std::isfinite(expand), "Hierarchical: expand is {}, expected a finite value >= 1", expand);
     KVD_EXPECT(min_scored >= 0.0 && min_scored <= 1.0, "Hierarchical: min_scored is {}, expected a fraction in [0, 1]", min_scored);
     KVD_EXPECT(score_all_below >= 0, "Hierarchical: score_all_below is {}, expected >= 0 candidate pages", score_all_below);
-    KVD_EXPECT(radius_weight >= 0.0f && std::isfinite(radius_weight),
-               "Hierarchical: radius_weight is {}, expected a finite value >= 0", radius_weight);
+    KVD_EXPECT(radius_weight >= 0.0f && std::isfinite(radius_weight), "Hierarchical: radius_weight is {}, expected a finite value >= 0",
+               radius_weight);
     KVD_EXPECT(neighbourhood >= 0, "Hierarchical: neighbourhood is {}, expected >= 0", neighbourhood);
     KVD_EXPECT(iterations >= 0 && iterations <= 100, "Hierarchical: iterations is {}, expected 0..100", iterations);
     KVD_EXPECT(split_factor >= 2, "Hierarchical: split_factor is {}, expected >= 2", split_factor);
     KVD_EXPECT(pair_radii >= 0 && pair_radii <= 128, "Hierarchical: pair_radii is {}, expected 0..128", pair_radii);
-    KVD_EXPECT(pair_weight >= 0.0f && std::isfinite(pair_weight), "Hierarchical: pair_weight is {}, expected a finite value >= 0",
-               pair_weight);
+    KVD_EXPECT(pair_weight >= 0.0f && std::isfinite(pair_weight), "Hierarchical: pair_weight is {}, expected a finite value >= 0", pair_weight);
   }
 };
 
@@ -102,10 +101,10 @@ struct Hierarchical {
     DType dtype = DType::f32;
     int head_dim = 0;
     std::int64_t pages = 0;
-    std::int64_t clustered_at = 0;       ///< pages at the last full clustering
+    std::int64_t clustered_at = 0;  ///< pages at the last full clustering
     std::vector<Cluster> clusters;
-    std::vector<std::byte> centroids;    ///< [clusters][head_dim], in the KV dtype
-    std::vector<float> radius;           ///< per cluster
+    std::vector<std::byte> centroids;       ///< [clusters][head_dim], in the KV dtype
+    std::vector<float> radius;              ///< per cluster
     std::vector<std::uint32_t> cluster_of;  ///< per page
     std::vector<std::uint8_t> pairs;        ///< the rotary pairs members are scored on (pair_radii)
   };
@@ -158,8 +157,7 @@ struct Hierarchical {
 
   std::size_t bytes(const State& s) const {
     std::size_t b = s.cluster_of.size() * sizeof(std::uint32_t) + s.centroids.size() + s.radius.size() * sizeof(float);
-    for (const Cluster& c : s.clusters)
-      b += c.pages.size() * sizeof(std::uint32_t) + c.means.size() + c.radii.size() + 2 * sizeof(std::uint32_t);
+    for (const Cluster& c : s.clusters) b += c.pages.size() * sizeof(std::uint32_t) + c.means.size() + c.radii.size() + 2 * sizeof(std::uint32_t);
     return b + s.pairs.size();
   }
 
@@ -204,13 +202,13 @@ struct Hierarchical {
   };
   /// select()'s buffers, kept per thread so that a decode step allocates nothing.
   struct SelectScratch {
-    std::vector<Span> eligible;           ///< clusters holding candidates
+    std::vector<Span> eligible;            ///< clusters holding candidates
     std::vector<float> cest, est, cscore;  ///< level 1: per centroid, per eligible cluster
-    std::vector<std::uint32_t> order;     ///< eligible clusters, best first
-    std::vector<float> pest, pscore;      ///< level 2: per member of the expanded clusters
-    std::vector<float> qpair;             ///< |q_pair| per head and chosen pair (pair_radii)
-    std::vector<float> rho;               ///< one cluster run's radii as float
-    std::vector<std::uint32_t> ids;       ///< their page ids
+    std::vector<std::uint32_t> order;      ///< eligible clusters, best first
+    std::vector<float> pest, pscore;       ///< level 2: per member of the expanded clusters
+    std::vector<float> qpair;              ///< |q_pair| per head and chosen pair (pair_radii)
+    std::vector<float> rho;                ///< one cluster run's radii as float
+    std::vector<std::uint32_t> ids;        ///< their page ids
   };
   static SelectScratch& select_scratch() {
     thread_local SelectScratch w;
@@ -225,8 +223,7 @@ struct Hierarchical {
       if (cl.max_page < q.first_candidate || cl.min_page >= q.end_candidate) continue;
       const auto lo = std::lower_bound(cl.pages.begin(), cl.pages.end(), static_cast<std::uint32_t>(q.first_candidate));
       const auto hi = std::lower_bound(lo, cl.pages.end(), static_cast<std::uint32_t>(q.end_candidate));
-      if (lo != hi)
-        eligible.push_back({c, static_cast<std::uint32_t>(lo - cl.pages.begin()), static_cast<std::uint32_t>(hi - cl.pages.begin())});
+      if (lo != hi) eligible.push_back({c, static_cast<std::uint32_t>(lo - cl.pages.begin()), static_cast<std::uint32_t>(hi - cl.pages.begin())});
     }
   }
 
@@ -259,8 +256,8 @@ struct Hierarchical {
   /// them (at least the budget, since expand >= 1), scored by their means (w.pscore, w.ids).
   void score_members(const State& s, const IndexQuery& q, SelectScratch& w) const {
     const int g = q.group, d = q.head_dim;
-    const auto target = static_cast<std::size_t>(
-        members_to_score(params.expand, params.min_scored, params.score_all_below, q.budget_pages, q.candidates()));
+    const auto target =
+        static_cast<std::size_t>(members_to_score(params.expand, params.min_scored, params.score_all_below, q.budget_pages, q.candidates()));
     std::size_t take = 0, members = 0;
     while (take < w.eligible.size() && members < target) {
       const Span& sp = w.eligible[w.order[take++]];
@@ -289,7 +286,9 @@ struct Hierarchical {
     const int g = q.group, d = q.head_dim, r = static_cast<int>(s.pairs.size());
     w.qpair.resize(static_cast<std::size_t>(g) * r);
     for (int h = 0; h < g; ++h)
-      for (int i = 0; i < r; ++i) w.qpair[static_cast<std::size_t>(h * r + i)] = pair_norm(q.q + static_cast<std::size_t>(h) * d, params.rotary, s.pairs[static_cast<std::size_t>(i)], d);
+      for (int i = 0; i < r; ++i)
+        w.qpair[static_cast<std::size_t>(h * r + i)] =
+            pair_norm(q.q + static_cast<std::size_t>(h) * d, params.rotary, s.pairs[static_cast<std::size_t>(i)], d);
     const std::size_t row = static_cast<std::size_t>(r) * dtype_size(s.dtype);
     std::size_t m = 0;
     for (std::size_t i = 0; i < take; ++i) {
@@ -365,12 +364,13 @@ struct Hierarchical {
     for (std::int64_t p = 0; p < n; ++p) assign[static_cast<std::size_t>(p)] = static_cast<std::uint32_t>(p / cpc);
     const std::int64_t r = params.neighbourhood;
     std::vector<float> centroids;
-    local_lloyd(means.data(), n, d, k, assign, params.iterations,
-                [&](std::int64_t p) {
-                  const std::int64_t run = p / cpc;
-                  return std::pair<std::int64_t, std::int64_t>{std::max<std::int64_t>(0, run - r), std::min<std::int64_t>(k - 1, run + r)};
-                },
-                centroids);
+    local_lloyd(
+        means.data(), n, d, k, assign, params.iterations,
+        [&](std::int64_t p) {
+          const std::int64_t run = p / cpc;
+          return std::pair<std::int64_t, std::int64_t>{std::max<std::int64_t>(0, run - r), std::min<std::int64_t>(k - 1, run + r)};
+        },
+        centroids);
     s.clusters.assign(static_cast<std::size_t>(k), Cluster{});
     s.cluster_of = assign;
     s.pages = n;
@@ -466,8 +466,12 @@ struct Hierarchical {
     std::vector<std::uint32_t> assign(n);
     for (std::size_t j = 0; j < n; ++j) assign[j] = j < n / 2 ? 0u : 1u;
     std::vector<float> centroids;
-    local_lloyd(m.data(), static_cast<std::int64_t>(n), static_cast<int>(d), 2, assign, params.iterations,
-                [](std::int64_t) { return std::pair<std::int64_t, std::int64_t>{0, 1}; }, centroids);
+    local_lloyd(
+        m.data(), static_cast<std::int64_t>(n), static_cast<int>(d), 2, assign, params.iterations,
+        [](std::int64_t) {
+          return std::pair<std::int64_t, std::int64_t>{0, 1};
+        },
+        centroids);
     const auto fresh = static_cast<std::uint32_t>(s.clusters.size());
     Cluster halves[2];
     for (std::size_t j = 0; j < n; ++j) {

@@ -30,9 +30,7 @@ namespace kvdrive::index {
 struct OutlierPagesParams {
   double share = 0.125;  ///< at most floor(share x budget) outlier pages per selection
 
-  void validate() const {
-    KVD_EXPECT(share >= 0.0 && share < 1.0, "OutlierPages: share is {}, expected a fraction of the budget in [0, 1)", share);
-  }
+  void validate() const { KVD_EXPECT(share >= 0.0 && share < 1.0, "OutlierPages: share is {}, expected a fraction of the budget in [0, 1)", share); }
 };
 
 /// 1 - the lowest cosine similarity of one of the page's keys to the page's mean key: 0 for a
@@ -46,7 +44,8 @@ inline float outlier_score(const PageKeys& k, std::int64_t p) {
   for (int t = 0; t < k.page_tokens; ++t) {
     const float* key = k.page(p) + static_cast<std::size_t>(t) * k.head_dim;
     double dot = 0, kk = 0;
-    for (int c = 0; c < k.head_dim; ++c) dot += static_cast<double>(key[c]) * mean[static_cast<std::size_t>(c)], kk += static_cast<double>(key[c]) * key[c];
+    for (int c = 0; c < k.head_dim; ++c)
+      dot += static_cast<double>(key[c]) * mean[static_cast<std::size_t>(c)], kk += static_cast<double>(key[c]) * key[c];
     const double cos = mm > 0 && kk > 0 ? dot / std::sqrt(mm * kk) : 1.0;
     low = std::min(low, cos);
   }
@@ -86,11 +85,10 @@ struct OutlierPages {
   }
   std::size_t bytes(const State& s) const { return inner.bytes(s.inner) + s.order.size() * sizeof(s.order[0]); }
 
-  std::uint32_t cluster_of(const State& s, std::uint32_t page) const
-    requires requires(const Inner& i, const typename Inner::State& st) { i.cluster_of(st, page); }
-  {
-    return inner.cluster_of(s.inner, page);
+  std::uint32_t cluster_of(const State& s, std::uint32_t page) const requires requires(const Inner& i, const typename Inner::State& st) {
+    i.cluster_of(st, page);
   }
+  { return inner.cluster_of(s.inner, page); }
 
   /// The candidates' strongest outliers, at most floor(share x budget), ascending.
   void outliers(const State& s, const IndexQuery& q, std::vector<std::uint32_t>& out) const {
@@ -133,9 +131,8 @@ struct OutlierPages {
       const float v = outlier_score(k, p);
       const auto page = static_cast<std::uint32_t>(k.first_page + p);
       const std::pair<float, std::uint32_t> item{v, page};
-      const auto at = std::upper_bound(s.order.begin(), s.order.end(), item, [](const auto& a, const auto& b) {
-        return a.first != b.first ? a.first > b.first : a.second < b.second;
-      });
+      const auto at = std::upper_bound(s.order.begin(), s.order.end(), item,
+                                       [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
       s.order.insert(at, item);
     }
   }

@@ -54,8 +54,7 @@ inline void page_pair_radii(const PageKeys& k, std::int64_t p, const float* mean
 
 /// The `count` pairs of a stream, from its pages' means [pages][head_dim] and all-pair radii
 /// [pages][head_dim / 2]: highest mean || mean[pair] || x mean rho first (ties: the lower pair).
-inline std::vector<std::uint8_t> choose_pairs(const float* means, const float* rho, std::int64_t pages, int head_dim, int count,
-                                              RotaryPairs r) {
+inline std::vector<std::uint8_t> choose_pairs(const float* means, const float* rho, std::int64_t pages, int head_dim, int count, RotaryPairs r) {
   const int pairs = head_dim / 2;
   std::vector<double> norm(static_cast<std::size_t>(pairs), 0.0), radius(static_cast<std::size_t>(pairs), 0.0);
   for (std::int64_t p = 0; p < pages; ++p)
@@ -66,7 +65,8 @@ inline std::vector<std::uint8_t> choose_pairs(const float* means, const float* r
   std::vector<int> order(static_cast<std::size_t>(pairs));
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    return norm[static_cast<std::size_t>(a)] * radius[static_cast<std::size_t>(a)] > norm[static_cast<std::size_t>(b)] * radius[static_cast<std::size_t>(b)];
+    return norm[static_cast<std::size_t>(a)] * radius[static_cast<std::size_t>(a)] >
+           norm[static_cast<std::size_t>(b)] * radius[static_cast<std::size_t>(b)];
   });
   std::vector<std::uint8_t> out;
   for (int i = 0; i < std::min(count, pairs); ++i) out.push_back(static_cast<std::uint8_t>(order[static_cast<std::size_t>(i)]));

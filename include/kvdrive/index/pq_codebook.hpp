@@ -61,7 +61,8 @@ inline void kmeans(const float* x, std::int64_t n, int sub, int C, int iteration
   std::vector<std::int64_t> count(static_cast<std::size_t>(C));
   for (int it = 0; it < iterations; ++it) {
     for (int c = 0; c < C; ++c)
-      for (std::size_t j = 0; j < s; ++j) cwt[j * static_cast<std::size_t>(C) + static_cast<std::size_t>(c)] = cw[static_cast<std::size_t>(c) * s + j];
+      for (std::size_t j = 0; j < s; ++j)
+        cwt[j * static_cast<std::size_t>(C) + static_cast<std::size_t>(c)] = cw[static_cast<std::size_t>(c) * s + j];
     bool changed = false;
     for (std::int64_t i = 0; i < n; ++i) {
       const int a = nearest(cwt.data(), C, x + static_cast<std::size_t>(i) * s, sub, dist.data());
@@ -89,8 +90,7 @@ inline std::vector<float> transpose_codebook(const float* codebook, int dim, int
   std::vector<float> cwt(static_cast<std::size_t>(C) * static_cast<std::size_t>(dim));
   for (int m = 0; m < M; ++m)
     for (int j = 0; j < sub; ++j)
-      for (int c = 0; c < C; ++c)
-        cwt[(static_cast<std::size_t>(m) * sub + j) * C + c] = codebook[(static_cast<std::size_t>(m) * C + c) * sub + j];
+      for (int c = 0; c < C; ++c) cwt[(static_cast<std::size_t>(m) * sub + j) * C + c] = codebook[(static_cast<std::size_t>(m) * C + c) * sub + j];
   return cwt;
 }
 
@@ -103,8 +103,8 @@ class Encoder {
   /// codes[m] = nearest codeword of subspace m to x (dim floats); ties to the lower codeword.
   void encode(const float* x, std::uint8_t* codes) {
     for (int m = 0; m < M_; ++m)
-      codes[m] = static_cast<std::uint8_t>(nearest(cwt_ + static_cast<std::size_t>(m) * sub_ * C_, C_,
-                                                   x + static_cast<std::size_t>(m) * sub_, sub_, dist_.data()));
+      codes[m] = static_cast<std::uint8_t>(
+          nearest(cwt_ + static_cast<std::size_t>(m) * sub_ * C_, C_, x + static_cast<std::size_t>(m) * sub_, sub_, dist_.data()));
   }
 
  private:
@@ -124,17 +124,14 @@ inline void to_float_n(const T* src, std::size_t n, float* dst) {
 }
 
 /// pq::train without the argument checks (the index guarantees them).
-inline std::vector<float> train_unchecked(const float* points, std::int64_t n, int dim, int M, int C, int iterations,
-                                          std::uint64_t seed) {
+inline std::vector<float> train_unchecked(const float* points, std::int64_t n, int dim, int M, int C, int iterations, std::uint64_t seed) {
   const int sub = dim / M;
   std::vector<float> book(static_cast<std::size_t>(C) * static_cast<std::size_t>(dim));
   std::vector<float> x(static_cast<std::size_t>(n) * static_cast<std::size_t>(sub));
   for (int m = 0; m < M; ++m) {
     for (std::int64_t i = 0; i < n; ++i)
-      std::copy_n(points + static_cast<std::size_t>(i) * dim + static_cast<std::size_t>(m) * sub, sub,
-                  x.data() + static_cast<std::size_t>(i) * sub);
-    kmeans(x.data(), n, sub, C, iterations, seed + static_cast<std::uint64_t>(m),
-           book.data() + static_cast<std::size_t>(m) * C * sub);
+      std::copy_n(points + static_cast<std::size_t>(i) * dim + static_cast<std::size_t>(m) * sub, sub, x.data() + static_cast<std::size_t>(i) * sub);
+    kmeans(x.data(), n, sub, C, iterations, seed + static_cast<std::uint64_t>(m), book.data() + static_cast<std::size_t>(m) * C * sub);
   }
   return book;
 }
@@ -145,8 +142,7 @@ inline std::vector<float> train_unchecked(const float* points, std::int64_t n, i
 /// C codewords each, k-means with `iterations` Lloyd steps. Returns the codebooks as
 /// [M][C][dim / M] floats. Throws Error when M does not divide dim, C is outside [1, 256], or the
 /// codebook is larger than the points (C > n: k-means needs a distinct point per codeword).
-inline std::vector<float> train(const float* points, std::int64_t n, int dim, int M, int C, int iterations = 8,
-                                std::uint64_t seed = 1) {
+inline std::vector<float> train(const float* points, std::int64_t n, int dim, int M, int C, int iterations = 8, std::uint64_t seed = 1) {
   KVD_EXPECT(dim >= 1, "pq::train: dimension is {}; expected at least 1", dim);
   KVD_EXPECT(M >= 1 && dim % M == 0, "pq::train: {} subspaces do not divide dimension {}", M, dim);
   KVD_EXPECT(C >= 1 && C <= kMaxCodewords, "pq::train: {} codewords per subspace; expected 1 to {}", C, kMaxCodewords);

@@ -27,8 +27,7 @@ namespace detail {
 /// head-interleaved table lut_g[(m * C + c) * G + h] = LUT_h[m * C + c]: each code is read once
 /// for all heads. Same additions in the same order as pq_page_score, so the same results.
 template <int G>
-inline void pq_rows_fixed(const float* lut_g, const std::uint8_t* codes, std::int64_t n, int M, int C, float* est,
-                          std::size_t stride) {
+inline void pq_rows_fixed(const float* lut_g, const std::uint8_t* codes, std::int64_t n, int M, int C, float* est, std::size_t stride) {
   auto row = [&](const std::uint8_t* code, int m) { return lut_g + (static_cast<std::size_t>(m) * C + code[m]) * G; };
   for (std::int64_t i = 0; i < n; ++i) {
     const std::uint8_t* code = codes + static_cast<std::size_t>(i) * M;
@@ -49,8 +48,7 @@ inline void pq_rows_fixed(const float* lut_g, const std::uint8_t* codes, std::in
       for (int h = 0; h < G; ++h) p1[h] += row(code, m + 1)[h];
     if (m + 2 < M)
       for (int h = 0; h < G; ++h) p2[h] += row(code, m + 2)[h];
-    for (int h = 0; h < G; ++h)
-      est[static_cast<std::size_t>(h) * stride + static_cast<std::size_t>(i)] = (p0[h] + p2[h]) + (p1[h] + p3[h]);
+    for (int h = 0; h < G; ++h) est[static_cast<std::size_t>(h) * stride + static_cast<std::size_t>(i)] = (p0[h] + p2[h]) + (p1[h] + p3[h]);
   }
 }
 #if KVD_CPU_AVX2
@@ -76,8 +74,7 @@ struct Lanes<8> {
 };
 
 template <int G>
-inline void pq_rows_simd(const float* lut_g, const std::uint8_t* codes, std::int64_t n, int M, int C, float* est,
-                         std::size_t stride) {
+inline void pq_rows_simd(const float* lut_g, const std::uint8_t* codes, std::int64_t n, int M, int C, float* est, std::size_t stride) {
   using L = Lanes<G>;
   using V = typename L::V;
   auto load = [&](const std::uint8_t* code, int m) { return L::load(lut_g + (static_cast<std::size_t>(m) * C + code[m]) * G); };
@@ -104,8 +101,7 @@ inline void pq_rows_simd(const float* lut_g, const std::uint8_t* codes, std::int
 
 /// est[h * stride + i] = pq_page_score for head h and page i, for n contiguous page codes [n][M];
 /// lut_g is head-interleaved: lut_g[(m * C + c) * group + h].
-inline void pq_rows(const float* lut_g, int group, const std::uint8_t* codes, std::int64_t n, int M, int C, float* est,
-                    std::size_t stride) {
+inline void pq_rows(const float* lut_g, int group, const std::uint8_t* codes, std::int64_t n, int M, int C, float* est, std::size_t stride) {
   switch (group) {
     case 1: return detail::pq_rows_fixed<1>(lut_g, codes, n, M, C, est, stride);
     case 2: return detail::pq_rows_fixed<2>(lut_g, codes, n, M, C, est, stride);

@@ -74,24 +74,24 @@ namespace kvdrive::index {
 class ProductQuant {
  public:
   struct Params {
-    int M = 16;                        ///< subspaces; must divide head_dim; in [1, 1024]
-    int C = 256;                       ///< codewords per subspace, in [1, 256]
-    std::int64_t train_pages = 1024;   ///< pages trained on (at least C are used)
+    int M = 16;                            ///< subspaces; must divide head_dim; in [1, 1024]
+    int C = 256;                           ///< codewords per subspace, in [1, 256]
+    std::int64_t train_pages = 1024;       ///< pages trained on (at least C are used)
     std::int64_t first_train_pages = 128;  ///< the first interim codebook's pages (0: none)
-    int iterations = 8;                ///< Lloyd iterations, in [0, 1000]
-    std::uint64_t seed = 1;            ///< the initial codewords' seed
+    int iterations = 8;                    ///< Lloyd iterations, in [0, 1000]
+    std::uint64_t seed = 1;                ///< the initial codewords' seed
   };
 
   struct State {
-    RowStore pending;                   ///< exact means [head_dim] (KV dtype) until the final training
-    RowStore codebook;                  ///< once trained: head_dim rows of `codewords` (KV dtype), row
-                                        ///< m * (head_dim / M) + j = channel j of subspace m's codewords
-    CodeStore<std::uint8_t> codes;      ///< M bytes per page once trained
+    RowStore pending;               ///< exact means [head_dim] (KV dtype) until the final training
+    RowStore codebook;              ///< once trained: head_dim rows of `codewords` (KV dtype), row
+                                    ///< m * (head_dim / M) + j = channel j of subspace m's codewords
+    CodeStore<std::uint8_t> codes;  ///< M bytes per page once trained
     std::int64_t pages = 0;
-    std::int64_t trained_at = 0;        ///< pages held at the last training (0: none yet)
+    std::int64_t trained_at = 0;  ///< pages held at the last training (0: none yet)
     int head_dim = 0;
-    int subspaces = 0;                  ///< M as used (see check())
-    int codewords = 0;                  ///< C of the codebook in use
+    int subspaces = 0;  ///< M as used (see check())
+    int codewords = 0;  ///< C of the codebook in use
     DType dtype = DType::f32;
 
     /// Scored through a codebook (interim or final).
@@ -103,8 +103,8 @@ class ProductQuant {
   ProductQuant() : ProductQuant(Params{}) {}
   explicit ProductQuant(Params p) : params_(p) {
     KVD_EXPECT(p.M >= 1 && p.M <= 1024, "ProductQuant: M (subspaces) is {}; expected 1 to 1024, dividing head_dim", p.M);
-    KVD_EXPECT(p.C >= 1 && p.C <= pq::kMaxCodewords, "ProductQuant: C (codewords per subspace) is {}; expected 1 to {} (one-byte codes)",
-               p.C, pq::kMaxCodewords);
+    KVD_EXPECT(p.C >= 1 && p.C <= pq::kMaxCodewords, "ProductQuant: C (codewords per subspace) is {}; expected 1 to {} (one-byte codes)", p.C,
+               pq::kMaxCodewords);
     KVD_EXPECT(p.train_pages >= 1, "ProductQuant: train_pages is {}; expected at least 1", p.train_pages);
     KVD_EXPECT(p.first_train_pages >= 0, "ProductQuant: first_train_pages is {}; expected at least 0", p.first_train_pages);
     KVD_EXPECT(p.iterations >= 0 && p.iterations <= 1000, "ProductQuant: iterations is {}; expected 0 to 1000", p.iterations);
@@ -131,8 +131,7 @@ class ProductQuant {
   /// Throws Error unless M divides head_dim. build() never throws: with such an M it uses the
   /// largest divisor of head_dim below M.
   void check(int head_dim) const {
-    KVD_EXPECT(head_dim >= 1 && head_dim % params_.M == 0, "ProductQuant: M = {} subspaces do not divide head_dim {}",
-               params_.M, head_dim);
+    KVD_EXPECT(head_dim >= 1 && head_dim % params_.M == 0, "ProductQuant: M = {} subspaces do not divide head_dim {}", params_.M, head_dim);
   }
 
   void build(State& s, const PageKeys& k) const { append(s, k); }
@@ -165,8 +164,7 @@ class ProductQuant {
     std::vector<float> book(cwt.size());
     for (int m = 0; m < M && s.trained(); ++m)
       for (int c = 0; c < C; ++c)
-        for (int j = 0; j < sub; ++j)
-          book[(static_cast<std::size_t>(m) * C + c) * sub + j] = cwt[(static_cast<std::size_t>(m) * sub + j) * C + c];
+        for (int j = 0; j < sub; ++j) book[(static_cast<std::size_t>(m) * C + c) * sub + j] = cwt[(static_cast<std::size_t>(m) * sub + j) * C + c];
     return book;
   }
 
@@ -247,8 +245,7 @@ class ProductQuant {
     const bool final = held >= train_threshold();
     const std::int64_t take = final ? train_threshold() : held;
     std::vector<float> points(static_cast<std::size_t>(take) * d);
-    for (std::int64_t i = 0; i < take; ++i)
-      s.pending.row_float(i * held / take, points.data() + static_cast<std::size_t>(i) * d);
+    for (std::int64_t i = 0; i < take; ++i) s.pending.row_float(i * held / take, points.data() + static_cast<std::size_t>(i) * d);
     const int M = s.subspaces, C = codewords_for(take);
     const std::vector<float> book = pq::detail::train_unchecked(points.data(), take, s.head_dim, M, C, params_.iterations, params_.seed);
     const std::vector<float> rows = pq::detail::transpose_codebook(book.data(), s.head_dim, M, C);

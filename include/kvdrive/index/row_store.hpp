@@ -60,8 +60,7 @@ class RowStore {
 
   /// Appends one row of width() floats, converted to the store's dtype.
   void push(const float* row) {
-    if (rows_ % block_rows_ == 0)
-      blocks_.push_back(std::make_unique_for_overwrite<std::byte[]>(static_cast<std::size_t>(block_rows_) * row_bytes_));
+    if (rows_ % block_rows_ == 0) blocks_.push_back(std::make_unique_for_overwrite<std::byte[]>(static_cast<std::size_t>(block_rows_) * row_bytes_));
     store_row(dtype_, row, blocks_.back().get() + static_cast<std::size_t>(rows_ % block_rows_) * row_bytes_, width_);
     ++rows_;
   }

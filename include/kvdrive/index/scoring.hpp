@@ -45,7 +45,8 @@ inline void dot_rows(const float* q, int group, const T* rows, std::int64_t n, i
     attention::page_scores(q, group, rows, static_cast<int>(n), d, 1.0f, s.data());
     for (int h = 0; h < group; ++h)
       for (std::int64_t i = 0; i < n; ++i)
-        est[static_cast<std::size_t>(h) * stride + static_cast<std::size_t>(i)] = s[static_cast<std::size_t>(h) * padded + static_cast<std::size_t>(i)];
+        est[static_cast<std::size_t>(h) * stride + static_cast<std::size_t>(i)] =
+            s[static_cast<std::size_t>(h) * padded + static_cast<std::size_t>(i)];
     return;
   }
 #endif
@@ -59,8 +60,7 @@ inline void dot_rows(const float* q, int group, const T* rows, std::int64_t n, i
 namespace detail {
 /// Quest bounds of RB rows for HB heads (HB x RB = 8 accumulators); lo and hi read once.
 template <int HB, int RB, class T>
-inline void quest_block(const float* q, const T* lo, const T* hi, int d, int h0, std::int64_t i0,
-                        std::int64_t n, float* est, std::size_t stride) {
+inline void quest_block(const float* q, const T* lo, const T* hi, int d, int h0, std::int64_t i0, std::int64_t n, float* est, std::size_t stride) {
   __m256 acc[8];
   for (auto& a : acc) a = _mm256_setzero_ps();
   const T* l[RB];
@@ -85,16 +85,14 @@ inline void quest_block(const float* q, const T* lo, const T* hi, int d, int h0,
   alignas(32) float sums[8];
   _mm256_store_ps(sums, attention::detail::sum8(acc));
   for (int h = 0; h < HB; ++h)
-    for (int r = 0; r < RB && i0 + r < n; ++r)
-      est[static_cast<std::size_t>(h0 + h) * stride + static_cast<std::size_t>(i0 + r)] = sums[h * RB + r];
+    for (int r = 0; r < RB && i0 + r < n; ++r) est[static_cast<std::size_t>(h0 + h) * stride + static_cast<std::size_t>(i0 + r)] = sums[h * RB + r];
 }
 }  // namespace detail
 #endif
 
 /// est[h * stride + i] = Quest bound of row i for head h, over n contiguous rows of lo and hi.
 template <class T>
-inline void quest_rows(const float* q, int group, const T* lo, const T* hi, std::int64_t n, int d, float* est,
-                       std::size_t stride) {
+inline void quest_rows(const float* q, int group, const T* lo, const T* hi, std::int64_t n, int d, float* est, std::size_t stride) {
 #if KVD_CPU_AVX2
   if (d % 8 == 0) {
     if (group % 4 == 0) {  // each row's bounds converted once for four heads
@@ -113,8 +111,7 @@ inline void quest_rows(const float* q, int group, const T* lo, const T* hi, std:
   for (std::int64_t i = 0; i < n; ++i)
     for (int h = 0; h < group; ++h)
       est[static_cast<std::size_t>(h) * stride + static_cast<std::size_t>(i)] =
-          quest_page_score(q + static_cast<std::size_t>(h) * d, lo + static_cast<std::size_t>(i) * d,
-                           hi + static_cast<std::size_t>(i) * d, d);
+          quest_page_score(q + static_cast<std::size_t>(h) * d, lo + static_cast<std::size_t>(i) * d, hi + static_cast<std::size_t>(i) * d, d);
 }
 
 }  // namespace kvdrive::index

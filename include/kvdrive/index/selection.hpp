@@ -21,8 +21,7 @@ namespace kvdrive::index {
 
 /// GQA rule (Decision 4) for one page: max over the group's heads h of est[h] - head_max[h].
 /// est and head_max are strided by `stride` between heads.
-KVD_HOST_DEVICE float gqa_page_score(const float* est, const float* head_max, int group,
-                                     std::size_t stride) {
+KVD_HOST_DEVICE float gqa_page_score(const float* est, const float* head_max, int group, std::size_t stride) {
   float best = -INFINITY;
   for (int h = 0; h < group; ++h) {
     const float e = est[static_cast<std::size_t>(h) * stride];
@@ -94,8 +93,7 @@ inline float kth_largest(std::span<const float> score, std::size_t k) {
 /// The k pages with the highest score (NaN counts as lowest; ties to the lower page id), as
 /// ascending page ids first_page + i appended to out. A selection by threshold: the k-th
 /// largest score, then one pass in page order, so no sort of the result is needed.
-inline void top_pages(std::span<const float> score, std::int64_t first_page, std::int64_t k,
-                      std::vector<std::uint32_t>& out) {
+inline void top_pages(std::span<const float> score, std::int64_t first_page, std::int64_t k, std::vector<std::uint32_t>& out) {
   const std::size_t n = score.size();
   const std::size_t take = static_cast<std::size_t>(std::clamp<std::int64_t>(k, 0, static_cast<std::int64_t>(n)));
   if (take == n) {
@@ -109,15 +107,13 @@ inline void top_pages(std::span<const float> score, std::int64_t first_page, std
   std::size_t ties = take - above;  // pages at the threshold that fit, lowest ids first
   for (std::size_t i = 0; i < n; ++i) {
     const float key = detail::rank_key(score[i]);
-    if (key > thr || (key == thr && ties > 0 && ties--))
-      out.push_back(static_cast<std::uint32_t>(first_page + static_cast<std::int64_t>(i)));
+    if (key > thr || (key == thr && ties > 0 && ties--)) out.push_back(static_cast<std::uint32_t>(first_page + static_cast<std::int64_t>(i)));
   }
 }
 
 /// Like top_pages for scores of arbitrary pages: the k best of (score[i], pages[i]) (NaN lowest,
 /// ties to the lower page id), appended to out as ascending page ids.
-inline void top_pages_of(std::span<const float> score, std::span<const std::uint32_t> pages, std::int64_t k,
-                         std::vector<std::uint32_t>& out) {
+inline void top_pages_of(std::span<const float> score, std::span<const std::uint32_t> pages, std::int64_t k, std::vector<std::uint32_t>& out) {
   const std::size_t n = score.size();
   const std::size_t take = static_cast<std::size_t>(std::clamp<std::int64_t>(k, 0, static_cast<std::int64_t>(n)));
   if (take == 0) return;
@@ -127,10 +123,8 @@ inline void top_pages_of(std::span<const float> score, std::span<const std::uint
   tied.clear();
   for (std::size_t i = 0; i < n; ++i) {
     const float key = detail::rank_key(score[i]);
-    if (key > thr)
-      out.push_back(pages[i]);
-    else if (key == thr)
-      tied.push_back(pages[i]);
+    if (key > thr) out.push_back(pages[i]);
+    else if (key == thr) tied.push_back(pages[i]);
   }
   const std::size_t need = take - (out.size() - at);
   std::partial_sort(tied.begin(), tied.begin() + static_cast<std::ptrdiff_t>(need), tied.end());

@@ -92,8 +92,8 @@ inline void simhash_page_avx2(const std::uint64_t* page, const std::uint64_t* qc
     for (int w = 0; w < full; w += 4) {
       const __m256i pv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(page + w));
       for (int h = 0; h < hb; ++h) {
-        const __m256i v = _mm256_xor_si256(
-            pv, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qcodes + static_cast<std::size_t>(h0 + h) * words + w)));
+        const __m256i v =
+            _mm256_xor_si256(pv, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qcodes + static_cast<std::size_t>(h0 + h) * words + w)));
         const __m256i c = _mm256_add_epi8(_mm256_shuffle_epi8(table, _mm256_and_si256(v, low)),
                                           _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), low)));
         bytes[h] = _mm256_add_epi8(bytes[h], c);
@@ -120,8 +120,8 @@ inline void simhash_page_avx2(const std::uint64_t* page, const std::uint64_t* qc
 /// ham[h * stride + i] = Hamming distance of page i's code to query code h, for n contiguous
 /// page codes [n][words] and the group's codes [group][words]. The CPU loop over
 /// simhash_hamming (AVX2 where the compiler targets it; integer counts, so both agree exactly).
-inline void simhash_rows(const std::uint64_t* pages, std::int64_t n, const std::uint64_t* qcodes, int group, int words,
-                         int* ham, std::size_t stride) {
+inline void simhash_rows(const std::uint64_t* pages, std::int64_t n, const std::uint64_t* qcodes, int group, int words, int* ham,
+                         std::size_t stride) {
   for (std::int64_t i = 0; i < n; ++i) {
     const std::uint64_t* page = pages + static_cast<std::size_t>(i) * words;
 #if KVD_CPU_AVX2
@@ -141,15 +141,15 @@ inline void simhash_rows(const std::uint64_t* pages, std::int64_t n, const std::
 class SimHash {
  public:
   struct Params {
-    int K = 10;               ///< bits per table, in [1, 64] (a table's key fits one word)
-    int L = 150;              ///< tables, in [1, 1024] (at most 8 KiB of bits per page)
+    int K = 10;                               ///< bits per table, in [1, 64] (a table's key fits one word)
+    int L = 150;                              ///< tables, in [1, 1024] (at most 8 KiB of bits per page)
     std::uint64_t seed = 0x5eed5147a5b17ull;  ///< the hyperplanes' seed
   };
 
   struct State {
-    RowStore planes;               ///< B rows of head_dim, in the KV dtype
+    RowStore planes;                 ///< B rows of head_dim, in the KV dtype
     CodeStore<std::uint64_t> codes;  ///< words() per page: the mean key's sign bits
-    RowStore norms;                ///< one element per page: |mean|, in the KV dtype
+    RowStore norms;                  ///< one element per page: |mean|, in the KV dtype
     std::int64_t pages = 0;
     int head_dim = 0;
   };
@@ -161,8 +161,7 @@ class SimHash {
     const int b = bits();
     cos_table_.resize(static_cast<std::size_t>(b) + 1);
     for (int h = 0; h <= b; ++h)
-      cos_table_[static_cast<std::size_t>(h)] =
-          static_cast<float>(std::cos(std::numbers::pi * static_cast<double>(h) / static_cast<double>(b)));
+      cos_table_[static_cast<std::size_t>(h)] = static_cast<float>(std::cos(std::numbers::pi * static_cast<double>(h) / static_cast<double>(b)));
   }
 
   static constexpr std::string_view name() { return "simhash"; }
@@ -217,8 +216,7 @@ class SimHash {
       const float* pr = proj.data() + static_cast<std::size_t>(i) * b;
       std::uint64_t* c = codes + static_cast<std::size_t>(i) * w;
       for (int j = 0; j < w; ++j) c[j] = 0;
-      for (int j = 0; j < b; ++j)
-        c[j >> 6] |= static_cast<std::uint64_t>(pr[j] > 0.0f) << (j & 63);
+      for (int j = 0; j < b; ++j) c[j >> 6] |= static_cast<std::uint64_t>(pr[j] > 0.0f) << (j & 63);
     }
   }
 

@@ -270,7 +270,8 @@ class TokenKeys {
     for (int j = 0; j < kTokenRadii; ++j)
       put_float(tokens_ + 1 + j, j < static_cast<int>(pairs_.size()) ? radius(keys, mean.data(), pairs_[static_cast<std::size_t>(j)]) : 0.0f);
     std::uint8_t* mcodes = row + static_cast<std::size_t>(tokens_) * half;
-    const float mt = code_row(mean.data(), kTokenMeanCodeMax, [&](int c, int v) { mcodes[c] = static_cast<std::uint8_t>(v + kTokenMeanCodeMax + 1); });
+    const float mt =
+        code_row(mean.data(), kTokenMeanCodeMax, [&](int c, int v) { mcodes[c] = static_cast<std::uint8_t>(v + kTokenMeanCodeMax + 1); });
     put_float(tokens_, mt);
     for (int c = 0; c < d_; ++c)  // the coded mean
       mean[static_cast<std::size_t>(c)] = static_cast<float>(mcodes[c] - kTokenMeanCodeMax - 1) * mt * scales_[static_cast<std::size_t>(c)];
@@ -353,8 +354,8 @@ inline void token_first_looks(const TokenQuery& q, int group, const std::uint8_t
 /// and n page rows, from the means' scores mean[h * stride + i] where given (token_first_looks'),
 /// else computing them: AVX2 where the compiler targets it and d is a multiple of 64 (the same
 /// token scores; the log-sum-exp equal within rounding), else the KVD_HOST_DEVICE loop.
-inline void token_page_estimates(const TokenQuery& q, int group, const std::uint8_t* const* rows, std::size_t n, int tokens, int d,
-                                 bool max_token, float* est, std::size_t stride, const float* mean = nullptr) {
+inline void token_page_estimates(const TokenQuery& q, int group, const std::uint8_t* const* rows, std::size_t n, int tokens, int d, bool max_token,
+                                 float* est, std::size_t stride, const float* mean = nullptr) {
 #if KVD_CPU_AVX2
   if (d % 64 == 0) return token_page_estimates_avx2(q.view(group, d), rows, n, tokens, max_token, est, stride, mean);
 #endif

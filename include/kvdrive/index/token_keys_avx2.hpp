@@ -173,8 +173,7 @@ inline void page_token_scores_avx2(const TokenQueryView& q, int h0, const std::u
       const __m256i dot = _mm256_sub_epi32(dots[h], _mm256_set1_epi32(8 * q.sum[hh]));
       const __m256 unit = _mm256_mul_ps(_mm256_set1_ps(q.scale[hh]), token_scales);
       const __m256 score = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dot), unit), _mm256_set1_ps(mean[h]));
-      _mm256_storeu_ps(s + static_cast<std::size_t>(hh) * rows + t0,
-                       _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), score, _mm256_castsi256_ps(valid)));
+      _mm256_storeu_ps(s + static_cast<std::size_t>(hh) * rows + t0, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), score, _mm256_castsi256_ps(valid)));
     }
   }
 }
@@ -312,8 +311,8 @@ inline void token_first_looks_avx2(const TokenQueryView& q, const std::uint8_t* 
 /// est[h * stride + i]: head h's estimate of page rows[i] (q.d a multiple of 64): the log-sum-exp
 /// of its tokens' scores, or with max_token the largest; the means' scores from mean[h * stride +
 /// i] where given.
-inline void token_page_estimates_avx2(const TokenQueryView& q, const std::uint8_t* const* rows, std::size_t n, int tokens, bool max_token,
-                                      float* est, std::size_t stride, const float* mean) {
+inline void token_page_estimates_avx2(const TokenQueryView& q, const std::uint8_t* const* rows, std::size_t n, int tokens, bool max_token, float* est,
+                                      std::size_t stride, const float* mean) {
   const int padded = attention::padded_rows(tokens);
   const std::size_t row_bytes = static_cast<std::size_t>(tokens) * (q.d / 2) + static_cast<std::size_t>(q.d) + (tokens + 3) * sizeof(float);
   thread_local std::vector<float> s, sums;

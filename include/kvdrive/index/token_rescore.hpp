@@ -39,8 +39,8 @@
 namespace kvdrive::index {
 
 struct TokenRescoreParams {
-  double pool = 8.0;         ///< the first look (or the inner index) proposes pool x budget pages (all candidates when that is more)
-  double pool_share = 0.5;   ///< and at least this share of the candidates (a small budget's pool stays wide)
+  double pool = 8.0;        ///< the first look (or the inner index) proposes pool x budget pages (all candidates when that is more)
+  double pool_share = 0.5;  ///< and at least this share of the candidates (a small budget's pool stays wide)
   /// Take the pool from the inner index's selection (true) rather than from the key copies' own
   /// first look (false): the same pages on real attention at several times the cost
   /// (docs/indices.md, "What it costs").
@@ -49,9 +49,9 @@ struct TokenRescoreParams {
   /// (Hierarchical: its best whole clusters, no member scored): faster, but on real attention it
   /// drops pages that the member ranking pools, so off by default.
   bool coarse_pool = false;
-  float pair_weight = 0.5f;  ///< the first look's weight of the radii (Hierarchical's pair_weight)
+  float pair_weight = 0.5f;                    ///< the first look's weight of the radii (Hierarchical's pair_weight)
   RotaryPairs rotary = RotaryPairs::adjacent;  ///< how RoPE pairs the keys' channels (the radii's pairs)
-  bool max_token = false;  ///< rank a page by its best token (true) or by its tokens' log-sum-exp (false)
+  bool max_token = false;                      ///< rank a page by its best token (true) or by its tokens' log-sum-exp (false)
   /// How the group's heads combine: false, Decision 4's rule (the max over heads of each head's
   /// estimate less its largest); true, OracleMass's rule on the estimates: a page's estimated
   /// attention mass summed over the heads, each head's normalised over the pages it attends for
@@ -104,11 +104,10 @@ struct TokenRescore {
   std::size_t bytes(const State& s) const { return inner.bytes(s.inner) + s.keys.bytes(); }
 
   /// The inner index's cluster of a page (for the SSD layout that stores a cluster together).
-  std::uint32_t cluster_of(const State& s, std::uint32_t page) const
-    requires requires(const Inner& i, const typename Inner::State& st) { i.cluster_of(st, page); }
-  {
-    return inner.cluster_of(s.inner, page);
+  std::uint32_t cluster_of(const State& s, std::uint32_t page) const requires requires(const Inner& i, const typename Inner::State& st) {
+    i.cluster_of(st, page);
   }
+  { return inner.cluster_of(s.inner, page); }
 
   /// How many pages the inner index proposes for a query: pool x budget or pool_share x the
   /// candidates, the more of the two, within [budget, candidates].

@@ -43,8 +43,8 @@ inline void check_q_view(const Config& c, const View<const float, 3>& v, const s
 
 /// attend()'s and tune()'s views against the batch; `usable(id)` checks each sequence.
 template <class Usable>
-void check_step_inputs(const Config& c, std::span<const std::uint64_t> batch, View<const float, 3> q, View<const float, 3> k,
-                       View<const float, 3> v, View<float, 3> out, Usable&& usable) {
+void check_step_inputs(const Config& c, std::span<const std::uint64_t> batch, View<const float, 3> q, View<const float, 3> k, View<const float, 3> v,
+                       View<float, 3> out, Usable&& usable) {
   KVD_EXPECT(!batch.empty(), "attend: empty batch");
   const auto b = static_cast<std::int64_t>(batch.size());
   check_q_view(c, q, "attend: q", b);
@@ -60,8 +60,8 @@ void check_step_inputs(const Config& c, std::span<const std::uint64_t> batch, Vi
 /// Observation queries [observed][q_heads][head_dim] for a layer holding `tokens` prompt tokens.
 inline void check_observation(const Config& c, View<const float, 3> q_obs, std::int64_t tokens, const char* what) {
   check_q_view(c, q_obs, fmt::format("{}: q_obs", what), q_obs.extent(0));
-  KVD_EXPECT(q_obs.extent(0) >= 1 && q_obs.extent(0) <= tokens, "{}: {} observation queries for a prompt of {} tokens", what,
-             q_obs.extent(0), tokens);
+  KVD_EXPECT(q_obs.extent(0) >= 1 && q_obs.extent(0) <= tokens, "{}: {} observation queries for a prompt of {} tokens", what, q_obs.extent(0),
+             tokens);
 }
 
 }  // namespace kvdrive::manager

@@ -54,7 +54,7 @@ struct Stream {
   typename Eviction::State cache;
   std::vector<std::uint32_t> carried;  ///< pages the last step attended heavily, heaviest first (Config::carry)
   std::vector<std::uint32_t> pinned;   ///< the prompt's observation ranking's best pages, best first (Config::pins)
-  std::vector<std::byte> tail_host;  ///< device fast tier: the tail page's bytes, in host memory
+  std::vector<std::byte> tail_host;    ///< device fast tier: the tail page's bytes, in host memory
 };
 
 template <class StreamT>
@@ -62,8 +62,8 @@ struct Sequence {
   std::optional<PrefixDigest> digest;
   std::vector<PrefixDigest> shared_chain;  ///< content keys of the leading pages shared on the remote tier (manager/prefix_share.hpp)
   std::uint32_t loaded_pages = 0;          ///< of those, pages load_prefix() read from it
-  bool broken = false;             ///< a policy threw after a point of no return; only release() works
-  std::vector<StreamT> streams;    ///< [layer][kv_head]
+  bool broken = false;                     ///< a policy threw after a point of no return; only release() works
+  std::vector<StreamT> streams;            ///< [layer][kv_head]
 };
 
 /// The sequences of a manager by id. Ids start at 1 and are never reused, so a released id is
@@ -154,16 +154,10 @@ struct Core {
   std::vector<int> growth_steps, growth_grown;  ///< per layer: steps seen, times grown
   Stats last, total;
 
-  void check_layer(int layer) const {
-    KVD_EXPECT(layer >= 0 && layer < cfg.shape.layers, "layer {} out of range [0, {})", layer, cfg.shape.layers);
-  }
-  void check_head(int head) const {
-    KVD_EXPECT(head >= 0 && head < cfg.shape.kv_heads, "KV head {} out of range [0, {})", head, cfg.shape.kv_heads);
-  }
+  void check_layer(int layer) const { KVD_EXPECT(layer >= 0 && layer < cfg.shape.layers, "layer {} out of range [0, {})", layer, cfg.shape.layers); }
+  void check_head(int head) const { KVD_EXPECT(head >= 0 && head < cfg.shape.kv_heads, "KV head {} out of range [0, {})", head, cfg.shape.kv_heads); }
 
-  StreamT& stream(SequenceT& s, int layer, int head) const {
-    return s.streams[static_cast<std::size_t>(layer) * cfg.shape.kv_heads + head];
-  }
+  StreamT& stream(SequenceT& s, int layer, int head) const { return s.streams[static_cast<std::size_t>(layer) * cfg.shape.kv_heads + head]; }
   const StreamT& stream(const SequenceT& s, int layer, int head) const {
     check_head(head);
     return s.streams[static_cast<std::size_t>(layer) * cfg.shape.kv_heads + head];
@@ -195,10 +189,8 @@ struct Core {
   /// Builds the stream's index from its first sealed pages, or extends it with later ones. May
   /// throw only if the index policy does (callers treat that as a broken sequence).
   void index_pages(StreamT& st, const index::PageKeys& keys) {
-    if (keys.first_page == 0)
-      index.build(st.index, keys);
-    else
-      index.append(st.index, keys);
+    if (keys.first_page == 0) index.build(st.index, keys);
+    else index.append(st.index, keys);
   }
 
   /// Gives the eviction policy a step's scores and frees the fast slots of the pages it evicts;

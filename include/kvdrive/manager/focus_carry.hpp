@@ -32,8 +32,8 @@ namespace kvdrive::manager {
 /// attention, heaviest first (ties: lower page first), into `out`. page_lse holds `group` values
 /// per selected page (the per-page log-sum-exp of the attention, Decision 2), lse the group's
 /// totals.
-inline void carried_pages(const FocusCarry& rule, std::span<const std::uint32_t> selected, const float* page_lse,
-                          std::span<const float> lse, std::vector<std::uint32_t>& out) {
+inline void carried_pages(const FocusCarry& rule, std::span<const std::uint32_t> selected, const float* page_lse, std::span<const float> lse,
+                          std::vector<std::uint32_t>& out) {
   out.clear();
   if (!rule.enabled()) return;
   const std::size_t g = lse.size();
@@ -93,7 +93,7 @@ class CarryMerge {
     if (attempt_ == 1) {
       ask_ = k_ - (size - k_);  // size > k: the carried pages it lacked
     } else {
-      if (size < k_) return false;  // nearly the budget: keep it
+      if (size < k_) return false;                             // nearly the budget: keep it
       ask_ = k_ - static_cast<std::int64_t>(carried_.size());  // cannot overshoot
     }
     return true;

@@ -248,7 +248,7 @@ class PageStore<Core, false> : public PageStoreBase<Core> {
   /// The fast tier's memory is where fetched pages land: each new block of it is registered
   /// with the backing tiers that read into registered memory.
   void register_fast_memory() {
-    if constexpr (requires(typename Core::Fast& f, tier::PagePool::BlockHook h) { f.add_block_hook(h); })
+    if constexpr (requires(typename Core::Fast & f, tier::PagePool::BlockHook h) { f.add_block_hook(h); })
       c_.tiers.fast().add_block_hook([this](std::byte* p, std::size_t bytes) { this->register_with_backing(p, bytes); });
   }
 
@@ -263,9 +263,7 @@ class PageStore<Core, false> : public PageStoreBase<Core> {
   }
 
   /// Writes the new token into row `row` of the tail page (slot `tail`).
-  void write_token(StreamT&, Slot tail, int row, const float* k, const float* v) {
-    this->encode_token(c_.tiers.fast().slot_data(tail), row, k, v);
-  }
+  void write_token(StreamT&, Slot tail, int row, const float* k, const float* v) { this->encode_token(c_.tiers.fast().slot_data(tail), row, k, v); }
   /// A page keeping its fast slot as it turns cold takes its decoded values (cold codec only).
   void cool(Slot s) {
     if (this->coded()) this->cool_host(c_.tiers.fast().slot_data(s));

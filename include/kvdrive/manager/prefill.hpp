@@ -49,8 +49,7 @@ class Prefill {
     for (int h = 0; h < kvh; ++h) {
       StreamT& st = c_.stream(seq, layer, h);
       heads.emplace_back(store_, st, k.extent(0), c_.cfg.page_tokens);
-      write_head(heads.back(), edit, tier::PageKey{id, static_cast<std::uint32_t>(layer), static_cast<std::uint32_t>(h), 0}, k, v, h,
-                 seals);
+      write_head(heads.back(), edit, tier::PageKey{id, static_cast<std::uint32_t>(layer), static_cast<std::uint32_t>(h), 0}, k, v, h, seals);
     }
     store_.store_sealed(seals, edit, false);
     publish(seq, std::as_const(seals));
@@ -82,8 +81,8 @@ class Prefill {
 
   /// Writes head h's tokens into its pages (fresh slots from the edit where a page starts) and
   /// appends the pages it seals to `seals`, with their keys for the index.
-  void write_head(Head& w, PageEdit<typename Core::TierList>& edit, const tier::PageKey& base, View<const float, 3> k,
-                  View<const float, 3> v, int h, std::vector<SealedPage>& seals) {
+  void write_head(Head& w, PageEdit<typename Core::TierList>& edit, const tier::PageKey& base, View<const float, 3> k, View<const float, 3> v, int h,
+                  std::vector<SealedPage>& seals) {
     const int pt = c_.cfg.page_tokens;
     const std::int64_t tokens = w.st->pages.tokens;
     for (std::int64_t t = 0; t < k.extent(0); ++t) {
@@ -99,10 +98,9 @@ class Prefill {
     // Only the pages that keep their slot after this call need their bytes in the fast tier:
     // sink, local window, the partial tail, and every page when there is no backing tier.
     const PageRanges after = c_.ranges(w.tokens_after + 1);
-    w.pages.finish(*w.st, w.tokens_after, w.end_page, [&](std::int64_t p) { return w.slot_of(p); },
-                   [&](std::int64_t p, bool sealed) {
-                     return Core::TierList::kCount == 1 || !sealed || p < after.sink_end || p >= after.local_begin;
-                   });
+    w.pages.finish(
+        *w.st, w.tokens_after, w.end_page, [&](std::int64_t p) { return w.slot_of(p); },
+        [&](std::int64_t p, bool sealed) { return Core::TierList::kCount == 1 || !sealed || p < after.sink_end || p >= after.local_begin; });
     for (std::uint32_t page : w.sealed) {
       tier::PageKey key = base;
       key.page = page;
@@ -128,14 +126,12 @@ class Prefill {
     try {
       for (; h < heads.size(); ++h) {
         Head& w = heads[h];
-        if (!w.sealed.empty())
-          c_.index_pages(*w.st, c_.page_keys_view(w.sealed.front(), static_cast<std::int64_t>(w.sealed.size()), w.keys));
+        if (!w.sealed.empty()) c_.index_pages(*w.st, c_.page_keys_view(w.sealed.front(), static_cast<std::int64_t>(w.sealed.size()), w.keys));
         c_.slide_local_window(*w.st, [&](Slot s) { store_.cool(s); });
       }
     } catch (const std::exception& e) {
       seq.broken = true;
-      fail("prefill: the index threw while committing layer {} head {} ({}); sequence {} is now unusable: release it", layer, h, e.what(),
-           id);
+      fail("prefill: the index threw while committing layer {} head {} ({}); sequence {} is now unusable: release it", layer, h, e.what(), id);
     }
   }
 

@@ -34,8 +34,8 @@ struct PrefixLoad {
 /// The layout every chain starts from: this manager's shape, page size and KV dtype, so pages
 /// only meet managers that store them alike.
 inline PrefixDigest layout_digest(const Config& cfg) {
-  const std::int64_t layout[] = {cfg.shape.layers, cfg.shape.q_heads, cfg.shape.kv_heads, cfg.shape.head_dim, cfg.page_tokens,
-                                 static_cast<std::int64_t>(cfg.dtype)};
+  const std::int64_t layout[] = {cfg.shape.layers,   cfg.shape.q_heads, cfg.shape.kv_heads,
+                                 cfg.shape.head_dim, cfg.page_tokens,   static_cast<std::int64_t>(cfg.dtype)};
   return PrefixDigest::of_bytes(layout, sizeof layout);
 }
 
@@ -61,8 +61,12 @@ inline std::vector<PrefixDigest> opaque_chain(const Config& cfg, const PrefixDig
   const PrefixDigest layout = layout_digest(cfg);
   std::vector<PrefixDigest> chain(static_cast<std::size_t>(std::clamp<std::int64_t>(prefix.tokens / cfg.page_tokens, 0, UINT32_MAX)));
   for (std::size_t p = 0; p < chain.size(); ++p) {
-    const std::int64_t mix[] = {static_cast<std::int64_t>(layout.low), static_cast<std::int64_t>(layout.high), static_cast<std::int64_t>(prefix.low),
-                                static_cast<std::int64_t>(prefix.high), prefix.tokens, static_cast<std::int64_t>(p)};
+    const std::int64_t mix[] = {static_cast<std::int64_t>(layout.low),
+                                static_cast<std::int64_t>(layout.high),
+                                static_cast<std::int64_t>(prefix.low),
+                                static_cast<std::int64_t>(prefix.high),
+                                prefix.tokens,
+                                static_cast<std::int64_t>(p)};
     chain[p] = PrefixDigest::of_bytes(mix, sizeof mix, static_cast<std::int64_t>(p + 1) * cfg.page_tokens);
   }
   return chain;
@@ -157,8 +161,8 @@ class PrefixLoader {
     for (int l = 0; l < layers; ++l) {
       for (int h = 0; h < kvh; ++h)
         for (std::uint32_t p = 0; p < want_; ++p)
-          reads[static_cast<std::size_t>(h) * want_ + p] = {
-              tier::PageKey{id, static_cast<std::uint32_t>(l), static_cast<std::uint32_t>(h), p}, page(l, h, p)};
+          reads[static_cast<std::size_t>(h) * want_ + p] = {tier::PageKey{id, static_cast<std::uint32_t>(l), static_cast<std::uint32_t>(h), p},
+                                                            page(l, h, p)};
       t.tickets.push_back(c_.remote->submit(chain, reads));
     }
     std::uint32_t run = want_;

@@ -33,9 +33,8 @@ struct LastTierPages {
 /// tier) and decoded where the tiers hold them coded. With `last`, the pages that live on the
 /// last tier are kept there as that tier holds them (coded, with a cold codec).
 template <class Store, class StreamT>
-void read_prompt_keys(Store& store, const Config& cfg, const StreamT& st, const tier::PageKey& base, std::int64_t tokens,
-                      std::vector<float>& keys, std::byte* scratch, std::array<std::uint64_t, kMaxTiers>& key_bytes,
-                      LastTierPages* last) {
+void read_prompt_keys(Store& store, const Config& cfg, const StreamT& st, const tier::PageKey& base, std::int64_t tokens, std::vector<float>& keys,
+                      std::byte* scratch, std::array<std::uint64_t, kMaxTiers>& key_bytes, LastTierPages* last) {
   const int d = cfg.shape.head_dim, pt = cfg.page_tokens;
   keys.assign(static_cast<std::size_t>(tokens) * d, 0.0f);
   std::vector<std::byte> read(store.stored_bytes());

@@ -181,8 +181,7 @@ class Step {
       for (std::size_t i = first; i < last; ++i) {
         Plan& p = plans_[i];
         for (std::size_t s = 0; s < p.misses.size(); ++s)
-          if (p.stream->pages[p.misses[s]].home == tier_index)
-            reads.push_back({p.key(p.misses[s]), store_.stage(head.staging, p.staged[s])});
+          if (p.stream->pages[p.misses[s]].home == tier_index) reads.push_back({p.key(p.misses[s]), store_.stage(head.staging, p.staged[s])});
       }
       if (!reads.empty()) head.reads.submit(c_.tiers, tier_index, reads);
     }
@@ -204,9 +203,7 @@ class Step {
   /// Attends the splits of streams [first, last) whose pages are all resident already (no
   /// miss among them), after classify and before or while their misses are read; compute()
   /// does the rest and merges. Optional for a pipeline: the bits are the same either way.
-  void compute_ready(std::size_t first, std::size_t last) {
-    attention_.compute_ready(std::span<Plan>(plans_).subspan(first, last - first));
-  }
+  void compute_ready(std::size_t first, std::size_t last) { attention_.compute_ready(std::span<Plan>(plans_).subspan(first, last - first)); }
 
   /// Runs fn(i) for i in [0, n) on the backend's threads (for stages that are per stream).
   void parallel_for(std::size_t n, const std::function<void(std::size_t)>& fn) { c_.backend.parallel_for(n, fn); }
@@ -293,8 +290,8 @@ class Step {
     for (std::size_t s = 0; s < p.selected.size(); ++s) {
       const std::uint32_t page = p.selected[s];
       KVD_EXPECT(page >= query.first_candidate && page < query.end_candidate && (s == 0 || page > p.selected[s - 1]),
-                 "index '{}' selected page {} outside candidates [{}, {}) or out of order", Core::Index::name(), page,
-                 query.first_candidate, query.end_candidate);
+                 "index '{}' selected page {} outside candidates [{}, {}) or out of order", Core::Index::name(), page, query.first_candidate,
+                 query.end_candidate);
     }
   }
 

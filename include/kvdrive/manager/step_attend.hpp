@@ -26,10 +26,8 @@ class StepAttention {
   /// Attends the plans: on the backend's threads, a stream a task; with a device fast tier, in
   /// one launch.
   void compute(std::span<Plan> plans) const {
-    if constexpr (Core::kDeviceFast)
-      compute_on_device(plans);
-    else
-      c_.backend.parallel_for(plans.size(), [&](std::size_t j) { compute_one(plans[j]); });
+    if constexpr (Core::kDeviceFast) compute_on_device(plans);
+    else c_.backend.parallel_for(plans.size(), [&](std::size_t j) { compute_one(plans[j]); });
   }
 
   /// The resident splits first (host only: the device attends the whole list in one launch).
@@ -44,7 +42,8 @@ class StepAttention {
     for (std::uint32_t page : p.attended) p.refs.push_back(page_ref(p, page));
     const std::size_t n = p.refs.size();
     for (std::size_t s = 0; s < p.split_done.size(); ++s)
-      if (!p.split_done[s]) compute_split(p, s, std::span<const attention::PageRef>(p.refs).subspan(split_begin(s), split_end(s, n) - split_begin(s)));
+      if (!p.split_done[s])
+        compute_split(p, s, std::span<const attention::PageRef>(p.refs).subspan(split_begin(s), split_end(s, n) - split_begin(s)));
     p.out.resize(static_cast<std::size_t>(g) * d);
     p.lse.resize(static_cast<std::size_t>(g));
     attention::merge_splits(g, d, p.split_done.size(), p.split_out.data(), p.split_lse.data(), p.out.data(), p.lse.data());
@@ -168,8 +167,8 @@ class StepAttention {
   }
 
   backend::PagedDecode paged_decode(std::size_t streams, const std::vector<float>& q, const std::vector<std::uint32_t>& offsets,
-                                    const std::vector<const std::byte*>& pages, const std::vector<std::int32_t>& tokens,
-                                    std::vector<float>& out, std::vector<float>& lse, std::vector<float>& page_lse) const {
+                                    const std::vector<const std::byte*>& pages, const std::vector<std::int32_t>& tokens, std::vector<float>& out,
+                                    std::vector<float>& lse, std::vector<float>& page_lse) const {
     const Config& c = c_.cfg;
     backend::PagedDecode pd;
     pd.dtype = c.dtype;

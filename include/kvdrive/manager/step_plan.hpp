@@ -62,11 +62,11 @@ struct StepPlan {
   tier::PageKey base;  ///< sequence, layer, head of this stream
   std::size_t batch_index = 0;
   int head = 0;
-  PageRanges ranges;   ///< with the new token counted
-  Slot new_tail = -1;  ///< slot opened for the new token's page, if it starts one
+  PageRanges ranges;     ///< with the new token counted
+  Slot new_tail = -1;    ///< slot opened for the new token's page, if it starts one
   std::vector<float> q;  ///< [group][head_dim]
   std::vector<std::uint32_t> selected;
-  CarryMerge merge;  ///< joins the stream's carried pages with the index's selection
+  CarryMerge merge;                 ///< joins the stream's carried pages with the index's selection
   std::vector<std::uint32_t> kept;  ///< the stream's pinned and carried pages this step keeps (kept_pages)
   std::vector<std::uint32_t> misses;
   std::vector<Slot> staged;  ///< fast slot holding each miss, in misses order

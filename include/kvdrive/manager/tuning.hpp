@@ -57,10 +57,9 @@ struct DryRun {
 /// A dry run must offer every capability of the step but the durable one, or tune() would time
 /// a different pipeline from the one attend() runs.
 template <class S>
-inline constexpr bool kDryRunMatches = pipeline::RangeSelect<DryRun<S>> == pipeline::RangeSelect<S> &&
-                                       pipeline::RangeFetch<DryRun<S>> == pipeline::RangeFetch<S> &&
-                                       pipeline::AsyncFetch<DryRun<S>> == pipeline::AsyncFetch<S> &&
-                                       pipeline::EarlyCompute<DryRun<S>> == pipeline::EarlyCompute<S> &&
+inline constexpr bool kDryRunMatches = pipeline::RangeSelect<DryRun<S>> == pipeline::RangeSelect<S>&& pipeline::RangeFetch<DryRun<S>> ==
+                                           pipeline::RangeFetch<S>&& pipeline::AsyncFetch<DryRun<S>> ==
+                                           pipeline::AsyncFetch<S>&& pipeline::EarlyCompute<DryRun<S>> == pipeline::EarlyCompute<S> &&
                                        !pipeline::PreparedCommit<DryRun<S>>;
 
 /// The micro-batch sizes tune() tries for a step of `streams` streams: all, /2, /4, /8, 1.
@@ -99,7 +98,7 @@ inline TuneReport choose_micro_batch(std::size_t streams, const std::vector<std:
 template <class Core>
 TuneReport tune_micro_batch(Core& c, PageStore<Core>& store, std::vector<PlanOf<Core>>& plans, const StepInputs& in, int repeats) {
   TuneReport report;
-  if constexpr (requires(typename Core::Pipeline& p, std::size_t n) { p.set_micro_batch(n); }) {
+  if constexpr (requires(typename Core::Pipeline & p, std::size_t n) { p.set_micro_batch(n); }) {
     static_assert(kDryRunMatches<Step<Core>>, "DryRun must offer the step's capabilities (pipeline/concept.hpp)");
     const std::size_t streams = in.batch.size() * static_cast<std::size_t>(c.cfg.shape.kv_heads);
     const std::vector<std::size_t> sizes = micro_batch_candidates(streams);
@@ -152,9 +151,9 @@ void install_indexes(Core& c, typename Core::SequenceT& seq, int layer, std::vec
 /// Every KV head's prompt keys of one undecoded layer, read back (`what` names the caller, `hint`
 /// ends its error).
 template <class Core>
-std::vector<std::vector<float>> layer_prompt_keys(Core& c, PageStore<Core>& store, SeqId id, const typename Core::SequenceT& seq,
-                                                  int layer, std::int64_t tokens, std::array<std::uint64_t, kMaxTiers>& key_bytes,
-                                                  const char* what, const char* hint) {
+std::vector<std::vector<float>> layer_prompt_keys(Core& c, PageStore<Core>& store, SeqId id, const typename Core::SequenceT& seq, int layer,
+                                                  std::int64_t tokens, std::array<std::uint64_t, kMaxTiers>& key_bytes, const char* what,
+                                                  const char* hint) {
   const int kvh = c.cfg.shape.kv_heads;
   std::vector<std::vector<float>> keys(static_cast<std::size_t>(kvh));
   std::vector<std::byte> scratch(store.page_bytes());
@@ -169,8 +168,8 @@ std::vector<std::vector<float>> layer_prompt_keys(Core& c, PageStore<Core>& stor
 
 /// Chooses the index's cluster size on one prefilled layer (KvManager::tune_clusters).
 template <class Core>
-index::ClusterSizeChoice tune_clusters(Core& c, PageStore<Core>& store, SeqId id, int layer, View<const float, 3> q_obs,
-                                       std::span<const int> sizes, double tolerance) {
+index::ClusterSizeChoice tune_clusters(Core& c, PageStore<Core>& store, SeqId id, int layer, View<const float, 3> q_obs, std::span<const int> sizes,
+                                       double tolerance) {
   c.check_layer(layer);
   auto& seq = c.sequences.usable(id);
   const int kvh = c.cfg.shape.kv_heads;
@@ -195,8 +194,7 @@ index::ClusterSizeChoice tune_clusters(Core& c, PageStore<Core>& store, SeqId id
     cal.budget_pages = c.cfg.budget.pages_for(r.candidates());
     if (cal.end_candidate > cal.first_candidate) calibration.push_back(cal);
   }
-  KVD_EXPECT(!calibration.empty(), "tune_clusters: layer {} of sequence {} has no candidate pages to calibrate on ({} tokens)", layer, id,
-             tokens);
+  KVD_EXPECT(!calibration.empty(), "tune_clusters: layer {} of sequence {} has no candidate pages to calibrate on ({} tokens)", layer, id, tokens);
   index::ClusterSizeChoice choice = index::choose_cluster_size(c.index, calibration, sizes, tolerance);
   typename Core::Index tuned = c.index;
   tuned.params.pages_per_cluster = choice.pages_per_cluster;

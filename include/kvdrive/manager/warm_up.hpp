@@ -74,9 +74,9 @@ class WarmUp {
     int window = 0;
     std::vector<std::uint32_t> pages;  ///< chosen for the cache, ascending
     std::vector<float> scores;
-    std::vector<Slot> slots;  ///< fresh slot per chosen page, or -1 if it already has one
+    std::vector<Slot> slots;                                     ///< fresh slot per chosen page, or -1 if it already has one
     std::vector<std::pair<std::uint32_t, std::uint8_t>> placed;  ///< page, middle tier it was copied to
-    std::vector<std::uint32_t> pinned;  ///< the ranking's best pages, best first (Config::pins)
+    std::vector<std::uint32_t> pinned;                           ///< the ranking's best pages, best first (Config::pins)
   };
 
   /// Semantic packing is possible: the index groups pages into clusters, and the last tier is
@@ -86,8 +86,8 @@ class WarmUp {
       return false;
     } else {
       using Last = std::remove_cvref_t<decltype(std::declval<TierList&>().template get<kLastTier>())>;
-      return !Last::kAddressable && requires(const typename Core::Index& ix, const typename Core::Index::State& s, Last& t,
-                                             std::span<const tier::WriteRequest> w) {
+      return !Last::kAddressable &&
+             requires(const typename Core::Index& ix, const typename Core::Index::State& s, Last& t, std::span<const tier::WriteRequest> w) {
         { ix.cluster_of(s, std::uint32_t{0}) } -> std::convertible_to<std::uint32_t>;
         t.write_batch(w);
       };
@@ -98,8 +98,7 @@ class WarmUp {
   /// layers not yet placed (warm-up runs layer by layer), so every layer gets its best pages there.
   void set_shares(int layer) {
     const auto layers_left = static_cast<std::size_t>(std::max(1, c_.cfg.shape.layers - layer));
-    for (std::size_t i = 1; i < kLastTier; ++i)
-      share_[i] = store_.free_pages(i) / (layers_left * static_cast<std::size_t>(c_.cfg.shape.kv_heads));
+    for (std::size_t i = 1; i < kLastTier; ++i) share_[i] = store_.free_pages(i) / (layers_left * static_cast<std::size_t>(c_.cfg.shape.kv_heads));
   }
 
   /// Scores a stream's pages, packs them, places them below the cache and reads the chosen ones
@@ -111,8 +110,7 @@ class WarmUp {
     // the copies into middle tiers.
     const bool pack = kCanPack && c_.cfg.pack_by_cluster;
     last_.clear();
-    read_prompt_keys(store_, c_.cfg, *w.st, w.base, tokens, keys_, scratch_.data(), key_bytes_,
-                     pack || TierList::kCount > 2 ? &last_ : nullptr);
+    read_prompt_keys(store_, c_.cfg, *w.st, w.base, tokens, keys_, scratch_.data(), key_bytes_, pack || TierList::kCount > 2 ? &last_ : nullptr);
     group_queries(c_.cfg, q_obs, static_cast<int>(w.base.head), q_);
     if (pack) packed_ += pack_by_cluster(w);
     tier::PlacementInput in;
@@ -268,8 +266,8 @@ class WarmUp {
       }
     } catch (const std::exception& e) {
       seq.broken = true;
-      fail("warm_up: the eviction policy threw while committing layer {} head {} ({}); sequence {} is now unusable: release it", layer,
-           h, e.what(), id);
+      fail("warm_up: the eviction policy threw while committing layer {} head {} ({}); sequence {} is now unusable: release it", layer, h, e.what(),
+           id);
     }
   }
 

@@ -44,11 +44,15 @@ concept StepStages = requires(S& s, std::size_t i, const std::function<void(std:
 
 /// select_range(a, b): streams [a, b) selected in one call (a batch-selecting index) or in parallel.
 template <class S>
-concept RangeSelect = requires(S& s, std::size_t i) { s.select_range(i, i); };
+concept RangeSelect = requires(S& s, std::size_t i) {
+  s.select_range(i, i);
+};
 
 /// fetch_range(a, b): the misses of streams [a, b) read with their reads in flight together.
 template <class S>
-concept RangeFetch = requires(S& s, std::size_t i) { s.fetch_range(i, i); };
+concept RangeFetch = requires(S& s, std::size_t i) {
+  s.fetch_range(i, i);
+};
 
 /// fetch_start(a, b) / fetch_finish(a, b): a range's reads started, and later waited for.
 template <class S>
@@ -59,11 +63,15 @@ concept AsyncFetch = requires(S& s, std::size_t i) {
 
 /// compute_ready(a, b): the splits whose pages are all resident attended while the misses are read.
 template <class S>
-concept EarlyCompute = AsyncFetch<S> && requires(S& s, std::size_t i) { s.compute_ready(i, i); };
+concept EarlyCompute = AsyncFetch<S> && requires(S& s, std::size_t i) {
+  s.compute_ready(i, i);
+};
 
 /// prepare_commit(): commit's fallible part (seal writes), run early, overlapping compute.
 template <class S>
-concept PreparedCommit = requires(S& s) { s.prepare_commit(); };
+concept PreparedCommit = requires(S& s) {
+  s.prepare_commit();
+};
 
 /// The smallest type satisfying StepStages; used to check pipelines against the concept.
 struct StagesArchetype {

@@ -156,7 +156,7 @@ class Elastic {
     std::mutex mutex;
     std::condition_variable moved;
     std::size_t selected = 0, classified = 0, started = 0, fetched = 0;  ///< started: reads in flight (fetch_start)
-    std::chrono::steady_clock::time_point fetched_at{};  ///< when the last fetch so far finished
+    std::chrono::steady_clock::time_point fetched_at{};                  ///< when the last fetch so far finished
     bool stopping = false;
     std::exception_ptr error;
 
@@ -217,8 +217,7 @@ class Elastic {
 
   /// One stage over the micro-batches: waits for each to be ready upstream, runs it, hands it on.
   template <class F>
-  static void stage_loop(Progress& prog, std::size_t batches, const std::size_t& ready, std::size_t& done, double& busy_ms,
-                         double& wait_ms, F&& f) {
+  static void stage_loop(Progress& prog, std::size_t batches, const std::size_t& ready, std::size_t& done, double& busy_ms, double& wait_ms, F&& f) {
     for (std::size_t b = 0; b < batches; ++b) {
       const auto t0 = std::chrono::steady_clock::now();
       const bool go = prog.wait_for(ready, b + 1);
@@ -327,8 +326,7 @@ class Elastic {
           fetch_loop(s, prog, mbs, fetch_busy, fetch_wait);
         } else {
           stage_loop(prog, mbs.count, prog.classified, prog.fetched, fetch_busy, fetch_wait, [this](std::size_t b) {
-            if constexpr (RangeFetch<S>)
-              s.fetch_range(mbs.first(b), mbs.last(b));  // the micro-batch's reads in flight together
+            if constexpr (RangeFetch<S>) s.fetch_range(mbs.first(b), mbs.last(b));  // the micro-batch's reads in flight together
             else
               for (std::size_t i = mbs.first(b); i < mbs.last(b); ++i) s.fetch(i);
           });
@@ -347,9 +345,8 @@ class Elastic {
         bool full = true;
         {
           std::unique_lock lock(prog.mutex);
-          prog.moved.wait(lock, [&] {
-            return prog.stopping || prog.fetched > computed || (kReadyEarly && readied < mbs.count && prog.started > readied);
-          });
+          prog.moved.wait(lock,
+                          [&] { return prog.stopping || prog.fetched > computed || (kReadyEarly && readied < mbs.count && prog.started > readied); });
           if (prog.stopping) return;
           full = prog.fetched > computed;
         }

@@ -22,7 +22,9 @@ struct Serial {
     StageTimes& t = s.times();
     const auto t0 = std::chrono::steady_clock::now();
     timed(t.select_ms, [&] { select_range(s, 0, n); });
-    timed(t.classify_ms, [&] { for (std::size_t i = 0; i < n; ++i) s.classify(i); });
+    timed(t.classify_ms, [&] {
+      for (std::size_t i = 0; i < n; ++i) s.classify(i);
+    });
     if constexpr (EarlyCompute<S>) {
       // Every miss of the batch in flight at once; meanwhile the resident splits are attended.
       // (If compute_ready throws, attend()'s rollback waits for the reads in flight.)
@@ -31,8 +33,7 @@ struct Serial {
       timed(t.fetch_ms, [&] { s.fetch_finish(0, n); });
     } else {
       timed(t.fetch_ms, [&] {
-        if constexpr (RangeFetch<S>)
-          s.fetch_range(0, n);  // every miss of the batch in flight at once
+        if constexpr (RangeFetch<S>) s.fetch_range(0, n);  // every miss of the batch in flight at once
         else
           for (std::size_t i = 0; i < n; ++i) s.fetch(i);
       });
@@ -46,10 +47,8 @@ struct Serial {
   /// Selects streams [a, b): in one call where the stages have select_range, else in parallel.
   template <class S>
   static void select_range(S& s, std::size_t a, std::size_t b) {
-    if constexpr (RangeSelect<S>)
-      s.select_range(a, b);
-    else
-      s.parallel_for(b - a, [&](std::size_t j) { s.select(a + j); });
+    if constexpr (RangeSelect<S>) s.select_range(a, b);
+    else s.parallel_for(b - a, [&](std::size_t j) { s.select(a + j); });
   }
 
  private:

@@ -40,26 +40,24 @@ struct WriteRequest {
 using ReadTicket = std::uint64_t;
 
 template <class T>
-concept StorageTier =
-    requires(T& t, const T& ct, const PageKey& key, const std::byte* src,
-             std::span<const ReadRequest> reads, ReadTicket ticket, const TierGeometry& g) {
-      { T::kAddressable } -> std::convertible_to<bool>;
-      { ct.name() } -> std::convertible_to<std::string_view>;
-      { t.open(g) } -> std::same_as<void>;
-      { t.write(key, src) } -> std::same_as<void>;  // store or overwrite one page
-      { t.submit(reads) } -> std::same_as<ReadTicket>;
-      { t.wait(ticket) } -> std::same_as<void>;
-      { t.erase(key) } -> std::same_as<void>;
-      { ct.contains(key) } -> std::same_as<bool>;
-      { ct.free_pages() } -> std::convertible_to<std::size_t>;  // SIZE_MAX if unbounded
-    };
+concept StorageTier = requires(T& t, const T& ct, const PageKey& key, const std::byte* src, std::span<const ReadRequest> reads, ReadTicket ticket,
+                               const TierGeometry& g) {
+  { T::kAddressable } -> std::convertible_to<bool>;
+  { ct.name() } -> std::convertible_to<std::string_view>;
+  { t.open(g) } -> std::same_as<void>;
+  { t.write(key, src) } -> std::same_as<void>;  // store or overwrite one page
+  { t.submit(reads) } -> std::same_as<ReadTicket>;
+  { t.wait(ticket) } -> std::same_as<void>;
+  { t.erase(key) } -> std::same_as<void>;
+  { ct.contains(key) } -> std::same_as<bool>;
+  { ct.free_pages() } -> std::convertible_to<std::size_t>;  // SIZE_MAX if unbounded
+};
 
 /// A tier whose pages can be attended where they are.
 template <class T>
-concept AddressableTier = StorageTier<T> && T::kAddressable &&
-                          requires(const T& t, const PageKey& key) {
-                            { t.address(key) } -> std::same_as<const std::byte*>;
-                          };
+concept AddressableTier = StorageTier<T> && T::kAddressable && requires(const T& t, const PageKey& key) {
+  { t.address(key) } -> std::same_as<const std::byte*>;
+};
 
 /// A tier that can serve as the fast tier: a pool of page-sized slots.
 using Slot = kvdrive::Slot;
@@ -83,14 +81,12 @@ struct SlotUpload {
 /// tail page in host memory too (new tokens are written there, then uploaded), and reads missed
 /// pages into pinned host buffers (pin_host) before it uploads them.
 template <class T>
-concept DeviceFastTier =
-    FastTier<T> && T::kDeviceMemory &&
-    requires(T& t, Slot s, std::size_t offset, const std::byte* src, std::byte* dst, std::size_t n,
-             std::span<const SlotUpload> pages) {
-      t.upload(s, offset, src, n);  // host bytes into [offset, offset + n) of the slot
-      t.upload_pages(pages);        // whole pages, in one batch
-      t.download(s, dst);           // the whole slot into host memory
-      t.pin_host(dst, n);           // host memory the manager will upload from (staging)
-    };
+concept DeviceFastTier = FastTier<T> && T::kDeviceMemory &&
+    requires(T& t, Slot s, std::size_t offset, const std::byte* src, std::byte* dst, std::size_t n, std::span<const SlotUpload> pages) {
+  t.upload(s, offset, src, n);  // host bytes into [offset, offset + n) of the slot
+  t.upload_pages(pages);        // whole pages, in one batch
+  t.download(s, dst);           // the whole slot into host memory
+  t.pin_host(dst, n);           // host memory the manager will upload from (staging)
+};
 
 }  // namespace kvdrive::tier

@@ -21,8 +21,8 @@ namespace kvdrive::tier {
 class HostTier {
  public:
   struct Params {
-    std::size_t capacity_pages = 0;  ///< 0: unbounded
-    std::size_t alignment = 4096;    ///< slot alignment (direct I/O wants 4096)
+    std::size_t capacity_pages = 0;      ///< 0: unbounded
+    std::size_t alignment = 4096;        ///< slot alignment (direct I/O wants 4096)
     PagePool::BlockHook on_new_block{};  ///< each new block of memory: pin it (CUDA) or register it
   };
 

@@ -106,8 +106,7 @@ class BasicIoEngine {
   /// The memory must stay mapped while the engine is open (the kernel pins it meanwhile).
   bool register_memory(std::byte* p, std::size_t bytes) {
 #if KVD_HAVE_LIBURING
-    if (backend_ != IoBackend::io_uring || !ring_ || bytes == 0 || bytes > (std::size_t{1} << 30) || regions_.size() >= kMaxRegions)
-      return false;
+    if (backend_ != IoBackend::io_uring || !ring_ || bytes == 0 || bytes > (std::size_t{1} << 30) || regions_.size() >= kMaxRegions) return false;
     if (!table_ready_) {
       if (table_failed_ || file_.uring_register_sparse(ring_.get(), kMaxRegions) < 0) {
         table_failed_ = true;

@@ -32,7 +32,6 @@ template <>
 struct fmt::formatter<kvdrive::tier::PageKey> : fmt::formatter<std::string_view> {
   template <class Ctx>
   auto format(const kvdrive::tier::PageKey& k, Ctx& ctx) const {
-    return fmt::format_to(ctx.out(), "(seq {}, layer {}, head {}, page {})", k.sequence, k.layer,
-                          k.head, k.page);
+    return fmt::format_to(ctx.out(), "(seq {}, layer {}, head {}, page {})", k.sequence, k.layer, k.head, k.page);
   }
 };

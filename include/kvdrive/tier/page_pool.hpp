@@ -33,8 +33,7 @@ class PagePool {
   /// capacity 0 means unbounded.
   void open(std::size_t page_bytes, std::size_t alignment, std::size_t capacity, BlockHook on_new_block = {}) {
     KVD_EXPECT(page_bytes > 0, "PagePool: page_bytes is 0");
-    KVD_EXPECT(alignment >= 16 && (alignment & (alignment - 1)) == 0,
-               "PagePool: alignment {} is not a power of two >= 16", alignment);
+    KVD_EXPECT(alignment >= 16 && (alignment & (alignment - 1)) == 0, "PagePool: alignment {} is not a power of two >= 16", alignment);
     std::lock_guard lock(mutex_);
     KVD_EXPECT(blocks_.empty(), "PagePool: already open");
     alignment_ = alignment;
@@ -84,9 +83,7 @@ class PagePool {
   };
 
   void grow() {
-    KVD_EXPECT(capacity_ == 0 || total_ < capacity_,
-               "host page pool is full: all {} pages in use (raise the tier's capacity_pages)",
-               capacity_);
+    KVD_EXPECT(capacity_ == 0 || total_ < capacity_, "host page pool is full: all {} pages in use (raise the tier's capacity_pages)", capacity_);
     std::size_t n = block_pages_;
     if (capacity_ != 0 && total_ + n > capacity_) n = capacity_ - total_;
     KVD_EXPECT(blocks_.size() < kMaxBlocks && total_ + n <= static_cast<std::size_t>(std::numeric_limits<Slot>::max()),

@@ -26,14 +26,14 @@ namespace kvdrive::tier {
 
 /// One stream at the end of prefill, as float.
 struct PlacementInput {
-  const float* keys = nullptr;     ///< [tokens][head_dim]: the prompt's keys (after RoPE)
+  const float* keys = nullptr;  ///< [tokens][head_dim]: the prompt's keys (after RoPE)
   std::int64_t tokens = 0;
   const float* queries = nullptr;  ///< [observed][group][head_dim], positions tokens - observed .. tokens - 1
   std::int64_t observed = 0;
   int group = 1;
   int head_dim = 0;
   int page_tokens = 0;
-  float scale = 0;                 ///< the attention scale, 1/sqrt(head_dim)
+  float scale = 0;  ///< the attention scale, 1/sqrt(head_dim)
 };
 
 /// A ranking of candidate pages, best first, and each one's score.
@@ -46,8 +46,7 @@ struct PageRanking {
     KVD_EXPECT(scores.size() == pages.size(), "placement '{}': {} pages but {} scores", who, pages.size(), scores.size());
     std::vector<bool> seen(end > first ? end - first : 0, false);
     for (std::size_t i = 0; i < pages.size(); ++i) {
-      KVD_EXPECT(pages[i] >= first && pages[i] < end, "placement '{}': page {} outside the candidates [{}, {})", who, pages[i], first,
-                 end);
+      KVD_EXPECT(pages[i] >= first && pages[i] < end, "placement '{}': page {} outside the candidates [{}, {})", who, pages[i], first, end);
       KVD_EXPECT(!seen[pages[i] - first], "placement '{}': page {} ranked twice", who, pages[i]);
       KVD_EXPECT(std::isfinite(scores[i]), "placement '{}': page {} has score {}", who, pages[i], scores[i]);
       seen[pages[i] - first] = true;
@@ -68,10 +67,8 @@ struct ImportanceGuided {
   static constexpr std::string_view name() { return "importance-guided"; }
 
   void validate() const {
-    KVD_EXPECT(observation >= 1 && observation <= 1024, "ImportanceGuided: observation {} queries, expected 1..1024 (SnapKV: 16-64)",
-               observation);
-    KVD_EXPECT(pool_kernel >= 1 && pool_kernel % 2 == 1 && pool_kernel <= 255, "ImportanceGuided: pool_kernel {} must be odd, 1..255",
-               pool_kernel);
+    KVD_EXPECT(observation >= 1 && observation <= 1024, "ImportanceGuided: observation {} queries, expected 1..1024 (SnapKV: 16-64)", observation);
+    KVD_EXPECT(pool_kernel >= 1 && pool_kernel % 2 == 1 && pool_kernel <= 255, "ImportanceGuided: pool_kernel {} must be odd, 1..255", pool_kernel);
   }
 
   /// Per-token importance over [0, tokens): attention of the last min(observation, observed)
@@ -120,15 +117,16 @@ struct ImportanceGuided {
   PageRanking rank(const PlacementInput& in, std::uint32_t first, std::uint32_t end) const {
     const std::vector<float> imp = token_importance(in);
     const std::int64_t full_pages = in.tokens / in.page_tokens;
-    KVD_EXPECT(first <= end && static_cast<std::int64_t>(end) <= full_pages, "placement: candidates [{}, {}) beyond the {} full pages",
-               first, end, full_pages);
+    KVD_EXPECT(first <= end && static_cast<std::int64_t>(end) <= full_pages, "placement: candidates [{}, {}) beyond the {} full pages", first, end,
+               full_pages);
     // Max-pool over tokens, then each page's pooled sum ranks it.
     const int half = pool_kernel / 2;
     const auto n = static_cast<std::int64_t>(imp.size());
     std::vector<float> pooled(imp.size());
     for (std::int64_t t = 0; t < n; ++t) {
       float m = 0;
-      for (std::int64_t u = std::max<std::int64_t>(0, t - half); u <= std::min(n - 1, t + half); ++u) m = std::max(m, imp[static_cast<std::size_t>(u)]);
+      for (std::int64_t u = std::max<std::int64_t>(0, t - half); u <= std::min(n - 1, t + half); ++u)
+        m = std::max(m, imp[static_cast<std::size_t>(u)]);
       pooled[static_cast<std::size_t>(t)] = m;
     }
     const auto page_sum = [&](const std::vector<float>& v, std::uint32_t p) {

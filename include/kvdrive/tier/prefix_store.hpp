@@ -60,11 +60,11 @@ namespace kvdrive::tier {
 class PrefixStore {
  public:
   struct Params {
-    std::string dir{};                               ///< the store's folder (made if missing; its parent must exist)
-    PrefixDigest model{};                            ///< what else decides the K/V (weights, RoPE, ...): required
-    std::uint64_t capacity_bytes = std::uint64_t{8} << 30;  ///< bytes of .kvp files kept; least recently used go first
+    std::string dir{};                                       ///< the store's folder (made if missing; its parent must exist)
+    PrefixDigest model{};                                    ///< what else decides the K/V (weights, RoPE, ...): required
+    std::uint64_t capacity_bytes = std::uint64_t{8} << 30;   ///< bytes of .kvp files kept; least recently used go first
     std::size_t max_pending_bytes = std::size_t{256} << 20;  ///< pages waiting for their other layers
-    bool sync = true;                                ///< fdatasync each file and the folder (durable across power loss)
+    bool sync = true;                                        ///< fdatasync each file and the folder (durable across power loss)
   };
 
   /// Opens (or makes) the folder and locks it for this process; throws kvdrive::Error if another
@@ -74,8 +74,7 @@ class PrefixStore {
     KVD_EXPECT(p_.model.low != 0 || p_.model.high != 0, "PrefixStore {}: no model digest (Params::model): pages of different models would meet",
                p_.dir);
     KVD_EXPECT(p_.capacity_bytes > 0, "PrefixStore {}: capacity_bytes must be > 0", p_.dir);
-    if (::mkdir(p_.dir.c_str(), 0700) != 0)
-      KVD_EXPECT(errno == EEXIST, "PrefixStore: cannot make the folder {}: {}", p_.dir, std::strerror(errno));
+    if (::mkdir(p_.dir.c_str(), 0700) != 0) KVD_EXPECT(errno == EEXIST, "PrefixStore: cannot make the folder {}: {}", p_.dir, std::strerror(errno));
     lock();
     scan();
   }
@@ -92,8 +91,8 @@ class PrefixStore {
   void open(const TierGeometry& g) {
     std::lock_guard lock(*mu_);
     KVD_EXPECT(g.page_bytes > 0 && g.layers > 0 && g.kv_heads > 0,
-               "PrefixStore {}: open needs the page size, layers and KV heads (got {} bytes, {} layers, {} heads)", p_.dir, g.page_bytes,
-               g.layers, g.kv_heads);
+               "PrefixStore {}: open needs the page size, layers and KV heads (got {} bytes, {} layers, {} heads)", p_.dir, g.page_bytes, g.layers,
+               g.kv_heads);
     KVD_EXPECT(g_.page_bytes == 0 || (g.page_bytes == g_.page_bytes && g.layers == g_.layers && g.kv_heads == g_.kv_heads),
                "PrefixStore {}: opened again with another geometry", p_.dir);
     g_ = g;
@@ -249,8 +248,7 @@ class PrefixStore {
   // ---- the page files (prefix_store/page_files.hpp) ---------------------------------------
 
   bool store(const PrefixDigest& key, const std::string& name, const Pending& pend, PageChain chain, std::set<std::string>& own);
-  bool read_file(const PrefixDigest& key, std::span<const ReadRequest> reads, const std::vector<std::size_t>& which,
-                 std::vector<RemoteRead>& out);
+  bool read_file(const PrefixDigest& key, std::span<const ReadRequest> reads, const std::vector<std::size_t>& which, std::vector<RemoteRead>& out);
 
   /// How many leading page keys of the chain have files.
   std::uint32_t stored_run(PageChain chain) const {
@@ -312,8 +310,8 @@ class PrefixStore {
   TierGeometry g_{};
   prefix_store::Fd lock_;
   std::unique_ptr<std::mutex> mu_ = std::make_unique<std::mutex>();  // a unique_ptr so that a store can be moved
-  std::map<std::string, Entry> entries_;                     // .kvp files by name
-  std::set<std::pair<std::int64_t, std::string>> by_use_;    // (last use, name), least recent first
+  std::map<std::string, Entry> entries_;                             // .kvp files by name
+  std::set<std::pair<std::int64_t, std::string>> by_use_;            // (last use, name), least recent first
   std::uint64_t stored_bytes_ = 0, evicted_ = 0;
   std::map<std::pair<std::uint64_t, std::uint64_t>, Pending> pending_;
   std::size_t pending_bytes_ = 0;

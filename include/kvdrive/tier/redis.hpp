@@ -66,8 +66,7 @@ class RedisTier {
     KVD_EXPECT(p.ttl_ms >= 0 && p.ttl_ms <= (std::int64_t{1} << 40), "RedisTier: ttl_ms is {}, expected 0..2^40 (0: no expiry)", p.ttl_ms);
     KVD_EXPECT(p.timeout_ms > 0, "RedisTier: timeout_ms is {}, expected > 0", p.timeout_ms);
     KVD_EXPECT(p.retry_after_ms >= 0, "RedisTier: retry_after_ms is {}, expected >= 0", p.retry_after_ms);
-    KVD_EXPECT(p.max_in_flight >= 1 && p.max_in_flight <= 65536, "RedisTier: max_in_flight is {}, expected 1..65536",
-               p.max_in_flight);
+    KVD_EXPECT(p.max_in_flight >= 1 && p.max_in_flight <= 65536, "RedisTier: max_in_flight is {}, expected 1..65536", p.max_in_flight);
     KVD_EXPECT(!p.key_prefix.empty(), "RedisTier: empty key_prefix");
     s_->budget.configure(p.byte_budget, p.ttl_ms);
     if (!p.secret.empty()) s_->mac = std::make_unique<redis::ValueMac>(p.secret);
@@ -146,8 +145,7 @@ class RedisTier {
 
   /// Starts reading shared pages into the callers' buffers; returns at once.
   ReadTicket submit(PageChain chain, std::span<const ReadRequest> reads) {
-    for (const ReadRequest& r : reads)
-      KVD_EXPECT(r.key.page < chain.size(), "RedisTier: page {} is past its chain of {} pages", r.key, chain.size());
+    for (const ReadRequest& r : reads) KVD_EXPECT(r.key.page < chain.size(), "RedisTier: page {} is past its chain of {} pages", r.key, chain.size());
     return submit_reads(chain, reads);
   }
 
@@ -189,8 +187,8 @@ class RedisTier {
       s_->encode(job->keys.back(), pages[i].src, job->values.data() + i * vb);
     }
     run_sync(job);
-    KVD_EXPECT(job->stored == pages.size(), "RedisTier: stored {} of {} pages on {} ({})", job->stored, pages.size(),
-               s_->url.describe(), job->why.empty() ? "byte budget full" : job->why);
+    KVD_EXPECT(job->stored == pages.size(), "RedisTier: stored {} of {} pages on {} ({})", job->stored, pages.size(), s_->url.describe(),
+               job->why.empty() ? "byte budget full" : job->why);
   }
 
   /// Starts reading pages (stored through write()) into the callers' buffers; returns at once.
@@ -200,8 +198,7 @@ class RedisTier {
   /// a server's trouble. A buffer whose read is not a hit holds undefined bytes.
   void wait_each(ReadTicket ticket, std::span<RemoteRead> outcomes) {
     std::shared_ptr<Job> job = take(ticket);
-    KVD_EXPECT(outcomes.size() == job->outcomes.size(), "RedisTier::wait_each: {} outcome slots for {} reads", outcomes.size(),
-               job->outcomes.size());
+    KVD_EXPECT(outcomes.size() == job->outcomes.size(), "RedisTier::wait_each: {} outcome slots for {} reads", outcomes.size(), job->outcomes.size());
     std::copy(job->outcomes.begin(), job->outcomes.end(), outcomes.begin());
   }
 

@@ -18,7 +18,7 @@
 namespace kvdrive::tier {
 
 struct RedisUrl {
-  std::string host;         ///< TCP host (empty for a Unix socket)
+  std::string host;  ///< TCP host (empty for a Unix socket)
   int port = 6379;
   std::string socket_path;  ///< Unix socket path (empty for TCP)
   std::string user;         ///< empty: the default user
@@ -119,7 +119,9 @@ struct RedisUrl {
         out += s[i];
         continue;
       }
-      const auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1; };
+      const auto hex = [](char c) {
+        return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+      };
       const int hi = i + 2 < s.size() ? hex(s[i + 1]) : -1, lo = i + 2 < s.size() ? hex(s[i + 2]) : -1;
       KVD_EXPECT(hi >= 0 && lo >= 0, "redis URL '{}': bad percent-escape in the user or password", url);
       out += static_cast<char>(hi * 16 + lo);

@@ -40,14 +40,14 @@ enum class RemoteRead : std::uint8_t {
 /// Counters of a remote tier, since it was made. Reads count pages.
 struct RemoteStats {
   std::uint64_t hits = 0, missing = 0, corrupt = 0, errors = 0;  ///< reads, by outcome
-  std::uint64_t written = 0;         ///< pages stored
-  std::uint64_t write_errors = 0;    ///< pages not stored: server down, timeout, error reply
-  std::uint64_t over_budget = 0;     ///< pages not stored: the byte budget was full
-  std::uint64_t dropped = 0;         ///< published pages dropped: too many bytes already queued
-  std::uint64_t bytes_read = 0, bytes_written = 0;  ///< page bytes (hits, stored pages)
-  std::uint64_t lookups = 0;         ///< lookup() calls
-  std::uint64_t lookup_errors = 0;   ///< lookups cut short by the server (counted as nothing more found)
-  std::uint64_t connects = 0;        ///< connections made (the first, and each reconnect)
+  std::uint64_t written = 0;                                     ///< pages stored
+  std::uint64_t write_errors = 0;                                ///< pages not stored: server down, timeout, error reply
+  std::uint64_t over_budget = 0;                                 ///< pages not stored: the byte budget was full
+  std::uint64_t dropped = 0;                                     ///< published pages dropped: too many bytes already queued
+  std::uint64_t bytes_read = 0, bytes_written = 0;               ///< page bytes (hits, stored pages)
+  std::uint64_t lookups = 0;                                     ///< lookup() calls
+  std::uint64_t lookup_errors = 0;                               ///< lookups cut short by the server (counted as nothing more found)
+  std::uint64_t connects = 0;                                    ///< connections made (the first, and each reconnect)
   std::uint64_t misses() const { return missing + corrupt + errors; }
 };
 
@@ -89,16 +89,15 @@ struct RemoteValue {
 using PageChain = std::span<const PrefixDigest>;
 
 template <class T>
-concept RemoteTier =
-    requires(T& t, const T& ct, const TierGeometry& g, PageChain chain, std::span<const WriteRequest> pages,
-             std::span<const ReadRequest> reads, ReadTicket ticket, std::span<RemoteRead> outcomes, std::uint32_t n) {
-      t.open(g);                 // the page size; a tier may be opened again with the same one
-      t.publish(chain, pages);   // store best-effort; never throws
-      { t.lookup(chain, n, n) } -> std::same_as<std::uint32_t>;  // leading pages of chain present for every (layer, head)
-      { t.submit(chain, reads) } -> std::same_as<ReadTicket>;
-      t.wait_each(ticket, outcomes);  // each read's outcome; never throws for server trouble
-      { ct.remote_stats() } -> std::same_as<RemoteStats>;
-    };
+concept RemoteTier = requires(T& t, const T& ct, const TierGeometry& g, PageChain chain, std::span<const WriteRequest> pages,
+                              std::span<const ReadRequest> reads, ReadTicket ticket, std::span<RemoteRead> outcomes, std::uint32_t n) {
+  t.open(g);                                                 // the page size; a tier may be opened again with the same one
+  t.publish(chain, pages);                                   // store best-effort; never throws
+  { t.lookup(chain, n, n) } -> std::same_as<std::uint32_t>;  // leading pages of chain present for every (layer, head)
+  { t.submit(chain, reads) } -> std::same_as<ReadTicket>;
+  t.wait_each(ticket, outcomes);  // each read's outcome; never throws for server trouble
+  { ct.remote_stats() } -> std::same_as<RemoteStats>;
+};
 
 /// The default of KvManager's Remote parameter: no remote tier.
 struct NoRemote {};

@@ -31,10 +31,10 @@ inline constexpr std::uint32_t kOldestVersion = 1;  ///< version 1: slots only, 
 struct Header {
   char magic[8] = {};
   std::uint32_t version = kVersion;
-  std::uint32_t alignment = 0;    ///< direct-I/O alignment the store was made with
+  std::uint32_t alignment = 0;  ///< direct-I/O alignment the store was made with
   std::uint64_t page_bytes = 0;
   std::uint64_t slot_bytes = 0;
-  std::uint64_t checksum = 0;     ///< xxh3 of the fields above
+  std::uint64_t checksum = 0;  ///< xxh3 of the fields above
 
   std::uint64_t compute_checksum() const { return XXH3_64bits(this, offsetof(Header, checksum)); }
 };
@@ -46,7 +46,7 @@ struct LogRecord {
   std::uint64_t sequence = 0;  ///< 1, 2, 3, ... (0: no record)
   RecordKind kind = RecordKind::put;
   std::uint32_t layer = 0;
-  std::uint64_t seq_id = 0;    ///< the page's sequence (PageKey::sequence)
+  std::uint64_t seq_id = 0;  ///< the page's sequence (PageKey::sequence)
   std::uint32_t head = 0;
   std::uint32_t page = 0;
   std::uint64_t slot = 0;

@@ -30,13 +30,16 @@ class Tiers {
                 "stop decoding when its server fails; give it to KvManager::share_prefixes (docs/remote.md)");
 
   Tiers() = default;
-  explicit Tiers(Fast fast, Backing... backing)
-      : tiers_(std::move(fast), std::move(backing)...) {}
+  explicit Tiers(Fast fast, Backing... backing) : tiers_(std::move(fast), std::move(backing)...) {}
 
   template <std::size_t I>
-  auto& get() { return std::get<I>(tiers_); }
+  auto& get() {
+    return std::get<I>(tiers_);
+  }
   template <std::size_t I>
-  const auto& get() const { return std::get<I>(tiers_); }
+  const auto& get() const {
+    return std::get<I>(tiers_);
+  }
   Fast& fast() { return std::get<0>(tiers_); }
 
   /// Calls f(tier) for the tier at run-time index i.
@@ -57,10 +60,12 @@ class Tiers {
   /// Opens the fast tier with one geometry and the backing tiers with another (pages stored
   /// coded, Config::cold_codec, are smaller there).
   void open(const tier::TierGeometry& fast, const tier::TierGeometry& backing) {
-    std::apply([&](auto& f, auto&... t) {
-      f.open(fast);
-      (t.open(backing), ...);
-    }, tiers_);
+    std::apply(
+        [&](auto& f, auto&... t) {
+          f.open(fast);
+          (t.open(backing), ...);
+        },
+        tiers_);
   }
 
  private:

@@ -42,8 +42,8 @@ inline void PrefixStore::lock() {
     KVD_EXPECT(error == EWOULDBLOCK, "PrefixStore {}: cannot lock {}: {}", p_.dir, name, std::strerror(error));
     fail("PrefixStore {}: the store is in use by {}; one process at a time may use a prefix store (lock file {})", p_.dir,
          pid == ::getpid() ? fmt::format("this process (pid {}): another PrefixStore has it open", pid)
-                           : pid > 0 ? fmt::format("process {}", pid)
-                                     : std::string("another process"),
+         : pid > 0         ? fmt::format("process {}", pid)
+                           : std::string("another process"),
          name);
   }
   const std::string pid = fmt::format("{}\n", ::getpid());

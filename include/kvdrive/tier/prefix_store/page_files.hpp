@@ -29,8 +29,7 @@
 namespace kvdrive::tier {
 
 /// Writes a page key's file (temporary name, sync, rename); true if it was stored.
-inline bool PrefixStore::store(const PrefixDigest& key, const std::string& name, const Pending& pend, PageChain chain,
-                               std::set<std::string>& own) {
+inline bool PrefixStore::store(const PrefixDigest& key, const std::string& name, const Pending& pend, PageChain chain, std::set<std::string>& own) {
   const std::uint64_t bytes = file_bytes();
   if (!make_room(bytes, chain, own)) {
     stats_.over_budget += streams();
@@ -42,15 +41,13 @@ inline bool PrefixStore::store(const PrefixDigest& key, const std::string& name,
   h.model_low = p_.model.low, h.model_high = p_.model.high, h.page_low = key.low, h.page_high = key.high;
   h.checksum = h.sum();
   std::vector<std::uint64_t> sums(streams());
-  for (std::size_t s = 0; s < sums.size(); ++s)
-    sums[s] = prefix_store::page_sum(key, s, pend.bytes.data() + s * g_.page_bytes, g_.page_bytes);
+  for (std::size_t s = 0; s < sums.size(); ++s) sums[s] = prefix_store::page_sum(key, s, pend.bytes.data() + s * g_.page_bytes, g_.page_bytes);
   const std::string tmp = fmt::format("{}/.tmp-{}-{}", p_.dir, ::getpid(), ++temporaries_);
   const std::int64_t now = next_stamp();
   bool ok = false;
   {
     prefix_store::Fd f(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-    ok = f.fd >= 0 && prefix_store::pwrite_all(f.fd, &h, sizeof h, 0) &&
-         prefix_store::pwrite_all(f.fd, sums.data(), sums.size() * 8, sizeof h) &&
+    ok = f.fd >= 0 && prefix_store::pwrite_all(f.fd, &h, sizeof h, 0) && prefix_store::pwrite_all(f.fd, sums.data(), sums.size() * 8, sizeof h) &&
          prefix_store::pwrite_all(f.fd, pend.bytes.data(), pend.bytes.size(), static_cast<off_t>(sizeof h + sums.size() * 8)) &&
          (!p_.sync || ::fdatasync(f.fd) == 0);
     if (ok) prefix_store::set_mtime(f.fd, now);

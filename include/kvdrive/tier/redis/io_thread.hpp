@@ -82,8 +82,7 @@ class IoThread {
           } else if (r->type == REDIS_REPLY_NIL) {
             out = RemoteRead::missing;
             delta.missing += 1;
-          } else if (r->type == REDIS_REPLY_STRING &&
-                     s_.decode(job.keys[i], reinterpret_cast<const std::byte*>(r->str), r->len, job.dst[i])) {
+          } else if (r->type == REDIS_REPLY_STRING && s_.decode(job.keys[i], reinterpret_cast<const std::byte*>(r->str), r->len, job.dst[i])) {
             out = RemoteRead::hit;
             delta.hits += 1;
             delta.bytes_read += page_bytes;
@@ -104,10 +103,8 @@ class IoThread {
     const auto now = Clock::now();
     for (std::size_t i = 0; i < job.keys.size(); ++i) {
       taken[i] = s_.budget.take(job.keys[i], now);
-      if (taken[i] != Take::refused)
-        send.push_back(i);
-      else
-        s_.stats.over_budget += 1;
+      if (taken[i] != Take::refused) send.push_back(i);
+      else s_.stats.over_budget += 1;
     }
     return send;
   }
@@ -128,10 +125,8 @@ class IoThread {
             if (s_.p.ttl_ms > 0) c.add("PX"), c.add(ttl);
           },
           [&](std::size_t j, redisReply* r) {
-            if (r != nullptr && r->type == REDIS_REPLY_STATUS)
-              ok.push_back(send[j]);
-            else
-              failed.push_back(send[j]);
+            if (r != nullptr && r->type == REDIS_REPLY_STATUS) ok.push_back(send[j]);
+            else failed.push_back(send[j]);
             if (r != nullptr && r->type == REDIS_REPLY_ERROR) job.why = std::string(r->str, r->len);
           });
     } catch (...) {  // out of memory: what was not answered counts as not stored

@@ -28,7 +28,7 @@ struct Job {
   } lookup;
   std::size_t stored = 0;
   std::uint32_t found = 0;
-  std::string why;  // the last connection or reply error
+  std::string why;       // the last connection or reply error
   bool replied = false;  // the server has answered part of it
   bool done = false;
 };

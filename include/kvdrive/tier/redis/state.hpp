@@ -41,7 +41,7 @@ struct State {
   std::deque<std::shared_ptr<Job>> background;  // publish() and flush()
   std::unordered_map<ReadTicket, std::shared_ptr<Job>> tickets;
   ReadTicket next_ticket = 0;
-  std::string instance;  // this object's part of the plain StorageTier keys
+  std::string instance;          // this object's part of the plain StorageTier keys
   std::size_t queued_bytes = 0;  // publish() values not yet sent
   RemoteStats stats;
   ByteBudget budget;

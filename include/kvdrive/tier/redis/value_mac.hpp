@@ -36,8 +36,8 @@ class ValueMac {
 
   /// Keys the MAC with `secret` (at least kMinSecretBytes bytes).
   explicit ValueMac(std::string_view secret) {
-    KVD_EXPECT(secret.size() >= kMinSecretBytes, "RedisTier: the secret has {} bytes; a deployment's secret needs at least {}",
-               secret.size(), kMinSecretBytes);
+    KVD_EXPECT(secret.size() >= kMinSecretBytes, "RedisTier: the secret has {} bytes; a deployment's secret needs at least {}", secret.size(),
+               kMinSecretBytes);
     mac_.reset(EVP_MAC_fetch(nullptr, "HMAC", nullptr));
     KVD_EXPECT(mac_ != nullptr, "RedisTier: OpenSSL has no HMAC");
     keyed_.reset(EVP_MAC_CTX_new(mac_.get()));

@@ -166,9 +166,8 @@ class LogReplay {
 
   /// A put's data was synced before its record: its slot lies inside the data file.
   bool slot_in_file(const LogRecord& rec) const {
-    return rec.kind == RecordKind::erase ||
-           (rec.kind == RecordKind::put && l_.block_of(rec.slot) < data_size_ / l_.block_bytes() &&
-            l_.block_offset(l_.block_of(rec.slot)) + l_.block_bytes() <= data_size_);
+    return rec.kind == RecordKind::erase || (rec.kind == RecordKind::put && l_.block_of(rec.slot) < data_size_ / l_.block_bytes() &&
+                                             l_.block_offset(l_.block_of(rec.slot)) + l_.block_bytes() <= data_size_);
   }
 
   StoreFiles<File>& files_;

@@ -19,17 +19,17 @@ enum class SsdOpen {
 
 /// SsdTier::Params (one type for every BasicSsdTier).
 struct SsdParams {
-  std::string path;                           ///< the data file (made if missing); the log is PATH.log, the lock PATH.lock
+  std::string path;  ///< the data file (made if missing); the log is PATH.log, the lock PATH.lock
   SsdOpen mode = SsdOpen::open_or_create;
-  bool delete_on_close = false;               ///< a scratch store: its data file and log go when the tier does
-  std::size_t capacity_pages = 0;             ///< 0: grows until the disk is full
-  std::size_t alignment = 0;                  ///< blocks of a new store; 0: 4096, or the device's direct-I/O alignment (statx STATX_DIOALIGN) if larger
-  unsigned queue_depth = 64;                  ///< reads in flight
-  std::size_t max_merge_bytes = 256u << 10;   ///< the largest merged read of adjacent slots
-  std::size_t extent_pages = 64;              ///< slots a stream takes at a time (pages not packed)
-  bool pack_pages = true;                     ///< a new store packs pages of up to half a block several to a block
+  bool delete_on_close = false;    ///< a scratch store: its data file and log go when the tier does
+  std::size_t capacity_pages = 0;  ///< 0: grows until the disk is full
+  std::size_t alignment = 0;       ///< blocks of a new store; 0: 4096, or the device's direct-I/O alignment (statx STATX_DIOALIGN) if larger
+  unsigned queue_depth = 64;       ///< reads in flight
+  std::size_t max_merge_bytes = 256u << 10;  ///< the largest merged read of adjacent slots
+  std::size_t extent_pages = 64;             ///< slots a stream takes at a time (pages not packed)
+  bool pack_pages = true;                    ///< a new store packs pages of up to half a block several to a block
   IoBackend io = IoBackend::automatic;
-  bool direct_io = true;                      ///< O_DIRECT where the file system allows it
+  bool direct_io = true;  ///< O_DIRECT where the file system allows it
 };
 
 }  // namespace kvdrive::tier

@@ -58,20 +58,20 @@ struct PosixFile {
 /// What BasicSsdTier and BasicIoEngine need of a File: PosixFile's members, and copies.
 template <class F>
 concept SsdFile = std::copy_constructible<F> &&
-                  requires(F& f, const char* path, int fd, void* buf, const void* cbuf, const ::iovec* iov, struct stat* st) {
-                    { f.access(path, 0) } -> std::same_as<int>;
-                    { f.open(path, 0, mode_t{}) } -> std::same_as<int>;
-                    { f.close(fd) } -> std::same_as<int>;
-                    { f.unlink(path) } -> std::same_as<int>;
-                    { f.pread(fd, buf, std::size_t{}, off_t{}) } -> std::same_as<ssize_t>;
-                    { f.preadv(fd, iov, 0, off_t{}) } -> std::same_as<ssize_t>;
-                    { f.pwrite(fd, cbuf, std::size_t{}, off_t{}) } -> std::same_as<ssize_t>;
-                    { f.fdatasync(fd) } -> std::same_as<int>;
-                    { f.fsync(fd) } -> std::same_as<int>;
-                    { f.ftruncate(fd, off_t{}) } -> std::same_as<int>;
-                    { f.fstat(fd, st) } -> std::same_as<int>;
-                    { f.flock(fd, 0) } -> std::same_as<int>;
-                  };
+    requires(F& f, const char* path, int fd, void* buf, const void* cbuf, const ::iovec* iov, struct stat* st) {
+  { f.access(path, 0) } -> std::same_as<int>;
+  { f.open(path, 0, mode_t{}) } -> std::same_as<int>;
+  { f.close(fd) } -> std::same_as<int>;
+  { f.unlink(path) } -> std::same_as<int>;
+  { f.pread(fd, buf, std::size_t{}, off_t{}) } -> std::same_as<ssize_t>;
+  { f.preadv(fd, iov, 0, off_t{}) } -> std::same_as<ssize_t>;
+  { f.pwrite(fd, cbuf, std::size_t{}, off_t{}) } -> std::same_as<ssize_t>;
+  { f.fdatasync(fd) } -> std::same_as<int>;
+  { f.fsync(fd) } -> std::same_as<int>;
+  { f.ftruncate(fd, off_t{}) } -> std::same_as<int>;
+  { f.fstat(fd, st) } -> std::same_as<int>;
+  { f.flock(fd, 0) } -> std::same_as<int>;
+};
 static_assert(SsdFile<PosixFile>);
 
 }  // namespace kvdrive::tier

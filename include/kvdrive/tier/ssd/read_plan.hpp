@@ -119,18 +119,16 @@ void check_reads(const ReadBatch& b, const Layout& l, const std::string& path) {
     const Want& w0 = b.want[b.first[o]];
     KVD_EXPECT(op.result >= 0, "SsdTier {}: read error on page {} (slot {}): {}", path, w0.req->key, w0.slot,
                std::strerror(static_cast<int>(-op.result)));
-    KVD_EXPECT(static_cast<std::size_t>(op.result) == op.len, "SsdTier {}: short read of page {} (slot {}): {} of {} bytes", path,
-               w0.req->key, w0.slot, op.result, op.len);
+    KVD_EXPECT(static_cast<std::size_t>(op.result) == op.len, "SsdTier {}: short read of page {} (slot {}): {} of {} bytes", path, w0.req->key,
+               w0.slot, op.result, op.len);
     const std::size_t end = o + 1 < b.ops.size() ? b.first[o + 1] : b.want.size();
     const std::uint64_t first_block = l.block_of(w0.slot);
     for (std::size_t k = b.first[o]; k < end; ++k) {
       const Want& w = b.want[k];
-      const std::byte* src =
-          b.scatter ? w.req->dst : op.buf + (l.block_of(w.slot) - first_block) * l.block_bytes() + l.offset_in_block(w.slot);
+      const std::byte* src = b.scatter ? w.req->dst : op.buf + (l.block_of(w.slot) - first_block) * l.block_bytes() + l.offset_in_block(w.slot);
       std::uint64_t h = 0;
       KVD_EXPECT(Verify::intact(src, l.page_bytes, w.hash, h),
-                 "SsdTier {}: checksum mismatch on page {} (slot {}): stored xxh3 {:016x}, read {:016x}", path, w.req->key, w.slot,
-                 w.hash, h);
+                 "SsdTier {}: checksum mismatch on page {} (slot {}): stored xxh3 {:016x}, read {:016x}", path, w.req->key, w.slot, w.hash, h);
       if (!b.scatter) std::memcpy(w.req->dst, src, l.page_bytes);
     }
   }

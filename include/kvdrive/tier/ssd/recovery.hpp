@@ -26,23 +26,21 @@ void BasicSsdTier<File, Verify>::open(const TierGeometry& g) {
   KVD_EXPECT(!files_.is_open(), "SsdTier {}: already open", params_.path);
   KVD_EXPECT(!params_.path.empty(), "SsdTier: no path given");
   KVD_EXPECT(g.page_bytes > 0, "SsdTier: page size 0");
-  KVD_EXPECT(params_.extent_pages >= 1 && params_.max_merge_bytes >= 1, "SsdTier {}: extent_pages and max_merge_bytes must be >= 1",
-             params_.path);
+  KVD_EXPECT(params_.extent_pages >= 1 && params_.max_merge_bytes >= 1, "SsdTier {}: extent_pages and max_merge_bytes must be >= 1", params_.path);
   layout_.page_bytes = g.page_bytes;
   try {
     files_.lock(params_.path, read_only());
     if (params_.mode == SsdOpen::recreate) files_.remove_store(params_.path);
     const bool exists = files_.exists(params_.path);
-    KVD_EXPECT(!exists || files_.is_store_or_empty(params_.path), "{} is not a kvdrive store (bad header)", params_.path);  // before the log is made beside it
+    KVD_EXPECT(!exists || files_.is_store_or_empty(params_.path), "{} is not a kvdrive store (bad header)",
+               params_.path);  // before the log is made beside it
     KVD_EXPECT(!read_only() || (exists && files_.exists(log_name())), "SsdTier {}: no store there to open read-only", params_.path);
     files_.open(params_.path, exists, exists && files_.exists(log_name()), params_.direct_io, read_only());
     layout_.align = params_.alignment ? params_.alignment : files_.dio_alignment();
-    KVD_EXPECT(layout_.align >= 512 && (layout_.align & (layout_.align - 1)) == 0,
-               "SsdTier {}: alignment {} is not a power of two >= 512", params_.path, layout_.align);
-    if (exists && !creation_cut_short())
-      recover();
-    else
-      create();
+    KVD_EXPECT(layout_.align >= 512 && (layout_.align & (layout_.align - 1)) == 0, "SsdTier {}: alignment {} is not a power of two >= 512",
+               params_.path, layout_.align);
+    if (exists && !creation_cut_short()) recover();
+    else create();
     slots_.configure(params_.capacity_pages, params_.extent_pages, layout_.per_block);
     slots_.rebuild(map_);
     io_.open(params_.io, params_.queue_depth, 0);
@@ -60,8 +58,7 @@ void BasicSsdTier<File, Verify>::open(const TierGeometry& g) {
 template <SsdFile File, class Verify>
 bool BasicSsdTier<File, Verify>::creation_cut_short() {
   if (files_.size(files_.log(), log_name()) != 0) return false;
-  KVD_EXPECT(!read_only(), "SsdTier {}: a store whose making was cut short (an empty log); open it for writing once to finish it",
-             params_.path);
+  KVD_EXPECT(!read_only(), "SsdTier {}: a store whose making was cut short (an empty log); open it for writing once to finish it", params_.path);
   recovery_.why = "a store whose making was cut short (an empty log): made again";
   return true;
 }
@@ -100,17 +97,15 @@ void BasicSsdTier<File, Verify>::read_headers() {
   layout_.align = dh.alignment;
   const ssd_format::Header lh = files_.read_header(files_.log(), ssd_format::kLogMagic, layout_.align, layout_.page_bytes, log_name());
   KVD_EXPECT(lh.slot_bytes == dh.slot_bytes && lh.alignment == dh.alignment, "{}: data and log headers disagree", params_.path);
-  KVD_EXPECT(layout_.valid_slot_bytes(dh.slot_bytes) && (dh.version >= 2 || dh.slot_bytes % dh.alignment == 0),
-             "{}: bad slot size {}", params_.path, dh.slot_bytes);
+  KVD_EXPECT(layout_.valid_slot_bytes(dh.slot_bytes) && (dh.version >= 2 || dh.slot_bytes % dh.alignment == 0), "{}: bad slot size {}", params_.path,
+             dh.slot_bytes);
   layout_.set_slot_bytes(dh.slot_bytes);
 }
 
 template <SsdFile File, class Verify>
 void BasicSsdTier<File, Verify>::apply(const ssd_format::LogRecord& rec) {
-  if (rec.kind == ssd_format::RecordKind::put)
-    map_[rec.key()] = Entry{rec.slot, rec.data_hash};
-  else
-    map_.erase(rec.key());
+  if (rec.kind == ssd_format::RecordKind::put) map_[rec.key()] = Entry{rec.slot, rec.data_hash};
+  else map_.erase(rec.key());
 }
 
 }  // namespace kvdrive::tier

@@ -160,11 +160,11 @@ class Slots {
   std::size_t per_block_ = 1;
   std::uint64_t capacity_ = std::numeric_limits<std::uint64_t>::max();  ///< in blocks
   std::size_t extent_pages_ = 64;
-  std::uint64_t high_water_ = 0;  ///< blocks the file has had
+  std::uint64_t high_water_ = 0;     ///< blocks the file has had
   std::vector<std::uint32_t> live_;  ///< pages living in each block below high_water_
   std::unordered_map<StreamKey, Extent, StreamKeyHash> extents_;
   std::vector<std::uint64_t> free_, deferred_;  ///< blocks
-  std::size_t sorted_ = 0;  ///< free_[0, sorted_) is in order (see order())
+  std::size_t sorted_ = 0;                      ///< free_[0, sorted_) is in order (see order())
 };
 
 }  // namespace kvdrive::tier::ssd

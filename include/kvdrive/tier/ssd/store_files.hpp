@@ -177,17 +177,15 @@ class StoreFiles {
     std::byte* buf = block.get(align, align);
     IoRead r{0, align, buf, 0};
     read_once(fd, r);
-    KVD_EXPECT(r.result >= static_cast<std::int64_t>(sizeof(ssd_format::Header)), "{} is not a kvdrive store (too short: {} bytes)",
-               name, r.result < 0 ? 0 : r.result);
+    KVD_EXPECT(r.result >= static_cast<std::int64_t>(sizeof(ssd_format::Header)), "{} is not a kvdrive store (too short: {} bytes)", name,
+               r.result < 0 ? 0 : r.result);
     ssd_format::Header h;
     std::memcpy(&h, buf, sizeof h);
-    KVD_EXPECT(std::memcmp(h.magic, magic, 8) == 0 && h.checksum == h.compute_checksum(), "{} is not a kvdrive store (bad header)",
-               name);
+    KVD_EXPECT(std::memcmp(h.magic, magic, 8) == 0 && h.checksum == h.compute_checksum(), "{} is not a kvdrive store (bad header)", name);
     KVD_EXPECT(h.version >= ssd_format::kOldestVersion && h.version <= ssd_format::kVersion,
-               "{}: store format version {}, this build reads versions {} to {}", name, h.version, ssd_format::kOldestVersion,
-               ssd_format::kVersion);
-    KVD_EXPECT(h.page_bytes == page_bytes, "{}: a store of {}-byte pages, opened for {}-byte pages (another model shape or page size)",
-               name, h.page_bytes, page_bytes);
+               "{}: store format version {}, this build reads versions {} to {}", name, h.version, ssd_format::kOldestVersion, ssd_format::kVersion);
+    KVD_EXPECT(h.page_bytes == page_bytes, "{}: a store of {}-byte pages, opened for {}-byte pages (another model shape or page size)", name,
+               h.page_bytes, page_bytes);
     return h;
   }
 
