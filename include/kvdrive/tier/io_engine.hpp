@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -80,7 +81,10 @@ class BasicIoEngine {
     KVD_EXPECT(want != IoBackend::io_uring, "kvdrive was built without liburing; use the thread backend");
 #endif
     backend_ = IoBackend::threads;
-    pool_ = std::make_unique<ThreadPool>(threads ? threads : queue_depth < 16 ? queue_depth : 16);
+    pool_ = std::make_unique<ThreadPool>(threads            ? threads
+                                         : queue_depth < 16 ? queue_depth
+                                                            : 16,
+                                         std::chrono::microseconds{0});  // they block in pread: no polling
   }
 
   void close() {
