@@ -31,11 +31,12 @@ namespace detail {
 inline void dot_rows(const float* w, const float* x, float* y, std::size_t rows, std::size_t in) { quant::dot_rows_float(w, x, y, rows, in); }
 
 /// Products below this many weight bytes (times inputs) run on the calling thread alone: a
-/// fork-join of the pool costs ~6 us (measured, 2 threads), more than such a product takes
-/// (SmolLM2's 192 x 576 Q4_1 projection: ~4 us). Which thread runs a row never changes its
-/// result; tests set it to 0 to run small products on the pool.
+/// fork-join of the polling pool costs ~0.5 us (bench_thread_pool, 2 threads), while SmolLM2's
+/// smallest product (a 192 x 576 Q4_1 projection, 69 KiB) takes ~4 us on one thread; a sleeping
+/// pool's fork-join (~8-30 us) would cost more than such a product. Which thread runs a row never
+/// changes its result; tests set it to 0 to run small products on the pool.
 inline std::size_t& inline_product_bytes() {
-  static std::size_t bytes = std::size_t{256} << 10;
+  static std::size_t bytes = std::size_t{32} << 10;
   return bytes;
 }
 
