@@ -23,51 +23,58 @@ class StepAttention {
  public:
   StepAttention(Core& c, Store& store) : c_(c), store_(store) {}
 
-  /// Attends the plans: on the backend's threads, a stream a task; with a device fast tier, in
-  /// one launch.
+  /// Attends the plans: on the backend's threads, a split a task; with a device fast tier, in one
+  /// launch.
   void compute(std::span<Plan> plans) const {
     if constexpr (Core::kDeviceFast) compute_on_device(plans);
-    else c_.backend.parallel_for(plans.size(), [&](std::size_t j) { compute_one(plans[j]); });
+    else compute_on_host(plans);
   }
 
   /// The resident splits first (host only: the device attends the whole list in one launch).
   void compute_ready(std::span<Plan> plans) const {
-    if constexpr (!Core::kDeviceFast) c_.backend.parallel_for(plans.size(), [&](std::size_t j) { compute_ready_one(plans[j]); });
-  }
-
-  /// Attends every split of p not done yet and merges them into p.out / p.lse.
-  void compute_one(Plan& p) const {
-    const int g = c_.cfg.group(), d = c_.cfg.shape.head_dim;
-    prepare_splits(p);
-    for (std::uint32_t page : p.attended) p.refs.push_back(page_ref(p, page));
-    const std::size_t n = p.refs.size();
-    for (std::size_t s = 0; s < p.split_done.size(); ++s)
-      if (!p.split_done[s])
-        compute_split(p, s, std::span<const attention::PageRef>(p.refs).subspan(split_begin(s), split_end(s, n) - split_begin(s)));
-    p.out.resize(static_cast<std::size_t>(g) * d);
-    p.lse.resize(static_cast<std::size_t>(g));
-    attention::merge_splits(g, d, p.split_done.size(), p.split_out.data(), p.split_lse.data(), p.out.data(), p.lse.data());
-    score_cache_pages(p);
-  }
-
-  /// Attends the splits of p whose pages are all resident (no miss among them).
-  void compute_ready_one(Plan& p) const {
-    prepare_splits(p);
-    const std::size_t n = p.attended.size();
-    thread_local std::vector<attention::PageRef> refs;  // per worker, reused step after step
-    for (std::size_t s = 0; s < p.split_done.size(); ++s) {
-      const std::size_t a = split_begin(s), b = split_end(s, n);
-      bool resident = true;
-      for (std::size_t i = a; i < b && resident; ++i) resident = !std::binary_search(p.misses.begin(), p.misses.end(), p.attended[i]);
-      if (!resident) continue;
-      refs.clear();
-      for (std::size_t i = a; i < b; ++i) refs.push_back(page_ref(p, p.attended[i]));
-      compute_split(p, s, refs);
+    if constexpr (!Core::kDeviceFast) {
+      SplitTasks& tasks = split_tasks();
+      tasks.clear();
+      for (std::size_t j = 0; j < plans.size(); ++j) {
+        Plan& p = plans[j];
+        prepare_splits(p);
+        for (std::size_t s = 0; s < p.split_done.size(); ++s)
+          if (!p.split_done[s] && split_resident(p, s)) tasks.push_back({static_cast<std::uint32_t>(j), static_cast<std::uint32_t>(s)});
+      }
+      c_.backend.parallel_for(tasks.size(), [&](std::size_t i) {
+        Plan& p = plans[tasks[i].plan];
+        const std::size_t s = tasks[i].split, a = split_begin(s), b = split_end(s, p.attended.size());
+        thread_local std::vector<attention::PageRef> refs;  // per worker, reused step after step
+        refs.clear();
+        for (std::size_t k = a; k < b; ++k) refs.push_back(page_ref(p, p.attended[k]));
+        compute_split(p, s, refs);
+      });
     }
   }
 
+  /// Every split of every plan not attended yet, a task each, so that a few streams (SmolLM2 has 3
+  /// KV heads) keep every thread busy; then each plan's splits merge, in split order, into p.out
+  /// and p.lse. Each split's result is the same whichever thread computes it.
+  void compute_on_host(std::span<Plan> plans) const {
+    SplitTasks& tasks = split_tasks();
+    tasks.clear();
+    for (std::size_t j = 0; j < plans.size(); ++j) {
+      Plan& p = plans[j];
+      prepare_splits(p);
+      for (std::uint32_t page : p.attended) p.refs.push_back(page_ref(p, page));
+      for (std::size_t s = 0; s < p.split_done.size(); ++s)
+        if (!p.split_done[s]) tasks.push_back({static_cast<std::uint32_t>(j), static_cast<std::uint32_t>(s)});
+    }
+    c_.backend.parallel_for(tasks.size(), [&](std::size_t i) {
+      Plan& p = plans[tasks[i].plan];
+      const std::size_t s = tasks[i].split, a = split_begin(s);
+      compute_split(p, s, std::span<const attention::PageRef>(p.refs).subspan(a, split_end(s, p.refs.size()) - a));
+    });
+    for (Plan& p : plans) merge(p);
+  }
+
   /// The device path: the plans' page lists (slot addresses in device memory) go to the backend
-  /// as one PagedDecode, and the results come back to the plans as compute_one leaves them.
+  /// as one PagedDecode, and the results come back to the plans as compute_on_host leaves them.
   void compute_on_device(std::span<Plan> plans) const {
     const std::size_t g = static_cast<std::size_t>(c_.cfg.group()), d = static_cast<std::size_t>(c_.cfg.shape.head_dim);
     std::vector<float> q, out(plans.size() * g * d), lse(plans.size() * g), page_lse;
@@ -97,6 +104,32 @@ class StepAttention {
   }
 
  private:
+  struct SplitTask {
+    std::uint32_t plan, split;
+  };
+  using SplitTasks = std::vector<SplitTask>;
+  /// The calling thread's task list, reused step after step.
+  static SplitTasks& split_tasks() {
+    thread_local SplitTasks tasks;
+    return tasks;
+  }
+
+  /// Whether split s of p has no miss among its pages.
+  static bool split_resident(const Plan& p, std::size_t s) {
+    for (std::size_t i = split_begin(s), b = split_end(s, p.attended.size()); i < b; ++i)
+      if (std::binary_search(p.misses.begin(), p.misses.end(), p.attended[i])) return false;
+    return true;
+  }
+
+  /// p.out and p.lse from p's splits, merged in order; then the cache pages' eviction scores.
+  void merge(Plan& p) const {
+    const int g = c_.cfg.group(), d = c_.cfg.shape.head_dim;
+    p.out.resize(static_cast<std::size_t>(g) * d);
+    p.lse.resize(static_cast<std::size_t>(g));
+    attention::merge_splits(g, d, p.split_done.size(), p.split_out.data(), p.split_lse.data(), p.out.data(), p.lse.data());
+    score_cache_pages(p);
+  }
+
   static std::size_t split_begin(std::size_t s) { return s * attention::kSplitPages; }
   static std::size_t split_end(std::size_t s, std::size_t n) { return std::min(n, split_begin(s) + attention::kSplitPages); }
 
