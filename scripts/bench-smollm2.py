@@ -6,7 +6,12 @@ each at the largest. Not part of CI: llama.cpp comes from the llama-cpp-python p
 builds llama.cpp from source (about 15 minutes on 2 cores):
 
   pip install llama-cpp-python      # once
-  python3 scripts/bench-smollm2.py [--build build] [--contexts 512,2048,4096,8192] [--threads 2]
+  python3 scripts/bench-smollm2.py [--build build] [--contexts 512,2048,4096,8000] [--threads 2] [--repeat 3]
+
+Every figure is the median of --repeat runs, the runs of one context alternating between the
+programs (llama.cpp, then each kvd-llama mode, then again), so a slow minute of a noisy machine
+falls on all of them. On CPUs with AMX, llama.cpp's extra CPU buffer types crash in decode, so
+they are turned off there (use_extra_bufts).
 
 The prompt is real text (the licence texts of /usr/share/common-licenses, through kvd-llama's
 --needle document), decoding runs --steps tokens past any end-of-generation token.
@@ -14,6 +19,7 @@ The prompt is real text (the licence texts of /usr/share/common-licenses, throug
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,6 +32,13 @@ import json, sys, time
 import numpy as np
 import llama_cpp
 from llama_cpp import Llama
+if " amx" in open("/proc/cpuinfo").read():  # llama.cpp's AMX buffer types crash in decode
+    _default_params = llama_cpp.llama_cpp.llama_model_default_params
+    def _params():
+        p = _default_params()
+        p.use_extra_bufts = False
+        return p
+    llama_cpp.llama_cpp.llama_model_default_params = _params
 model, n, steps, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 text = open(sys.argv[5]).read()
 llm = Llama(model_path=model, n_ctx=n + steps + 8, n_threads=threads, n_threads_batch=threads, n_batch=512,
@@ -95,6 +108,7 @@ def main():
     ap.add_argument("--contexts", default="512,2048,4096,8000")
     ap.add_argument("--steps", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each program at each context; figures are their medians")
     ap.add_argument("--json", default="")
     ap.add_argument("--batches", default="1,4,8", help="batch sizes for the throughput table ('' to skip)")
     ap.add_argument("--batch-context", type=int, default=4000)
@@ -110,11 +124,17 @@ def main():
     contexts = [int(x) for x in a.contexts.split(",")]
     results = {name: {} for name in runs}
     for n in contexts:
-        for name, f in runs.items():
-            results[name][n] = f(n)
-            print(f"{name:26s} {n:6d}: prefill {results[name][n]['prefill']:8.1f} tok/s, decode {results[name][n]['decode']:7.2f} tok/s",
-                  file=sys.stderr)
-    print(f"\nSmolLM2-135M-Instruct Q4_1, {a.threads} threads, f16 KV, {a.steps} decode steps; tokens/s (ratio to llama.cpp)\n")
+        samples = {name: [] for name in runs}
+        for _ in range(a.repeat):
+            for name, f in runs.items():
+                r = f(n)
+                samples[name].append(r)
+                print(f"{name:26s} {n:6d}: prefill {r['prefill']:8.1f} tok/s, decode {r['decode']:7.2f} tok/s, {r['rss_mib']:.0f} MiB",
+                      file=sys.stderr)
+        for name in runs:
+            results[name][n] = {key: statistics.median(r[key] for r in samples[name]) for key in samples[name][0]}
+    print(f"\nSmolLM2-135M-Instruct Q4_1, {a.threads} threads, f16 KV, {a.steps} decode steps; tokens/s, medians of {a.repeat} "
+          "alternating runs (ratio to llama.cpp)\n")
     print("| run | " + " | ".join(f"decode {n}" for n in contexts) + " | " + " | ".join(f"prefill {n}" for n in contexts) + " |")
     print("|---" * (1 + 2 * len(contexts)) + "|")
     base = results["llama.cpp dense"]
