@@ -208,22 +208,22 @@ int main(int argc, char** argv) {
     ReplayContext cx;
     cx.model = &model;
     cx.pool = &pool;
-    cx.layout.threads = o.threads;
-    cx.layout.ssd_path = ((o.store_dir.empty() ? std::filesystem::temp_directory_path() : std::filesystem::path(o.store_dir)) /
-                          fmt::format("kvd-longbench-{}.store", ::getpid()))
-                             .string();
+    cx.layout.model.threads = o.threads;
+    cx.layout.tiers.ssd_path = ((o.store_dir.empty() ? std::filesystem::temp_directory_path() : std::filesystem::path(o.store_dir)) /
+                                fmt::format("kvd-longbench-{}.store", ::getpid()))
+                                   .string();
     const Prompter pr(model);
     std::string command = "kvd-longbench";
     for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
     nlohmann::json report = {{"command", command},
                              {"model", model.source},
-                             {"kv_dtype", cx.layout.dtype},
-                             {"page_tokens", cx.layout.page_tokens},
-                             {"sink_tokens", cx.layout.sink_tokens},
-                             {"local_tokens", cx.layout.local_tokens},
+                             {"kv_dtype", cx.layout.attention.dtype},
+                             {"page_tokens", cx.layout.attention.page_tokens},
+                             {"sink_tokens", cx.layout.attention.sink_tokens},
+                             {"local_tokens", cx.layout.attention.local_tokens},
                              {"threads", pool.threads()}};
-    fmt::print("kvd-longbench: {} ({} KV, {}-token pages, sink {}, local {}, {} threads)\n", model.source, cx.layout.dtype, cx.layout.page_tokens,
-               cx.layout.sink_tokens, cx.layout.local_tokens, pool.threads());
+    fmt::print("kvd-longbench: {} ({} KV, {}-token pages, sink {}, local {}, {} threads)\n", model.source, cx.layout.attention.dtype,
+               cx.layout.attention.page_tokens, cx.layout.attention.sink_tokens, cx.layout.attention.local_tokens, pool.threads());
     int failures = 0;
     if (o.fidelity) run_fidelity_mode(o, cx, pr, report);
     else failures = run_retrieval(o, cx, pr, report);

@@ -58,13 +58,13 @@ TEST_CASE("longbench documents: a unit too long for what is left is passed over 
   const std::vector<std::string> units = {"a b c d e f g h i j", big, "k l m n o p q r s t", "u v w x y z a b c d", "e f g h i j k l m n"};
   // Budget 45: 10 words, then the 40-word unit does not fit (10 + 40 + 2 needle words > 45), and
   // stopping there would leave 12 tokens, under 80%: it is passed over and the 10-word units follow.
-  const auto [doc, n] = detail::build_document(units, {{"NEEDLE here", 0.5}}, 45, words);
+  const auto [doc, n] = longbench::detail::build_document(units, {{"NEEDLE here", 0.5}}, 45, words);
   CHECK(n == 42);
   CHECK(doc.find("x x") == std::string::npos);
   CHECK(doc.find("NEEDLE here") != std::string::npos);
   CHECK(doc.find("k l m") != std::string::npos);
   // Where stopping at the long unit already fills 80%, the document stops there, as before.
-  const auto [doc2, n2] = detail::build_document({"a b c d e f g h i j", "k l m n o p q r s t", big}, {}, 24, words);
+  const auto [doc2, n2] = longbench::detail::build_document({"a b c d e f g h i j", "k l m n o p q r s t", big}, {}, 24, words);
   CHECK(n2 == 20);
   CHECK(doc2.find("x x") == std::string::npos);
   // Every seed of a run gives each task its document.

@@ -117,7 +117,7 @@ std::vector<FidelityCell> run_fidelity(const ReplayContext& cx, const Tok& tok, 
     llama::PrefillSnapshot full;
     {
       KvManager<index::Dense, eviction::None> kv(llama::manager_config(cx.layout, cx.model->config));
-      llama::Decoder<decltype(kv)> dec(*cx.model, kv, *cx.pool, cx.layout.prefill_chunk);
+      llama::Decoder<decltype(kv)> dec(*cx.model, kv, *cx.pool, cx.layout.attention.prefill_chunk);
       dec.keep_prefill(&full);
       dec.prefill(std::span<const int>(ids.data(), static_cast<std::size_t>(last)));
     }

@@ -254,7 +254,7 @@ inline std::vector<ConfigSpec> default_configs(const std::vector<double>& budget
 struct ReplayContext {
   const llama::Model* model = nullptr;
   ThreadPool* pool = nullptr;
-  llama::RunOptions layout;  ///< dtype, page/sink/local tokens, prefill chunk, threads, ssd_path, warm_up
+  llama::RunOptions layout;  ///< attention (dtype, page/sink/local tokens, prefill chunk), model.threads, tiers (ssd_path, warm_up)
 };
 
 /// What one configuration decoded: the tokens, the logits after each step, the decode time.
@@ -309,35 +309,36 @@ Replay decode(Dec& dec, const std::vector<float>& first, const ReplayPlan& p) {
 template <class Index, class TierList>
 Replay replay(const ReplayContext& cx, const ConfigSpec& c, const llama::PrefillSnapshot& snap, const ReplayPlan& p) {
   llama::RunOptions o = cx.layout;
-  o.budget = c.budget;
-  c.apply(o.carry);
-  c.apply(o.pins);
-  o.cold_codec = std::string(codec::codec_name(c.cold_codec()));
+  o.attention.budget = c.budget;
+  c.apply(o.attention.carry);
+  c.apply(o.attention.pins);
+  o.attention.cold_codec = std::string(codec::codec_name(c.cold_codec()));
   const Config cfg = llama::manager_config(o, cx.model->config);
   const std::int64_t context = snap.tokens + std::max<std::int64_t>(p.max_new, static_cast<std::int64_t>(p.forced.size()));
   llama::TierPlan plan;
   if constexpr (TierList::kCount > 1) {
     // A cache of window 3 beside sink, local and staging: most selected pages come from it, the
     // rest from the SSD.
-    const llama::FastTierNeed need = llama::fast_tier_need(o.prefill_chunk, cfg, context);
-    o.fast_bytes = static_cast<std::int64_t>((need.pages + 3 * need.streams * need.budget) * cfg.page_bytes());
+    const llama::FastTierNeed need = llama::fast_tier_need(o.attention.prefill_chunk, cfg, context);
+    o.tiers.fast_bytes = static_cast<std::int64_t>((need.pages + 3 * need.streams * need.budget) * cfg.page_bytes());
     plan = llama::plan_tiers(o, cfg, context);
   }
   using Manager = KvManager<Index, eviction::Lookahead, TierList>;
   Index ix = llama::index_for<Index>(cx.model->config);
   c.apply_all(ix);
   Replay r = [&] {  // the manager (and its store) closes at the end of this, so the store can go after it
-    Manager kv(cfg, std::move(ix), eviction::Lookahead{plan.window}, llama::make_tiers<TierList>(o, plan), {}, backend::Cpu({o.threads}));
+    Manager kv(cfg, std::move(ix), eviction::Lookahead{plan.window}, llama::make_tiers<TierList>(o.tiers, plan), {}, backend::Cpu({o.model.threads}));
     llama::Decoder<Manager> dec(*cx.model, kv, *cx.pool, snap.chunk);
     // Tiered: placement; either mode: the observation pins' ranking (KvManager::warm_up).
-    if (TierList::kCount > 1 || cfg.pins.enabled()) dec.warm_up_after_prefill(static_cast<int>(std::min<std::int64_t>(o.warm_up, snap.observed)));
+    if (TierList::kCount > 1 || cfg.pins.enabled())
+      dec.warm_up_after_prefill(static_cast<int>(std::min<std::int64_t>(o.tiers.warm_up, snap.observed)));
     const std::vector<float>& first = dec.prefill_from(snap);
     Replay out = decode(dec, first, p);
     const Stats& t = kv.total_stats();
     out.selected_per_stream = t.streams ? static_cast<double>(t.selected) / static_cast<double>(t.streams) : 0.0;
     return out;
   }();
-  if constexpr (TierList::kCount > 1) tier::SsdTier::remove_files(o.ssd_path);
+  if constexpr (TierList::kCount > 1) tier::SsdTier::remove_files(o.tiers.ssd_path);
   return r;
 }
 

@@ -86,13 +86,13 @@ inline Sample run_sample(const ReplayContext& cx, const Prompter& pr, const Task
     const auto t0 = std::chrono::steady_clock::now();
     const Config cfg = llama::manager_config(cx.layout, cx.model->config);
     KvManager<index::Dense, eviction::None> kv(cfg);
-    llama::Decoder<decltype(kv)> dec(*cx.model, kv, *cx.pool, cx.layout.prefill_chunk);
+    llama::Decoder<decltype(kv)> dec(*cx.model, kv, *cx.pool, cx.layout.attention.prefill_chunk);
     std::optional<eval::TraceWriter> trace;
     if (!trace_dir.empty()) {
       trace.emplace(trace_path(trace_dir, spec).string(), cfg.shape, cfg.dtype);
       dec.record(&*trace);
     }
-    dec.warm_up_after_prefill(cx.layout.warm_up);  // the queries tiered placement ranks pages by
+    dec.warm_up_after_prefill(cx.layout.tiers.warm_up);  // the queries tiered placement ranks pages by
     dec.keep_prefill(&snap);
     const std::vector<float>& first = dec.prefill(ids);
     s.prefill_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -2,7 +2,7 @@
 // builds the prompt, the tiers and the KvManager, prefills, decodes and prints the summary.
 // main.cpp runs it on the CPU; run_cuda.cu instantiates it with cuda::DeviceTier, backend::Cuda
 // and CublasLinear for --device cuda.
-//   run_options.hpp  the options (RunOptions)
+//   run_options.hpp  the options (RunOptions, by group)
 //   run_prompt.hpp   the prompt's text and ids
 //   run_manager.hpp  the KvManager's configuration, index and tiers
 //   run_share.hpp    prefix sharing through --remote or --prefix-store
@@ -40,44 +40,44 @@ namespace kvdrive::llama {
 template <class Index, class TierList = Tiers<tier::HostTier>, class Pipeline = pipeline::Serial, class Backend = backend::Cpu,
           class Linear = CpuLinear, class Remote = tier::NoRemote>
 int run(const RunOptions& o, const Model& model, ThreadPool& pool, Backend backend) {
-  if (o.batch > 1) return run_batch<Index, TierList, Pipeline, Backend, Linear>(o, model, pool, std::move(backend));
+  if (o.prompt.batch > 1) return run_batch<Index, TierList, Pipeline, Backend, Linear>(o, model, pool, std::move(backend));
   // Load: the prompt, the tiers, the manager and the decoder.
   const Config cfg = manager_config(o, model.config);
-  const std::optional<Tokenizer> tokenizer = make_tokenizer(o, model);
+  const std::optional<Tokenizer> tokenizer = make_tokenizer(o.model, model);
   const PromptInput in = prompt_input(o, model, tokenizer);
   constexpr bool tiered = TierList::kCount > 1;
   TierPlan plan;
-  if constexpr (tiered) plan = plan_tiers(o, cfg, static_cast<std::int64_t>(in.ids.size()) + o.steps);
+  if constexpr (tiered) plan = plan_tiers(o, cfg, static_cast<std::int64_t>(in.ids.size()) + o.sampling.steps);
   using Manager = KvManager<Index, eviction::Lookahead, TierList, Pipeline, Backend, Remote>;
-  PrefixShare<Remote>::check(o);
+  PrefixShare<Remote>::check(o.sharing, o.model.device);
   PrefixShare<Remote> share;  // outlives kv
-  Manager kv(cfg, index_for<Index>(model.config, rescore_pool_of(o)), eviction::Lookahead{plan.window}, make_tiers<TierList>(o, plan), {},
-             std::move(backend));
-  share.connect(o, model, kv, in.ids);
-  Decoder<Manager, Linear> decoder(model, kv, pool, o.prefill_chunk, std::span<const int>(share.shared));
-  if constexpr (tiered) set_up_tiered<Index, Pipeline>(o, plan, kv, decoder);
-  else if (cfg.pins.enabled()) decoder.warm_up_after_prefill(o.warm_up);  // ranks the pages to pin (KvManager::warm_up)
+  Manager kv(cfg, index_for<Index>(model.config, rescore_pool_of(o.attention)), eviction::Lookahead{plan.window}, make_tiers<TierList>(o.tiers, plan),
+             {}, std::move(backend));
+  share.connect(o.sharing, model, kv, in.ids);
+  Decoder<Manager, Linear> decoder(model, kv, pool, o.attention.prefill_chunk, std::span<const int>(share.shared));
+  if constexpr (tiered) set_up_tiered<Index, Pipeline>(o.tiers, plan, kv, decoder);
+  else if (cfg.pins.enabled()) decoder.warm_up_after_prefill(o.tiers.warm_up);  // ranks the pages to pin (KvManager::warm_up)
   std::optional<eval::TraceWriter> trace;
-  if (!o.record_trace.empty()) {
-    trace.emplace(o.record_trace, cfg.shape, cfg.dtype);
+  if (!o.output.record_trace.empty()) {
+    trace.emplace(o.output.record_trace, cfg.shape, cfg.dtype);
     decoder.record(&*trace);
   }
-  if (!o.print_ids) print_run_header<Index, Linear>(o, model, cfg, in, pool.threads());
+  if (!o.output.print_ids) print_run_header<Index, Linear>(o, model, cfg, in, pool.threads());
 
   // Prefill, then decode.
   Progress prefill_bar("prefill");
   const std::vector<float>& first = decoder.prefill(in.ids, [&](std::int64_t d, std::int64_t t) { prefill_bar.update(d, t); });
   const ReadMark prefill = read_mark<TierList>(kv);  // warm-up reads, kept apart from decoding's
-  const Decoded out = decode(o, tokenizer, in, decoder, &first);
+  const Decoded out = decode(o.sampling, o.output.print_ids, tokenizer, in, decoder, &first);
   if (trace) trace->close();
-  if (o.print_ids) print_ids_line(out.generated);
+  if (o.output.print_ids) print_ids_line(out.generated);
 
   // Summary: gathered once, written as JSON and printed as text.
   RunSummary summary = run_summary<Index, TierList, Pipeline, Linear>(o, model, pool.threads(), plan, kv, decoder, prefill, share);
   summary.reply = reply_summary(out, in.text, tokenizer.has_value());
   summary.ended_at_eos = out.ended;
-  write_stats_json(o.stats_json, run_json(summary));
-  if (!o.print_ids) print_run_summary(summary);
+  write_stats_json(o.output.stats_json, run_json(summary));
+  if (!o.output.print_ids) print_run_summary(summary);
   return summary.reply.expected.empty() || summary.reply.correct ? 0 : kWrongAnswer;
 }
 

@@ -31,22 +31,23 @@ namespace kvdrive::llama {
 
 /// The options of each sequence of a --batch run.
 inline std::vector<RunOptions> batch_members(const RunOptions& o) {
-  KVD_EXPECT(o.batch >= 1, "--batch {}: expected at least 1", o.batch);
-  KVD_EXPECT(o.needle_tokens > 0 || o.prompt_len > 0, "--batch needs --needle or --prompt-len (prompts of different lengths)");
-  KVD_EXPECT(o.remote.empty() && o.record_trace.empty() && !o.print_ids, "--batch runs without --remote, --record-trace and --print-ids");
-  KVD_EXPECT(o.expect.empty() || o.needle_tokens == 0, "--expect: each --batch needle document has its own number, checked already");
-  KVD_EXPECT(o.device == "cpu", "--batch runs on the CPU (--device cpu)");
+  KVD_EXPECT(o.prompt.batch >= 1, "--batch {}: expected at least 1", o.prompt.batch);
+  KVD_EXPECT(o.prompt.needle_tokens > 0 || o.prompt.length > 0, "--batch needs --needle or --prompt-len (prompts of different lengths)");
+  KVD_EXPECT(o.sharing.remote.empty() && o.output.record_trace.empty() && !o.output.print_ids,
+             "--batch runs without --remote, --record-trace and --print-ids");
+  KVD_EXPECT(o.prompt.expect.empty() || o.prompt.needle_tokens == 0, "--expect: each --batch needle document has its own number, checked already");
+  KVD_EXPECT(o.model.device == "cpu", "--batch runs on the CPU (--device cpu)");
   std::vector<RunOptions> out;
-  for (int i = 0; i < o.batch; ++i) {
+  for (int i = 0; i < o.prompt.batch; ++i) {
     RunOptions p = o;
-    const double shrink = 1.0 - static_cast<double>(i) / (2.0 * o.batch);
-    if (o.needle_tokens > 0) {
-      p.needle_tokens = std::max<std::int64_t>(64, static_cast<std::int64_t>(static_cast<double>(o.needle_tokens) * shrink));
-      p.needle_seed = o.needle_seed + static_cast<std::uint64_t>(i);
-      p.needle_depth = i == 0 ? o.needle_depth : std::fmod(o.needle_depth + 0.37 * i, 1.0);
+    const double shrink = 1.0 - static_cast<double>(i) / (2.0 * o.prompt.batch);
+    if (o.prompt.needle_tokens > 0) {
+      p.prompt.needle_tokens = std::max<std::int64_t>(64, static_cast<std::int64_t>(static_cast<double>(o.prompt.needle_tokens) * shrink));
+      p.prompt.needle_seed = o.prompt.needle_seed + static_cast<std::uint64_t>(i);
+      p.prompt.needle_depth = i == 0 ? o.prompt.needle_depth : std::fmod(o.prompt.needle_depth + 0.37 * i, 1.0);
     } else {
-      p.prompt_len = std::max<std::int64_t>(1, static_cast<std::int64_t>(static_cast<double>(o.prompt_len) * shrink));
-      p.seed = o.seed + static_cast<std::uint64_t>(i);
+      p.prompt.length = std::max<std::int64_t>(1, static_cast<std::int64_t>(static_cast<double>(o.prompt.length) * shrink));
+      p.sampling.seed = o.sampling.seed + static_cast<std::uint64_t>(i);
     }
     out.push_back(p);
   }
@@ -76,8 +77,8 @@ inline void print_batch_header(const RunOptions& o, const Model& model, const Co
       std::min_element(in.prompts.begin(), in.prompts.end(), [](const auto& x, const auto& y) { return x.ids.size() < y.ids.size(); });
   fmt::print("kvd-llama: {} ({}, weights {}); batch of {} sequences, {} to {} prompt tokens\n", model.source, shape_text(model.config),
              weights_text(model), in.prompts.size(), shortest->ids.size(), in.longest);
-  fmt::print("attention: {} ({}) on {}, {} KV, {}-token pages, {} threads\n", o.mode, index, o.device, dtype_name(cfg.dtype), cfg.page_tokens,
-             threads);
+  fmt::print("attention: {} ({}) on {}, {} KV, {}-token pages, {} threads\n", o.attention.mode, index, o.model.device, dtype_name(cfg.dtype),
+             cfg.page_tokens, threads);
 }
 
 /// What greedy decoding of the batch gave: each sequence's ids, and the tokens decoded for
@@ -130,18 +131,18 @@ inline std::vector<BatchSequence> batch_sequences(const BatchInput& in, const Ba
 
 template <class Index, class TierList, class Pipeline, class Backend, class Linear>
 int run_batch(const RunOptions& o, const Model& model, ThreadPool& pool, Backend backend) {
-  KVD_EXPECT(o.temperature == 0.0f && o.top_p == 1.0f, "--batch decodes greedily (--temperature 0, no --top-p)");
+  KVD_EXPECT(o.sampling.temperature == 0.0f && o.sampling.top_p == 1.0f, "--batch decodes greedily (--temperature 0, no --top-p)");
   // Load: the prompts, the tiers, the manager and the batch's decoder.
   const Config cfg = manager_config(o, model.config);
-  const std::optional<Tokenizer> tokenizer = make_tokenizer(o, model);
+  const std::optional<Tokenizer> tokenizer = make_tokenizer(o.model, model);
   const BatchInput in = batch_input(o, model, tokenizer);
   constexpr bool tiered = TierList::kCount > 1;
   TierPlan plan;
-  if constexpr (tiered) plan = plan_tiers(o, cfg, in.longest + o.steps, in.prompts.size());
+  if constexpr (tiered) plan = plan_tiers(o, cfg, in.longest + o.sampling.steps, in.prompts.size());
   using Manager = KvManager<Index, eviction::Lookahead, TierList, Pipeline, Backend>;
-  Manager kv(cfg, index_for<Index>(model.config, rescore_pool_of(o)), eviction::Lookahead{plan.window}, make_tiers<TierList>(o, plan), {},
-             std::move(backend));
-  BatchDecoder<Manager, Linear> batch(model, kv, pool, o.prefill_chunk);
+  Manager kv(cfg, index_for<Index>(model.config, rescore_pool_of(o.attention)), eviction::Lookahead{plan.window}, make_tiers<TierList>(o.tiers, plan),
+             {}, std::move(backend));
+  BatchDecoder<Manager, Linear> batch(model, kv, pool, o.attention.prefill_chunk);
   print_batch_header(o, model, cfg, in, Index::name(), pool.threads());
 
   // Prefill, each sequence on its own; then decode them together.
@@ -149,17 +150,17 @@ int run_batch(const RunOptions& o, const Model& model, ThreadPool& pool, Backend
   std::vector<std::vector<float>> first;
   for (const PromptInput& p : in.prompts) {
     auto& d = batch.add();
-    if constexpr (tiered) d.warm_up_after_prefill(o.warm_up);
+    if constexpr (tiered) d.warm_up_after_prefill(o.tiers.warm_up);
     first.push_back(d.prefill(p.ids));
   }
   BatchSummary summary;
   summary.prefill_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   const ReadMark prefill = read_mark<TierList>(kv);
-  const BatchDecoded out = decode_batch(o.steps, stop_tokens(o, tokenizer), batch, first);
+  const BatchDecoded out = decode_batch(o.sampling.steps, stop_tokens(o.sampling, tokenizer), batch, first);
 
   // Summary: gathered once, written as JSON and printed as text.
   summary.model = model.source;
-  summary.mode = o.mode;
+  summary.mode = o.attention.mode;
   summary.index = std::string(Index::name());
   summary.prompt_tokens = in.total;
   summary.steps = batch.steps();
@@ -171,7 +172,7 @@ int run_batch(const RunOptions& o, const Model& model, ThreadPool& pool, Backend
   if constexpr (tiered)
     summary.reads = tier_reads<TierList>(kv, prefill, std::max(1.0, static_cast<double>(summary.steps) * static_cast<double>(in.prompts.size())));
   print_batch_sequences(summary);
-  write_stats_json(o.stats_json, batch_json(summary));
+  write_stats_json(o.output.stats_json, batch_json(summary));
   print_batch_summary(summary);
   const AnswerCount answers = count_answers(summary);
   return answers.correct == answers.checked ? 0 : kWrongAnswer;

@@ -11,20 +11,21 @@
 namespace kvdrive::llama {
 
 int run_on_cuda(const RunOptions& o, const Model& model, ThreadPool& pool) {
-  KVD_EXPECT(o.index == "hierarchical" || o.index == "dense" || o.mode == "dense",
-             "--device cuda runs --index hierarchical (or dense); '{}' runs on the CPU", o.index);
-  KVD_EXPECT(o.rescore_pool <= 0, "--device cuda selects with the device's Hierarchical, without token-level rescoring: --rescore-pool 0");
-  KVD_EXPECT(o.host_bytes == 0, "--device cuda: --host-bytes (a DRAM tier between GPU memory and the SSD) is not supported yet");
+  KVD_EXPECT(o.attention.index == "hierarchical" || o.attention.index == "dense" || o.attention.mode == "dense",
+             "--device cuda runs --index hierarchical (or dense); '{}' runs on the CPU", o.attention.index);
+  KVD_EXPECT(o.attention.rescore_pool <= 0, "--device cuda selects with the device's Hierarchical, without token-level rescoring: --rescore-pool 0");
+  KVD_EXPECT(o.tiers.host_bytes == 0, "--device cuda: --host-bytes (a DRAM tier between GPU memory and the SSD) is not supported yet");
   using Device = Tiers<cuda::DeviceTier>;
   using DeviceSsd = Tiers<cuda::DeviceTier, tier::SsdTier>;
-  const auto gpu = [&] { return backend::Cuda({0, o.threads}); };
-  if (o.mode == "tiered") {
-    KVD_EXPECT(o.index == "hierarchical", "--mode tiered is sparse: choose --index hierarchical");
-    if (o.pipeline == "elastic")
+  const auto gpu = [&] { return backend::Cuda({0, o.model.threads}); };
+  if (o.attention.mode == "tiered") {
+    KVD_EXPECT(o.attention.index == "hierarchical", "--mode tiered is sparse: choose --index hierarchical");
+    if (o.tiers.pipeline == "elastic")
       return run<cuda::DeviceHierarchical, DeviceSsd, pipeline::Elastic, backend::Cuda, CublasLinear>(o, model, pool, gpu());
     return run<cuda::DeviceHierarchical, DeviceSsd, pipeline::Serial, backend::Cuda, CublasLinear>(o, model, pool, gpu());
   }
-  if (o.mode == "dense" || o.index == "dense") return run<index::Dense, Device, pipeline::Serial, backend::Cuda, CublasLinear>(o, model, pool, gpu());
+  if (o.attention.mode == "dense" || o.attention.index == "dense")
+    return run<index::Dense, Device, pipeline::Serial, backend::Cuda, CublasLinear>(o, model, pool, gpu());
   return run<cuda::DeviceHierarchical, Device, pipeline::Serial, backend::Cuda, CublasLinear>(o, model, pool, gpu());
 }
 

@@ -48,14 +48,14 @@ struct Decoded {
 };
 
 /// Samples up to --steps tokens from `logits` (prefill's) on. With a tokenizer, the reply is
-/// printed as it is generated, and generation ends at an end-of-generation token (EOS, EOT; not
-/// printed) unless --ignore-eos.
+/// printed as it is generated (unless `print_ids`: --print-ids prints the ids alone, after), and
+/// generation ends at an end-of-generation token (EOS, EOT; not printed) unless --ignore-eos.
 template <class Dec>
-Decoded decode(const RunOptions& o, const std::optional<Tokenizer>& tokenizer, const PromptInput& in, Dec& decoder,
+Decoded decode(const SamplingOptions& o, bool print_ids, const std::optional<Tokenizer>& tokenizer, const PromptInput& in, Dec& decoder,
                const std::vector<float>* logits) {
   Progress decode_bar("decode");
   Sampler sampler(o.temperature, o.top_p, o.seed);
-  const bool stream = tokenizer && !o.print_ids;
+  const bool stream = tokenizer && !print_ids;
   const std::vector<int> stops = stop_tokens(o, tokenizer);
   Decoded out;
   if (stream) fmt::print("reply: {}", in.text.reply_prefix), std::fflush(stdout);

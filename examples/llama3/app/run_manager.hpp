@@ -17,27 +17,28 @@
 
 namespace kvdrive::llama {
 
-/// The rescoring pool the run uses (RunOptions::rescore_pool with its default resolved): 0 for none.
-inline double rescore_pool_of(const RunOptions& o) {
+/// The rescoring pool the run uses (AttentionOptions::rescore_pool with its default resolved): 0 for none.
+inline double rescore_pool_of(const AttentionOptions& o) {
   if (o.rescore_pool >= 0) return o.rescore_pool;
   return o.index == "hierarchical" && o.mode != "dense" ? index::TokenRescoreParams{}.pool : 0.0;
 }
 
-/// The KvManager's configuration for the run's options.
+/// The KvManager's configuration for the run's attention options (the pins check --warm-up).
 inline Config manager_config(const RunOptions& o, const LlamaConfig& c) {
   Config cfg;
   cfg.shape = {c.layers, c.heads, c.kv_heads, c.head_dim()};
-  cfg.page_tokens = o.page_tokens;
-  cfg.sink_tokens = o.sink_tokens;
-  cfg.local_tokens = o.local_tokens;
-  cfg.dtype = o.dtype == "f32" ? DType::f32 : o.dtype == "bf16" ? DType::bf16 : DType::f16;
-  cfg.budget = Budget::fraction(o.budget);
-  cfg.carry = o.carry;
+  cfg.page_tokens = o.attention.page_tokens;
+  cfg.sink_tokens = o.attention.sink_tokens;
+  cfg.local_tokens = o.attention.local_tokens;
+  cfg.dtype = o.attention.dtype == "f32" ? DType::f32 : o.attention.dtype == "bf16" ? DType::bf16 : DType::f16;
+  cfg.budget = Budget::fraction(o.attention.budget);
+  cfg.carry = o.attention.carry;
   cfg.carry.validate();
-  cfg.pins = o.pins;
-  KVD_EXPECT(!o.pins.enabled() || o.warm_up > 0, "observation pins rank pages by the prompt's last --warm-up queries: --warm-up must be > 0");
+  cfg.pins = o.attention.pins;
+  KVD_EXPECT(!o.attention.pins.enabled() || o.tiers.warm_up > 0,
+             "observation pins rank pages by the prompt's last --warm-up queries: --warm-up must be > 0");
   cfg.pins.validate();
-  cfg.cold_codec = {codec::parse_codec(o.cold_codec)};
+  cfg.cold_codec = {codec::parse_codec(o.attention.cold_codec)};
   return cfg;
 }
 
@@ -100,22 +101,22 @@ inline FastTierNeed fast_tier_need(int prefill_chunk, const Config& cfg, std::in
 }
 
 inline TierPlan plan_tiers(const RunOptions& o, const Config& cfg, std::int64_t context, std::size_t sequences = 1) {
-  const FastTierNeed n = fast_tier_need(o.prefill_chunk, cfg, context, sequences);
+  const FastTierNeed n = fast_tier_need(o.attention.prefill_chunk, cfg, context, sequences);
   const std::size_t need = n.pages, streams = n.streams, budget = n.budget;
   TierPlan p;
-  p.fast_pages = static_cast<std::size_t>(o.fast_bytes) / cfg.page_bytes();
+  p.fast_pages = static_cast<std::size_t>(o.tiers.fast_bytes) / cfg.page_bytes();
   KVD_EXPECT(p.fast_pages >= need,
              "--fast-bytes {}: the fast tier needs at least {} bytes ({} pages of {} bytes: sink, local and staging for {} streams "
              "at {} tokens, and a prefill chunk)",
-             o.fast_bytes, need * cfg.page_bytes(), need, cfg.page_bytes(), streams, context);
+             o.tiers.fast_bytes, need * cfg.page_bytes(), need, cfg.page_bytes(), streams, context);
   p.window = budget ? static_cast<int>(std::min<std::size_t>(8, (p.fast_pages - need) / (streams * budget))) : 8;
-  p.host_pages = static_cast<std::size_t>(o.host_bytes) / host_slot_bytes(cfg);
+  p.host_pages = static_cast<std::size_t>(o.tiers.host_bytes) / host_slot_bytes(cfg);
   if (cfg.cold_codec.coded()) p.host_alignment = 64;  // the host tier only memcpys: no direct I/O into it
   return p;
 }
 
 template <class TierList>
-TierList make_tiers(const RunOptions& o, const TierPlan& p) {
+TierList make_tiers(const TierOptions& o, const TierPlan& p) {
   if constexpr (TierList::kCount == 1) {
     return TierList{};
   } else {
@@ -133,7 +134,7 @@ TierList make_tiers(const RunOptions& o, const TierPlan& p) {
 /// Tiered runs: placement after prefill from --warm-up queries, and with --tune on the three
 /// tuned values (cluster size, cache windows, micro-batch).
 template <class Index, class Pipeline, class Manager, class Dec>
-void set_up_tiered(const RunOptions& o, const TierPlan& plan, Manager& kv, Dec& decoder) {
+void set_up_tiered(const TierOptions& o, const TierPlan& plan, Manager& kv, Dec& decoder) {
   decoder.warm_up_after_prefill(o.warm_up);
   if (o.tune != "on") return;
   if constexpr (index::HasClusterSize<Index>)

@@ -62,16 +62,16 @@ struct PromptText {
   std::string what;          ///< a line for the log (empty: nothing to say)
 };
 
-inline PromptText prompt_text(const RunOptions& o, const Model& m, const Tokenizer* tok) {
-  KVD_EXPECT(o.prompt.empty() + o.prompt_file.empty() + (o.needle_tokens == 0) >= 2, "--prompt, --prompt-file and --needle exclude each other");
+inline PromptText prompt_text(const PromptOptions& o, const Model& m, const Tokenizer* tok) {
+  KVD_EXPECT(o.text.empty() + o.file.empty() + (o.needle_tokens == 0) >= 2, "--prompt, --prompt-file and --needle exclude each other");
   PromptText p;
   p.expect = o.expect;
   p.reply_prefix = o.reply_prefix;
   bool chat = o.chat;
-  if (!o.prompt_file.empty()) {
-    p.text = read_text_file(o.prompt_file);
-    KVD_EXPECT(!p.text.empty(), "--prompt-file {}: the file is empty", o.prompt_file);
-  } else p.text = o.prompt;
+  if (!o.file.empty()) {
+    p.text = read_text_file(o.file);
+    KVD_EXPECT(!p.text.empty(), "--prompt-file {}: the file is empty", o.file);
+  } else p.text = o.text;
   KVD_EXPECT(o.expect.empty() || tok != nullptr, "--expect checks the reply's text: it needs a tokenizer");
   if (o.needle_tokens > 0) {
     KVD_EXPECT(m.vocab != nullptr && !m.vocab->chat_template.empty(),
@@ -120,19 +120,20 @@ inline bool reply_has(const std::string& reply, const std::string& expect) {
 }
 
 /// The prompt's ids: text (with a tokenizer), ids, a seeded synthetic prompt, or BOS alone.
-inline std::vector<int> make_prompt(const RunOptions& o, const LlamaConfig& c, const std::optional<Tokenizer>& tokenizer, const PromptText& text) {
+inline std::vector<int> make_prompt(const PromptOptions& o, std::uint64_t seed, const LlamaConfig& c, const std::optional<Tokenizer>& tokenizer,
+                                    const PromptText& text) {
   KVD_EXPECT(text.text.empty() || tokenizer, "a text prompt needs a tokenizer (--tokenizer, or a GGUF model), or give --prompt-ids");
-  KVD_EXPECT(text.text.empty() || o.prompt_ids.empty(), "--prompt-ids excludes a text prompt");
-  KVD_EXPECT(o.prompt_len == 0 || text.text.empty(),
+  KVD_EXPECT(text.text.empty() || o.ids.empty(), "--prompt-ids excludes a text prompt");
+  KVD_EXPECT(o.length == 0 || text.text.empty(),
              "--prompt-len pads an id prompt with random tokens; it excludes a text, chat or "
              "needle prompt");
   std::vector<int> prompt =
-      tokenizer && !text.text.empty() ? tokenizer->encode(text.text, tokenizer->adds_bos(text.text), text.special) : parse_ids(o.prompt_ids, c.vocab);
-  if (o.prompt_len > 0) {
-    std::mt19937_64 rng(o.seed);
+      tokenizer && !text.text.empty() ? tokenizer->encode(text.text, tokenizer->adds_bos(text.text), text.special) : parse_ids(o.ids, c.vocab);
+  if (o.length > 0) {
+    std::mt19937_64 rng(seed);
     std::uniform_int_distribution<int> tok(std::min(3, c.vocab - 1), c.vocab - 1);
     if (prompt.empty()) prompt.push_back(tokenizer && tokenizer->bos() >= 0 ? tokenizer->bos() : 1);
-    while (static_cast<std::int64_t>(prompt.size()) < o.prompt_len) prompt.push_back(tok(rng));
+    while (static_cast<std::int64_t>(prompt.size()) < o.length) prompt.push_back(tok(rng));
   }
   if (prompt.empty()) {  // BOS alone
     KVD_EXPECT(!tokenizer || tokenizer->bos() >= 0, "the prompt is empty and the tokenizer has no BOS token to start from: give a prompt");
@@ -142,7 +143,7 @@ inline std::vector<int> make_prompt(const RunOptions& o, const LlamaConfig& c, c
 }
 
 /// --tokenizer's file, else the model's own (GGUF), else none.
-inline std::optional<Tokenizer> make_tokenizer(const RunOptions& o, const Model& model) {
+inline std::optional<Tokenizer> make_tokenizer(const ModelOptions& o, const Model& model) {
   std::optional<Tokenizer> t;
   if (!o.tokenizer.empty()) t.emplace(o.tokenizer, model.config.vocab);
   else if (model.vocab) t.emplace(*model.vocab);
@@ -157,13 +158,13 @@ struct PromptInput {
 
 inline PromptInput prompt_input(const RunOptions& o, const Model& model, const std::optional<Tokenizer>& tokenizer) {
   PromptInput in;
-  in.text = prompt_text(o, model, tokenizer ? &*tokenizer : nullptr);
-  in.ids = make_prompt(o, model.config, tokenizer, in.text);
+  in.text = prompt_text(o.prompt, model, tokenizer ? &*tokenizer : nullptr);
+  in.ids = make_prompt(o.prompt, o.sampling.seed, model.config, tokenizer, in.text);
   return in;
 }
 
 /// The ids of the tokens that end generation: the tokenizer's, unless --ignore-eos.
-inline std::vector<int> stop_tokens(const RunOptions& o, const std::optional<Tokenizer>& tokenizer) {
+inline std::vector<int> stop_tokens(const SamplingOptions& o, const std::optional<Tokenizer>& tokenizer) {
   std::vector<int> stops;
   if (tokenizer && !o.ignore_eos) stops = tokenizer->stops();
   return stops;

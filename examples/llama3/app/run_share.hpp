@@ -49,10 +49,10 @@ struct PrefixShare {
   bool on = false;
   std::vector<int> shared;  ///< the prompt's leading tokens whose whole pages are shared
 
-  static void check(const RunOptions& o) {
+  static void check(const SharingOptions& o, const std::string& device) {
     const char* what = !o.remote.empty() ? "--remote" : "--prefix-store";
     KVD_EXPECT(kBuiltIn || (o.remote.empty() && o.prefix_store.empty()), "{}: prefix sharing is not built into this run ({}; it needs --device cpu)",
-               what, o.device);
+               what, device);
     KVD_EXPECT(kRedis || o.remote.empty(), "--remote: this kvd-llama was built without hiredis (install libhiredis-dev and build again)");
     KVD_EXPECT(o.remote.empty() || o.prefix_store.empty(), "--remote and --prefix-store: choose one");
     KVD_EXPECT(o.shared_prefix >= -1, "--shared-prefix {}: expected a token count, or -1 for the whole prompt", o.shared_prefix);
@@ -61,7 +61,7 @@ struct PrefixShare {
 
   /// Opens --prefix-store or connects to --remote, if given, and shares the prompt's prefix with `kv`.
   template <class Manager>
-  void connect(const RunOptions& o, const Model& model, Manager& kv, const std::vector<int>& prompt) {
+  void connect(const SharingOptions& o, const Model& model, Manager& kv, const std::vector<int>& prompt) {
     if constexpr (kBuiltIn) {
       if (!o.prefix_store.empty()) {
         remote.template emplace<tier::PrefixStore>(tier::PrefixStore::Params{

@@ -73,8 +73,8 @@ void print_run_header(const RunOptions& o, const Model& model, const Config& cfg
                                ? fmt::format(", cold pages {} ({} of {} bytes)", cfg.cold_codec.name(), cfg.stored_page_bytes(), cfg.page_bytes())
                                : std::string();
   fmt::print("attention: {} ({}) on {}, {} KV, {}-token pages{}, sink {}, local {}, {} threads; projections: {}; prompt {} tokens, {} steps\n",
-             o.mode, Index::name(), o.device, dtype_name(cfg.dtype), cfg.page_tokens, cold, cfg.sink_tokens, cfg.local_tokens, threads,
-             Linear::name(), in.ids.size(), o.steps);
+             o.attention.mode, Index::name(), o.model.device, dtype_name(cfg.dtype), cfg.page_tokens, cold, cfg.sink_tokens, cfg.local_tokens,
+             threads, Linear::name(), in.ids.size(), o.sampling.steps);
 }
 
 inline ReplySummary reply_summary(const Decoded& out, const PromptText& text, bool tokenizer) {
@@ -88,7 +88,7 @@ inline ReplySummary reply_summary(const Decoded& out, const PromptText& text, bo
 
 /// The tiered run's tuning: what was chosen, and the windows now.
 template <class Manager, class Dec>
-TuningSummary tuning_summary(const RunOptions& o, const TierPlan& plan, const Manager& kv, const Dec& decoder) {
+TuningSummary tuning_summary(const TierOptions& o, const TierPlan& plan, const Manager& kv, const Dec& decoder) {
   const auto& shape = kv.config().shape;
   TuningSummary tu;
   tu.enabled = o.tune == "on";
@@ -104,7 +104,7 @@ TuningSummary tuning_summary(const RunOptions& o, const TierPlan& plan, const Ma
 
 /// The tiered run's tiers, and what the slower ones served per decoded token.
 template <class TierList, class Manager>
-TierSummary tier_summary(const RunOptions& o, const TierPlan& plan, Manager& kv, const ReadMark& prefill, std::int64_t decoded) {
+TierSummary tier_summary(const TierOptions& o, const TierPlan& plan, Manager& kv, const ReadMark& prefill, std::int64_t decoded) {
   const Config& cfg = kv.config();
   const double mib = 1 << 20;
   const auto& ssd = kv.tiers().template get<TierList::kCount - 1>();
@@ -130,22 +130,22 @@ RunSummary run_summary(const RunOptions& o, const Model& model, unsigned threads
                        const ReadMark& prefill, const Share& share) {
   RunSummary r;
   r.model = model.source;
-  r.mode = o.mode;
-  r.device = o.device;
+  r.mode = o.attention.mode;
+  r.device = o.model.device;
   r.linear = Linear::name();
   r.index = std::string(Index::name());
   r.pipeline = std::string(Pipeline::name());
-  r.budget = o.budget;
+  r.budget = o.attention.budget;
   r.threads = threads;
   r.times = decoder.times();
   r.stats = kv.total_stats();
   r.index_bytes = kv.index_bytes();
   if constexpr (TierList::kCount > 1) {
-    r.tuning = tuning_summary(o, plan, kv, decoder);
-    r.tiers = tier_summary<TierList>(o, plan, kv, prefill, r.times.decode_tokens);
+    r.tuning = tuning_summary(o.tiers, plan, kv, decoder);
+    r.tiers = tier_summary<TierList>(o.tiers, plan, kv, prefill, r.times.decode_tokens);
   }
   if constexpr (!std::is_same_v<Pipeline, pipeline::Serial>)
-    r.overlapped = PipelineSummary{kv.pipeline_policy().micro_batch_for(static_cast<std::size_t>(kv.config().shape.kv_heads)), o.tune == "on"};
+    r.overlapped = PipelineSummary{kv.pipeline_policy().micro_batch_for(static_cast<std::size_t>(kv.config().shape.kv_heads)), o.tiers.tune == "on"};
   r.remote = share.summary();
   return r;
 }
