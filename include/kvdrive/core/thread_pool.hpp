@@ -11,8 +11,9 @@
 // cost a few hundred nanoseconds each instead of a futex wake and a context switch, and a pool
 // left idle (the program waiting on I/O, or done) sleeps after at most `spin`. spin = 0 sleeps at
 // once (pools of I/O threads, which block in the kernel anyway). On oversubscribed cores polling
-// loses (the poller holds the core the awaited thread needs), so the pool stops polling while the
-// process is being switched out often (SpinGate) and behaves as a sleeping pool then.
+// loses (the poller holds the core the awaited thread needs), so a poll that lost its core to
+// another program stops the polling for a while (polling::SpinGate): the pool then sleeps between
+// jobs. bench/bench_thread_pool measures both ways.
 #pragma once
 
 #include <algorithm>
@@ -37,7 +38,8 @@
 
 namespace kvdrive {
 
-namespace detail {
+/// The pool's polling: how a thread waits a little before it sleeps, and when it should not.
+namespace polling {
 
 /// One polite poll of a spin loop: the CPU's pause hint, where it has one.
 inline void cpu_relax() {
@@ -111,7 +113,7 @@ bool spin_until(std::chrono::microseconds spin, SpinGate& gate, const Done& done
   return met || done();
 }
 
-}  // namespace detail
+}  // namespace polling
 
 class ThreadPool {
  public:
@@ -192,7 +194,7 @@ class ThreadPool {
   /// Returns once the generation differs from `seen`: polls, then sleeps.
   std::uint64_t worker_wait(std::uint64_t seen) {
     auto changed = [&] { return generation_.load(std::memory_order_acquire) != seen; };
-    if (!detail::spin_until(spin_, gate_, changed)) {
+    if (!polling::spin_until(spin_, gate_, changed)) {
       std::unique_lock lock(mutex_);
       sleepers_.fetch_add(1);  // seq_cst: publish() sees it, or this thread sees the new generation
       wake_.wait(lock, [&] { return generation_.load() != seen; });
@@ -216,7 +218,7 @@ class ThreadPool {
 
   void wait_for_workers() {
     auto all_done = [&] { return pending_.load(std::memory_order_acquire) == 0; };
-    if (detail::spin_until(spin_, gate_, all_done)) return;
+    if (polling::spin_until(spin_, gate_, all_done)) return;
     std::unique_lock lock(mutex_);
     caller_sleeps_.store(true);  // seq_cst, against the last worker's fetch_sub and load
     done_.wait(lock, [&] { return pending_.load() == 0; });
@@ -225,7 +227,7 @@ class ThreadPool {
 
   std::vector<std::thread> workers_;
   std::chrono::microseconds spin_{0};
-  detail::SpinGate gate_;
+  polling::SpinGate gate_;
   std::mutex mutex_;  // guards error_ and the sleeps
   std::condition_variable wake_, done_;
   const std::function<void(std::size_t)>* job_ = nullptr;  // published by generation_
