@@ -327,7 +327,7 @@ Replay replay(const ReplayContext& cx, const ConfigSpec& c, const llama::Prefill
   Index ix = llama::index_for<Index>(cx.model->config);
   c.apply_all(ix);
   Replay r = [&] {  // the manager (and its store) closes at the end of this, so the store can go after it
-    Manager kv(cfg, std::move(ix), eviction::Lookahead{plan.window}, llama::make_tiers<TierList>(o.tiers, plan), {}, backend::Cpu({o.model.threads}));
+    Manager kv(cfg, std::move(ix), eviction::Lookahead{plan.window}, llama::make_tiers<TierList>(o.tiers, plan), {}, backend::Cpu(*cx.pool));
     llama::Decoder<Manager> dec(*cx.model, kv, *cx.pool, snap.chunk);
     // Tiered: placement; either mode: the observation pins' ranking (KvManager::warm_up).
     if (TierList::kCount > 1 || cfg.pins.enabled())

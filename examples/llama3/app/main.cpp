@@ -44,7 +44,7 @@ using CpuRemote = tier::RemoteChoice<tier::PrefixStore>;
 /// A run on the CPU: backend::Cpu, CpuLinear, and the remote tier type when built in.
 template <class Index, class TierList = Tiers<tier::HostTier>, class Pipeline = pipeline::Serial>
 int run_cpu(const RunOptions& o, const Model& model, ThreadPool& pool) {
-  return run<Index, TierList, Pipeline, backend::Cpu, CpuLinear, CpuRemote>(o, model, pool, backend::Cpu({o.model.threads}));
+  return run<Index, TierList, Pipeline, backend::Cpu, CpuLinear, CpuRemote>(o, model, pool, backend::Cpu(pool));
 }
 
 /// The model: a file, the cached SmolLM2 or a synthetic one (with its shape), and a tokenizer.
