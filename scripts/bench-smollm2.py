@@ -109,6 +109,8 @@ def main():
     ap.add_argument("--steps", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3, help="runs of each program at each context; figures are their medians")
+    ap.add_argument("--runs", default="", help="comma-separated subset of the rows (e.g. 'kvd dense,kvd sparse hierarchical'); "
+                    "llama.cpp dense always runs")
     ap.add_argument("--json", default="")
     ap.add_argument("--batches", default="1,4,8", help="batch sizes for the throughput table ('' to skip)")
     ap.add_argument("--batch-context", type=int, default=4000)
@@ -121,6 +123,12 @@ def main():
         "kvd sparse quest": lambda n: run_kvd(a.build, n, a.steps, a.threads, "sparse", ["--index", "quest", "--budget", "0.0625"]),
         "kvd tiered": lambda n: run_kvd(a.build, n, a.steps, a.threads, "tiered", ["--budget", "0.0625"] + tiered),
     }
+    if a.runs:
+        keep = {"llama.cpp dense"} | {r.strip() for r in a.runs.split(",")}
+        unknown = keep - set(runs)
+        if unknown:
+            sys.exit(f"--runs: no such row {sorted(unknown)}; rows: {list(runs)}")
+        runs = {name: f for name, f in runs.items() if name in keep}
     contexts = [int(x) for x in a.contexts.split(",")]
     results = {name: {} for name in runs}
     for n in contexts:
@@ -164,8 +172,8 @@ def main():
             one = batch_rows[(mode, bs[0])]["decode"]
             print(f"| {mode} | " + " | ".join(f"{batch_rows[(mode, b)]['decode']:.1f} ({batch_rows[(mode, b)]['decode'] / one:.2f}x)" for b in bs) + " |")
     n = contexts[-1]
-    print(f"\npeak RSS at {n}: llama.cpp dense {base[n]['rss_mib']:.0f} MiB, kvd-llama dense {results['kvd dense'][n]['rss_mib']:.0f} MiB "
-          f"({results['kvd dense'][n]['rss_mib'] / base[n]['rss_mib']:.2f}x), tiered {results['kvd tiered'][n]['rss_mib']:.0f} MiB")
+    print(f"\npeak RSS at {n} (medians): llama.cpp dense {base[n]['rss_mib']:.0f} MiB; " +
+          "; ".join(f"{name} {results[name][n]['rss_mib']:.0f} MiB ({results[name][n]['rss_mib'] / base[n]['rss_mib']:.2f}x)" for name in runs if name != "llama.cpp dense"))
     if a.json:
         json.dump(results, open(a.json, "w"), indent=1)
 
