@@ -29,16 +29,34 @@ GREEDY = 24      # greedy tokens generated per prompt
 LICENCES = "/usr/share/common-licenses"
 
 
+def licence_text(name):
+    """A licence of /usr/share/common-licenses with its whitespace runs as single spaces."""
+    with open(os.path.join(LICENCES, name), encoding="utf-8") as f:
+        return " ".join(f.read().split())
+
+
+def passage(name, start, chars):
+    """About `chars` characters of a licence from `start`: from the next word's start (0: the
+    opening), back to the last whole word."""
+    text = licence_text(name)
+    if start > 0:
+        start = text.index(" ", start) + 1
+    piece = text[start:start + chars]
+    return piece[:piece.rindex(" ")] if start + chars < len(text) else piece
+
+
 def prompts():
-    """Short real texts: the openings of licences every Debian machine has, and a chat turn."""
-    def opening(name, chars):
-        with open(os.path.join(LICENCES, name), encoding="utf-8") as f:
-            return " ".join(f.read().split())[:chars]
+    """Short real texts: the openings and passages of licences every Debian machine has, and a
+    chat turn. bsd and lgpl3-defs are two of scripts/fidelity-greedy.py's prompts on which
+    8-bit activations (this decoder's before, and llama.cpp's) leave the reference's greedy ids
+    early, at reference margins of 0.03 to 0.2."""
     return [
-        ("apache", opening("Apache-2.0", 180)),
-        ("gpl3", opening("GPL-3", 160)),
+        ("apache", licence_text("Apache-2.0")[:180]),
+        ("gpl3", licence_text("GPL-3")[:160]),
         ("chat", "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
                  "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"),
+        ("bsd", passage("BSD", 0, 200)),
+        ("lgpl3-defs", passage("LGPL-3", 300, 220)),
     ]
 
 

@@ -1,31 +1,44 @@
 // The decoder's projections computed straight from GGUF blocks (quant.hpp defines the formats).
 //
 // Activations are quantized per block, the way the weights' integer parts can meet them:
-//   Q8x32   for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: blocks of 32 int8 with a float scale
-//           d = max|x| / 127 (q = x / d rounded to nearest even), and d * (the sum of the block's
-//           q), which the formats with a minimum meet;
+//   Q16x32  for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: blocks of 32 int16 with a float scale
+//           d = max|x| / 32767 (q = x / d rounded to nearest even), and d * (the sum of the
+//           block's q), which the formats with a minimum meet;
 //   Q8x256  for Q4_K, Q5_K, Q6_K: blocks of 256 int8 with one float scale and the sums of q over
 //           each 16 values (the K-quants' minimums and Q6_K's -32 offset become one integer dot
 //           of the sub-block scales with these sums, so a 256-value block costs two fmas);
 //   F32, F16 and BF16 weights take the float activations.
-// Measured against float activations meeting weights dequantized on the fly (decode, one thread,
-// quantizing the activations included): Q4_1 18 against 10 GB/s, Q8_0 30 against 16-18 GB/s.
-// Per-32 scales for the K-quants' activations would cost 8 fmas a 256-value block instead of 2.
+// Float activations meeting weights dequantized on the fly ran at about half the speed (decode,
+// one thread: Q4_1 10 against 18 GB/s, Q8_0 16-18 against 30).
+// Why 16 bits for the 32-value formats: with int8 (d = max|x| / 127, what llama.cpp's Q8_0 and
+// Q8_1 do), each of SmolLM2-135M's Q4_1 products was 0.6-1.9 % off (||W x~ - W x|| / ||W x||,
+// on an fp32 reference pass's own activations; llama.cpp's scheme the same to 3 digits) and the
+// Q8_0 head's logits 0.055 (rms), so greedy decoding left the fp32 reference's ids at its
+// near-ties (margins 0.00-0.2) after 2-20 tokens on 8 of 12 licence prompts, as llama.cpp does
+// (scripts/fidelity-greedy.py). With int16 the products are 0.003-0.007 % off, and 11 of the 12
+// prompts keep all 24 reference ids (the twelfth 18, to a 0.004 near-tie). The int16 dot costs about what the int8
+// one did (two madd_epi16 against maddubs + madd): SmolLM2's products in one thread (CPU time,
+// best of 25, 4 alternating runs, after against before): prefill (128 inputs) 75-76 against 77-78
+// ms, decode 11.2-11.5 against 10.6-11.0 ms for the layers, 4.3-4.5 against 4.2-4.3 ms for the
+// head. Per-32 scales for the K-quants' activations would cost 8 fmas a 256-value block instead
+// of 2.
 //
-// A weight block's integer dot with an activation block is exact (maddubs + madd on AVX2, int
-// loops in the portable code). Each (row, input) keeps 8 float lanes: lane l gathers the values
-// 4l .. 4l+3 of every 32-value unit. Per block (tile_q32, tile_qk45, tile_q6k say exactly):
-//   Q4_0, Q5_0, Q8_0  lane = fma(dw * dx, I_l, lane)            } blocks of even and odd index
-//   Q4_1, Q5_1        lane += fma(dw * dx, I_l, l ? 0 : m * s)   } in two sets of lanes
+// A weight block's integer dot with an activation block is exact (madd_epi16 for Q16x32,
+// maddubs + madd for Q8x256 on AVX2, int loops in the portable code). Each (row, input) keeps 8
+// float lanes. Per block (tile_q32, tile_qk45, tile_q6k say exactly):
+//   Q4_0, Q5_0, Q8_0  lane = fma(dw * dx, I_l, lane)           } blocks of even and odd index
+//   Q4_1, Q5_1        lane = fma(dw * dx, I_l, lane)           } in two sets of lanes, and of
+//                     min = fma(m, s, min)                     } minimum terms
 //                     (s = dx * the sum of the block's q)
 //   Q4_K, Q5_K        lane = fma(d * dx, I_l, lane); lane = fma(-(dmin * dx), m_l * S_l, lane)
 //                     (S_l = the sum of sub-block l's q)
 //   Q6_K              lane = fma(d * dx, I_l - 32 * (scales . sums of 16)_l, lane)
-// and at the end the lanes are added in one fixed order (sum_lanes). The portable code computes
-// the same integers and the same fmas in the same order (std::fma; no product of this code meets
-// an add the compiler could contract it with), so both paths give the same floats bit for bit.
-// Every (row, input) is computed on its own, whatever the tile or the thread: results do not
-// depend on the thread count, and matmul's result for an input equals matvec's.
+// and at the end the lanes are added in one fixed order (sum_lanes), then the minimum terms. The
+// portable code computes the same integers and the same fmas in the same order (std::fma; no
+// product of this code meets an add the compiler could contract it with), so both paths give the
+// same floats bit for bit. Every (row, input) is computed on its own, whatever the tile or the
+// thread: results do not depend on the thread count, and matmul's result for an input equals
+// matvec's.
 //
 // Tiles (rows x inputs, chosen by measurement, see Tiles): decode one row at a time, prefill one
 // row x 4 inputs, each weight block decoded once for the 4.
@@ -35,8 +48,8 @@
 #include <cstdint>
 
 #include "kernels/quant.hpp"
-#include "kernels/quant_dot_acts.hpp"    // the activations: Q8x32, Q8x256
-#include "kernels/quant_dot_common.hpp"  // scale_f16, sum_lanes, the AVX2 integer dots
+#include "kernels/quant_dot_acts.hpp"    // the activations: Q16x32, Q8x256
+#include "kernels/quant_dot_common.hpp"  // scale_f16, sum_lanes, AVX2 nibbles and bit masks
 #include "kernels/quant_dot_float.hpp"   // F32, F16, BF16 weights
 #include "kernels/quant_dot_q32.hpp"     // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
 #include "kernels/quant_dot_q6k.hpp"     // Q6_K

@@ -1,6 +1,6 @@
 // What quant_dot.hpp's tiles share: the fp16 block scale, the fixed order in which a (row,
-// input)'s 8 float lanes are added, and the AVX2 steps of the integer dots (u8 x s8 and s8 x s8
-// lanes of 4 products, the nibbles of packed bytes, a byte mask of 32 bits).
+// input)'s 8 float lanes are added, and AVX2 steps of the weights' decoding (the nibbles of
+// packed bytes, a byte mask of 32 bits).
 #pragma once
 
 #include <cstddef>
@@ -47,12 +47,6 @@ inline float sum_lanes(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
 }
 
-/// 8 int32 lanes: lane l = sum over k < 4 of w[4l+k] * x[4l+k], w unsigned (< 128), x signed.
-inline __m256i dot_u8s8(__m256i w, __m256i x) { return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)); }
-/// The same with signed w (aw = |w|): |w| * (x * sign w) keeps maddubs' operands in range.
-inline __m256i dot_s8s8(__m256i aw, __m256i w, __m256i x) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1));
-}
 /// The 32 4-bit values of 16 packed bytes: the low nibbles (values 0..15), then the high ones
 /// (values 16..31): the bytes in both halves, the upper half shifted right by 4, masked.
 inline __m256i nibbles32(const std::byte* p) {
