@@ -169,7 +169,7 @@ void add_selection_options(CLI::App& app, AttentionOptions& attention) {
 void add_compute_options(CLI::App& app, ModelOptions& model) {
   app.add_option("--threads", model.threads, "CPU threads (0: all)");
   app.add_option("--weights", model.weights,
-                 "blocks: compute from the GGUF blocks (activations quantized per block, as llama.cpp does); "
+                 "blocks: compute from the GGUF blocks (activations quantized per block: int16 for the 32-value formats, int8 for the K-quants); "
                  "f32: decode every matrix to float first (exact, slower, more memory)")
       ->check(CLI::IsMember({"blocks", "f32"}));
   app.add_option("--device", model.device,
