@@ -94,24 +94,17 @@ BENCHMARK(BM_Gemm)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime()
 void BM_CausalAttention(benchmark::State& state) {
   constexpr int kHeads = 32, kKvHeads = 8, kDim = 128;
   constexpr std::int64_t kP0 = 8192, kTokens = 256;
-  static const std::vector<std::vector<float>> keys = [] {
-    std::vector<std::vector<float>> k;
-    for (int h = 0; h < kKvHeads; ++h) k.push_back(noise(static_cast<std::size_t>(kP0 + kTokens) * kDim, 10 + h));
-    return k;
-  }();
-  static const std::vector<std::vector<float>> values = [] {
-    std::vector<std::vector<float>> v;
-    for (int h = 0; h < kKvHeads; ++h) v.push_back(noise(static_cast<std::size_t>(kP0 + kTokens) * kDim, 20 + h));
-    return v;
-  }();
+  constexpr std::size_t kStream = static_cast<std::size_t>(kP0 + kTokens) * kDim;  // one KV head's rows
+  static const std::vector<float> keys = noise(kStream * kKvHeads, 10), values = noise(kStream * kKvHeads, 20);
   static const std::vector<float> q = noise(static_cast<std::size_t>(kTokens) * kHeads * kDim, 5);
   std::vector<float> out(q.size());
   ThreadPool pool(static_cast<unsigned>(state.range(0)));
   llama::CausalAttentionArgs a;
   a.q = q.data();
   a.out = out.data();
-  a.keys = &keys;
-  a.values = &values;
+  a.keys = keys.data();
+  a.values = values.data();
+  a.stream_stride = kStream;
   a.p0 = kP0;
   a.tokens = kTokens;
   a.heads = kHeads;

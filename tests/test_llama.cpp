@@ -287,6 +287,88 @@ TEST_CASE("chunked prefill gives the logits of decoding the prompt token by toke
   }
 }
 
+TEST_CASE("chunked prefill with an f16 or bf16 KV cache: the prompt attended in the KV dtype gives the logits of decoding token by token") {
+  ThreadPool pool(2);
+  const Model m =
+      make_synthetic({"tiny", 5}, ShapeOverrides{.layers = 2, .heads = {}, .kv_heads = {}, .head_dim = {}, .hidden = {}, .vocab = {}}, pool);
+  std::mt19937 rng(2);
+  std::vector<int> prompt(120);
+  for (auto& t : prompt) t = static_cast<int>(rng() % 512);
+  for (DType dt : {DType::f16, DType::bf16}) {
+    CAPTURE(static_cast<int>(dt));
+    Config cfg = kv_config(m.config, Budget::fraction(1.0));
+    cfg.dtype = dt;
+    KvManager<index::Dense, eviction::Lru> b(cfg);
+    Decoder stepped(m, b, pool);
+    std::vector<float> want = stepped.prefill(std::span<const int>(prompt).first(1));
+    for (std::size_t i = 1; i < prompt.size(); ++i) want = stepped.step(prompt[i]);
+    for (int chunk : {16, 37}) {
+      CAPTURE(chunk);
+      KvManager<index::Dense, eviction::Lru> a(cfg);
+      Decoder chunked(m, a, pool, chunk);
+      const std::vector<float> got = chunked.prefill(prompt);
+      double worst = 0;
+      for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(got[i] - want[i])));
+      CHECK(worst < 1e-4);
+    }
+  }
+}
+
+TEST_CASE("PromptKv: the prompt's K/V in the KV dtype, one block of streams x tokens x head_dim each; attended as float copies of its values") {
+  constexpr int kKvHeads = 2, kHeads = 4, kDim = 16;
+  constexpr std::int64_t kTokens = 40, kP0 = 24;  // the chunk: the last 16 tokens
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  std::vector<float> k(static_cast<std::size_t>(kTokens) * kKvHeads * kDim), v(k.size()), q(static_cast<std::size_t>(kTokens - kP0) * kHeads * kDim);
+  for (auto* x : {&k, &v, &q})
+    for (float& f : *x) f = normal(rng);
+  ThreadPool pool(2);
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    CAPTURE(static_cast<int>(dt));
+    PromptKv p;
+    p.start(dt, kKvHeads, kDim, kTokens);
+    CHECK(p.bytes() == 2u * kKvHeads * kTokens * kDim * dtype_size(dt));  // exactly the prompt, K and V
+    // The expectation: each head's rows rounded to the dtype, kept as float.
+    std::vector<float> want_k(k.size()), want_v(v.size());
+    for (int h = 0; h < kKvHeads; ++h)
+      for (std::int64_t t = 0; t < kTokens; ++t) {
+        const std::size_t from = (static_cast<std::size_t>(t) * kKvHeads + h) * kDim, to = (static_cast<std::size_t>(h) * kTokens + t) * kDim;
+        p.append(static_cast<std::size_t>(h), k.data() + from, v.data() + from);
+        std::copy_n(k.data() + from, kDim, want_k.data() + to);
+        std::copy_n(v.data() + from, kDim, want_v.data() + to);
+      }
+    index::round_to_dtype(dt, want_k.data(), want_k.size());
+    index::round_to_dtype(dt, want_v.data(), want_v.size());
+    CHECK(p.rows(1) == kTokens);
+    CHECK_THROWS_WITH_AS(p.append(0, k.data(), v.data()), doctest::Contains("stream 0 is full"), Error);
+    CausalAttentionArgs<float> expect;
+    expect.q = q.data();
+    expect.keys = want_k.data();
+    expect.values = want_v.data();
+    expect.stream_stride = static_cast<std::size_t>(kTokens) * kDim;
+    expect.p0 = kP0;
+    expect.tokens = kTokens - kP0;
+    expect.heads = kHeads, expect.kv_heads = kKvHeads, expect.head_dim = kDim;
+    expect.scale = 0.25f;
+    std::vector<float> want(q.size()), got(q.size());
+    expect.out = want.data();
+    causal_attention(pool, expect);
+    p.visit([&](const auto& rows) {
+      for (std::size_t i = 0; i < want_k.size(); ++i) {
+        CHECK(to_float(rows.k[i]) == want_k[i]);
+        CHECK(to_float(rows.v[i]) == want_v[i]);
+      }
+      CausalAttentionArgs<typename std::decay_t<decltype(rows)>::Element> a;
+      a.q = q.data(), a.out = got.data(), a.keys = rows.k, a.values = rows.v, a.stream_stride = rows.stream_stride;
+      a.p0 = expect.p0, a.tokens = expect.tokens, a.heads = kHeads, a.kv_heads = kKvHeads, a.head_dim = kDim, a.scale = expect.scale;
+      causal_attention(pool, a);
+    });
+    CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);  // bit for bit: the same values, widened as loaded
+    p.clear();
+    CHECK(p.bytes() == 0);
+  }
+}
+
 TEST_CASE("the decoder's tune_clusters(): layer 0 chooses the cluster size, every layer is indexed with it") {
   ThreadPool pool(2);
   const Model m =

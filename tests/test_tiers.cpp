@@ -63,6 +63,33 @@ TEST_CASE("HostTier: write, read back, address in place, erase, capacity") {
   CHECK_THROWS_WITH_AS(t.address({2, 0, 0, 0}), doctest::Contains("no page (seq 2, layer 0, head 0, page 0)"), Error);
 }
 
+TEST_CASE("HostTier: a page smaller than the alignment takes its own size, not a whole 4 KiB slot; whole multiples stay aligned") {
+  // A 2 KiB page (8 tokens x 64 dims x f16, K and V) under the default 4096-byte alignment: no
+  // tier reads it in place, so its slot is its size (the KV cache half what it was), 64-aligned.
+  HostTier small;
+  small.open({2048});
+  CHECK(small.slot_stride() == 2048);
+  std::set<const std::byte*> seen;
+  for (std::uint32_t p = 0; p < 5; ++p) small.write({1, 0, 0, p}, page_of(2048, static_cast<int>(p)).data());
+  for (std::uint32_t p = 0; p < 5; ++p) {  // neighbours do not overlap: each reads back its own bytes
+    const std::byte* at = small.address({1, 0, 0, p});
+    CHECK(reinterpret_cast<std::uintptr_t>(at) % 64 == 0);
+    CHECK(seen.insert(at).second);
+    CHECK(std::memcmp(at, page_of(2048, static_cast<int>(p)).data(), 2048) == 0);
+  }
+  HostTier odd;  // 6 KiB: not a whole number of 4 KiB blocks either
+  odd.open({6144});
+  CHECK(odd.slot_stride() == 6144);
+  HostTier whole;  // 8 KiB: direct I/O may read it in place, so every slot is 4096-aligned
+  whole.open({8192});
+  CHECK(whole.slot_stride() == 8192);
+  for (std::uint32_t p = 0; p < 3; ++p) whole.write({1, 0, 0, p}, page_of(8192, 1).data());
+  for (std::uint32_t p = 0; p < 3; ++p) CHECK(reinterpret_cast<std::uintptr_t>(whole.address({1, 0, 0, p})) % 4096 == 0);
+  HostTier coded({0, 64});  // a 64-byte alignment asked (a host tier of coded pages) is kept
+  coded.open({100});
+  CHECK(coded.slot_stride() == 128);
+}
+
 TEST_CASE("FaultTier: injects read and write errors on schedule, then heals") {
   FaultTier<HostTier> t;
   t.open({256});

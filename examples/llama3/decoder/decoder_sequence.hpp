@@ -2,8 +2,8 @@
 // every attention of decoding done by a kvdrive::KvManager. One sequence per decoder.
 //
 // Prefill runs in chunks of tokens through all layers: projections as matrix products, causal
-// attention of the chunk over the prompt so far (kept in float per KV head while prefilling; see
-// prefill_attention.hpp), then the chunk's K/V go to KvManager::prefill. Decoding calls
+// attention of the chunk over the prompt so far (kept in the KV dtype per KV head while
+// prefilling: PromptKv), then the chunk's K/V go to KvManager::prefill. Decoding calls
 // KvManager::attend once per layer. With warm_up_after_prefill(n), the queries of the prompt's
 // last n positions are kept per layer and each layer is warmed up (KvManager::warm_up: the best
 // pages into the cache, the next into middle tiers) once the prompt is in. With a manager that
@@ -26,6 +26,7 @@
 #include <functional>
 #include <optional>
 #include <span>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -177,9 +178,8 @@ class Decoder {
     KVD_EXPECT(pos_ == 0, "prefill: the decoder has already run {} tokens", pos_);
     check_tokens(tokens);
     const auto t0 = Clock::now();
-    prompt_k_.assign(static_cast<std::size_t>(c_.layers) * c_.kv_heads, {});
-    prompt_v_.assign(prompt_k_.size(), {});
     const auto n = static_cast<std::int64_t>(tokens.size());
+    prompt_kv_.start(kv_.config().dtype, static_cast<std::size_t>(c_.layers) * c_.kv_heads, c_.head_dim(), n);
     obs_first_ = n - std::min<std::int64_t>(observed_, n);
     obs_q_.assign(observed_ > 0 ? static_cast<std::size_t>(c_.layers) : 0, {});
     const std::int64_t loaded = load_shared_prefix(n);
@@ -189,8 +189,7 @@ class Decoder {
       prefill_chunk(tokens.subspan(static_cast<std::size_t>(p0), static_cast<std::size_t>(len)), p0);
       if (progress) progress(p0 + len, n);
     }
-    prompt_k_.clear();
-    prompt_v_.clear();
+    prompt_kv_.clear();
     pos_ = n;  // the prompt is in the manager, whatever warm-up does
     if (snap_ != nullptr) end_snapshot(n);
     if (observed_ > 0) finish_prefill(std::exchange(obs_q_, {}), n - obs_first_);
@@ -280,16 +279,10 @@ class Decoder {
     if constexpr (requires { kv_.load_prefix(seq_, n, chunk_); }) {
       if (trace_ != nullptr || snap_ != nullptr || keep_all_logits_) return 0;  // their Q, K/V or logits would be missing
       const auto t0 = Clock::now();
-      const int kvh = c_.kv_heads, d = c_.head_dim();
+      const int kvh = c_.kv_heads;
       const auto r = kv_.load_prefix(seq_, std::min(n - 1, obs_first_), chunk_, [&](int l, View<const float, 3> k, View<const float, 3> v) {
-        for (int h = 0; h < kvh; ++h) {
-          auto& pk = prompt_k_[static_cast<std::size_t>(l) * kvh + h];
-          auto& pv = prompt_v_[static_cast<std::size_t>(l) * kvh + h];
-          for (std::int64_t t = 0; t < k.extent(0); ++t) {
-            pk.insert(pk.end(), &k(t, h, 0), &k(t, h, 0) + d);
-            pv.insert(pv.end(), &v(t, h, 0), &v(t, h, 0) + d);
-          }
-        }
+        for (int h = 0; h < kvh; ++h)
+          for (std::int64_t t = 0; t < k.extent(0); ++t) prompt_kv_.append(static_cast<std::size_t>(l) * kvh + h, &k(t, h, 0), &v(t, h, 0));
       });
       times_.prefix_load_ms += ms_since(t0);
       times_.prefix_loaded_tokens += r.tokens;
@@ -338,41 +331,34 @@ class Decoder {
     }
   }
 
-  /// The prompt so far, per KV head, contiguous [tokens][head_dim] for the attention kernel, as
-  /// the cache stores it (rounded to the KV dtype), so that a prefix read back from a remote tier
-  /// (load_shared_prefix) is attended exactly as a computed one.
+  /// The chunk's K/V of layer l appended to the prompt so far (PromptKv: per KV head, in the KV
+  /// dtype, as the cache stores them).
   void keep_prompt_kv(int l, std::int64_t n) {
     const int kvh = c_.kv_heads, d = c_.head_dim();
-    for (int h = 0; h < kvh; ++h) {
-      auto& pk = prompt_k_[static_cast<std::size_t>(l) * kvh + h];
-      auto& pv = prompt_v_[static_cast<std::size_t>(l) * kvh + h];
-      const std::size_t at = pk.size();
-      for (std::int64_t i = 0; i < n; ++i) {
-        const float* k = fwd_.k(static_cast<std::size_t>(i)) + h * d;
-        const float* v = fwd_.v(static_cast<std::size_t>(i)) + h * d;
-        pk.insert(pk.end(), k, k + d);
-        pv.insert(pv.end(), v, v + d);
-      }
-      index::round_to_dtype(kv_.config().dtype, pk.data() + at, pk.size() - at);
-      index::round_to_dtype(kv_.config().dtype, pv.data() + at, pv.size() - at);
-    }
+    for (int h = 0; h < kvh; ++h)
+      for (std::int64_t i = 0; i < n; ++i)
+        prompt_kv_.append(static_cast<std::size_t>(l) * kvh + h, fwd_.k(static_cast<std::size_t>(i)) + h * d,
+                          fwd_.v(static_cast<std::size_t>(i)) + h * d);
   }
 
   /// att = the chunk's causal attention over the prompt so far (layer l).
   void causal(int l, std::int64_t p0, std::int64_t n) {
-    CausalAttentionArgs ca;
-    ca.q = fwd_.q(0);
-    ca.out = fwd_.att(0);
-    ca.keys = &prompt_k_;
-    ca.values = &prompt_v_;
-    ca.head_offset = static_cast<std::size_t>(l) * c_.kv_heads;
-    ca.p0 = p0;
-    ca.tokens = n;
-    ca.heads = c_.heads;
-    ca.kv_heads = c_.kv_heads;
-    ca.head_dim = c_.head_dim();
-    ca.scale = kv_.config().scale();
-    causal_attention(pool_, ca);
+    prompt_kv_.visit([&](const auto& rows) {
+      CausalAttentionArgs<typename std::decay_t<decltype(rows)>::Element> ca;
+      ca.q = fwd_.q(0);
+      ca.out = fwd_.att(0);
+      ca.keys = rows.k;
+      ca.values = rows.v;
+      ca.stream_stride = rows.stream_stride;
+      ca.head_offset = static_cast<std::size_t>(l) * c_.kv_heads;
+      ca.p0 = p0;
+      ca.tokens = n;
+      ca.heads = c_.heads;
+      ca.kv_heads = c_.kv_heads;
+      ca.head_dim = c_.head_dim();
+      ca.scale = kv_.config().scale();
+      causal_attention(pool_, ca);
+    });
   }
 
   /// keep_prefill: the chunk's K/V of layer l appended to the record.
@@ -394,10 +380,10 @@ class Decoder {
   DecoderTimes times_;
   eval::TraceWriter* trace_ = nullptr;
   std::vector<float> logits_;
-  std::vector<std::vector<float>> prompt_k_, prompt_v_;  ///< [layer][kv_head] while prefilling
-  int observed_ = 0;                                     ///< warm-up observation queries (0: none)
-  bool tune_ = false;                                    ///< tune the pipeline at the next step
-  bool tune_clusters_ = false;                           ///< tune the index's cluster size after prefill
+  PromptKv prompt_kv_;          ///< the prompt's K/V per (layer, KV head) while prefilling
+  int observed_ = 0;            ///< warm-up observation queries (0: none)
+  bool tune_ = false;           ///< tune the pipeline at the next step
+  bool tune_clusters_ = false;  ///< tune the index's cluster size after prefill
   index::ClusterSizeChoice cluster_choice_;
   std::size_t tuned_ = 0;
   std::int64_t obs_first_ = 0;             ///< first prompt position whose queries are kept

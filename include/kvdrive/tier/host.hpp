@@ -3,6 +3,7 @@
 // fast tier of the CPU backend and as a DRAM store behind it. Reads complete at submit().
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstring>
@@ -21,8 +22,12 @@ namespace kvdrive::tier {
 class HostTier {
  public:
   struct Params {
-    std::size_t capacity_pages = 0;      ///< 0: unbounded
-    std::size_t alignment = 4096;        ///< slot alignment (direct I/O wants 4096)
+    std::size_t capacity_pages = 0;  ///< 0: unbounded
+    /// Slot alignment for pages of whole multiples of it (direct I/O wants 4096, and reads such
+    /// pages in place); smaller or odd-sized pages, which no tier reads in place (an SSD tier
+    /// packs them and reads them through its bounce buffer), are packed at 64-byte alignment
+    /// rather than each taking a whole multiple (a 2 KiB page would take 4 KiB).
+    std::size_t alignment = 4096;
     PagePool::BlockHook on_new_block{};  ///< each new block of memory: pin it (CUDA) or register it
   };
 
@@ -49,8 +54,14 @@ class HostTier {
 
   void open(const TierGeometry& g) {
     page_bytes_ = g.page_bytes;
-    pool_.open(g.page_bytes, params_.alignment, params_.capacity_pages, params_.on_new_block);
+    pool_.open(g.page_bytes, slot_alignment(g.page_bytes, params_.alignment), params_.capacity_pages, params_.on_new_block);
   }
+
+  /// The alignment of the slots for pages of page_bytes (see Params::alignment).
+  static std::size_t slot_alignment(std::size_t page_bytes, std::size_t alignment) {
+    return alignment != 0 && page_bytes % alignment != 0 ? std::min<std::size_t>(alignment, 64) : alignment;
+  }
+  std::size_t slot_stride() const { return pool_.stride(); }
 
   // ---- keyed store ---------------------------------------------------------------------------
   void write(const PageKey& key, const std::byte* src) {
