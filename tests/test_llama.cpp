@@ -261,6 +261,21 @@ TEST_CASE("synthetic models: names, seeds and shape overrides") {
   CHECK(std::memcmp(m.layers[0].wq.data, again.layers[0].wq.data, 64 * 64 * 4) == 0);
 }
 
+/// The logits after the last token of `prompt`, decoded token by token (the reference for prefill).
+static std::vector<float> logits_token_by_token(const Model& m, const Config& cfg, ThreadPool& pool, std::span<const int> prompt) {
+  KvManager<index::Dense, eviction::Lru> kv(cfg);
+  Decoder stepped(m, kv, pool);
+  std::vector<float> logits = stepped.prefill(prompt.first(1));
+  for (std::size_t i = 1; i < prompt.size(); ++i) logits = stepped.step(prompt[i]);
+  return logits;
+}
+
+static double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(a[i] - b[i])));
+  return worst;
+}
+
 TEST_CASE("chunked prefill gives the logits of decoding the prompt token by token") {
   ThreadPool pool(2);
   const Model m =
@@ -279,10 +294,7 @@ TEST_CASE("chunked prefill gives the logits of decoding the prompt token by toke
     CAPTURE(chunk);
     KvManager<index::Dense, eviction::Lru> a(cfg);
     Decoder chunked(m, a, pool, chunk);
-    const std::vector<float> got = chunked.prefill(prompt);
-    double worst = 0;
-    for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(got[i] - want[i])));
-    CHECK(worst < 1e-4);
+    CHECK(max_abs_diff(chunked.prefill(prompt), want) < 1e-4);
     CHECK(Sampler::argmax(chunked.step(7)) == next);  // then both decode the same
   }
 }
@@ -298,18 +310,12 @@ TEST_CASE("chunked prefill with an f16 or bf16 KV cache: the prompt attended in 
     CAPTURE(static_cast<int>(dt));
     Config cfg = kv_config(m.config, Budget::fraction(1.0));
     cfg.dtype = dt;
-    KvManager<index::Dense, eviction::Lru> b(cfg);
-    Decoder stepped(m, b, pool);
-    std::vector<float> want = stepped.prefill(std::span<const int>(prompt).first(1));
-    for (std::size_t i = 1; i < prompt.size(); ++i) want = stepped.step(prompt[i]);
+    const std::vector<float> want = logits_token_by_token(m, cfg, pool, prompt);
     for (int chunk : {16, 37}) {
       CAPTURE(chunk);
       KvManager<index::Dense, eviction::Lru> a(cfg);
       Decoder chunked(m, a, pool, chunk);
-      const std::vector<float> got = chunked.prefill(prompt);
-      double worst = 0;
-      for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(got[i] - want[i])));
-      CHECK(worst < 1e-4);
+      CHECK(max_abs_diff(chunked.prefill(prompt), want) < 1e-4);
     }
   }
 }

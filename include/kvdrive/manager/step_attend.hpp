@@ -52,23 +52,24 @@ class StepAttention {
     }
   }
 
-  /// Every split of every plan not attended yet, a task each, so that a few streams (SmolLM2 has 3
-  /// KV heads) keep every thread busy; then each plan's splits merge, in split order, into p.out
-  /// and p.lse. Each split's result is the same whichever thread computes it.
+  /// Every split of every plan a task, so that a few streams (SmolLM2 has 3 KV heads) keep every
+  /// thread busy: the task fills the split's page references and attends it unless compute_ready
+  /// did; then each plan's splits merge, in split order, into p.out and p.lse. Each split's result
+  /// is the same whichever thread computes it.
   void compute_on_host(std::span<Plan> plans) const {
     SplitTasks& tasks = split_tasks();
     tasks.clear();
     for (std::size_t j = 0; j < plans.size(); ++j) {
       Plan& p = plans[j];
       prepare_splits(p);
-      for (std::uint32_t page : p.attended) p.refs.push_back(page_ref(p, page));
-      for (std::size_t s = 0; s < p.split_done.size(); ++s)
-        if (!p.split_done[s]) tasks.push_back({static_cast<std::uint32_t>(j), static_cast<std::uint32_t>(s)});
+      p.refs.resize(p.attended.size());
+      for (std::size_t s = 0; s < p.split_done.size(); ++s) tasks.push_back({static_cast<std::uint32_t>(j), static_cast<std::uint32_t>(s)});
     }
     c_.backend.parallel_for(tasks.size(), [&](std::size_t i) {
       Plan& p = plans[tasks[i].plan];
-      const std::size_t s = tasks[i].split, a = split_begin(s);
-      compute_split(p, s, std::span<const attention::PageRef>(p.refs).subspan(a, split_end(s, p.refs.size()) - a));
+      const std::size_t s = tasks[i].split, a = split_begin(s), b = split_end(s, p.refs.size());
+      for (std::size_t k = a; k < b; ++k) p.refs[k] = page_ref(p, p.attended[k]);
+      if (!p.split_done[s]) compute_split(p, s, std::span<const attention::PageRef>(p.refs).subspan(a, b - a));
     });
     for (Plan& p : plans) merge(p);
   }
