@@ -59,6 +59,16 @@ TEST_CASE("kth_largest is the k-th of the rank keys sorted, at every k") {
   }
 }
 
+TEST_CASE("score_order keeps the order of scores and score_of_order inverts it") {
+  const float scores[] = {-INFINITY, -3.0e38f, -2.5f, -1e-40f, -0.0f, 0.0f, 1e-40f, 1.0f, 2.5f, 3.0e38f, INFINITY};
+  for (std::size_t i = 0; i < std::size(scores); ++i) {
+    CHECK(index::score_of_order(index::score_order(scores[i])) == scores[i]);
+    if (i > 0) CHECK((index::score_order(scores[i - 1]) < index::score_order(scores[i])) == (scores[i - 1] < scores[i]));
+  }
+  CHECK(index::score_order(-0.0f) == index::score_order(0.0f));
+  CHECK(index::score_order(NAN) == index::score_order(-INFINITY));
+}
+
 TEST_CASE("selection_key: the k largest keys are top_pages' choice, ties, NaN and signed zeros included") {
   std::mt19937 rng(17);
   const float specials[] = {0.0f, -0.0f, NAN, -INFINITY, INFINITY, 1.5f, -1.5f};
