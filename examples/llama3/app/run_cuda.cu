@@ -44,14 +44,14 @@ void copy_error(std::string_view what, char* error, std::size_t error_size) {
 }  // namespace kvdrive::llama
 
 /// The module's entry point (CudaModuleEntry in run_cuda.hpp).
-extern "C" __attribute__((visibility("default"))) int kvd_llama_run_on_cuda(
-    const kvdrive::llama::RunOptions* options, const kvdrive::llama::Model* model, kvdrive::ThreadPool* pool,
-    const kvdrive::llama::CudaModuleAbi* abi, char* error, std::size_t error_size) noexcept {
+extern "C" __attribute__((visibility("default"))) int kvd_llama_run_on_cuda(const kvdrive::llama::RunOptions* options,
+                                                                            const kvdrive::llama::Model* model, kvdrive::ThreadPool* pool,
+                                                                            const kvdrive::llama::CudaModuleAbi* abi, char* error,
+                                                                            std::size_t error_size) noexcept {
   using namespace kvdrive::llama;
   try {
     if (!(*abi == CudaModuleAbi{})) {
-      copy_error("--device cuda: kvd-llama-cuda.so was built from other sources than kvd-llama; build both again", error,
-                 error_size);
+      copy_error("--device cuda: kvd-llama-cuda.so was built from other sources than kvd-llama; build both again", error, error_size);
       return 1;
     }
     return run_on_gpu(*options, *model, *pool);

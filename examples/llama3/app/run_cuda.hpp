@@ -34,8 +34,8 @@ struct CudaModuleAbi {
 /// The module's entry point (extern "C", so dlsym finds it by this name). It runs run() on the GPU
 /// and returns its exit code; an error comes back as text in `error` (the module may carry its
 /// own copy of the C++ runtime, so no exception crosses from it), with the return value 1.
-using CudaModuleEntry = int (*)(const RunOptions* options, const Model* model, ThreadPool* pool,
-                                const CudaModuleAbi* abi, char* error, std::size_t error_size);
+using CudaModuleEntry = int (*)(const RunOptions* options, const Model* model, ThreadPool* pool, const CudaModuleAbi* abi, char* error,
+                                std::size_t error_size);
 inline constexpr const char* kCudaModuleEntry = "kvd_llama_run_on_cuda";
 inline constexpr const char* kCudaModuleFile = "kvd-llama-cuda.so";
 
@@ -46,8 +46,8 @@ inline constexpr const char* kCudaModuleFile = "kvd-llama-cuda.so";
 inline int run_on_cuda(const RunOptions& o, const Model& model, ThreadPool& pool) {
   const std::filesystem::path path = std::filesystem::read_symlink("/proc/self/exe").parent_path() / kCudaModuleFile;
   void* module = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);  // never closed: CUDA's libraries stay until exit
-  KVD_EXPECT(module != nullptr, "--device cuda: cannot load {} (built with kvd-llama, with cuBLAS on the library path): {}",
-             path.string(), dlerror());
+  KVD_EXPECT(module != nullptr, "--device cuda: cannot load {} (built with kvd-llama, with cuBLAS on the library path): {}", path.string(),
+             dlerror());
   const auto entry = reinterpret_cast<CudaModuleEntry>(dlsym(module, kCudaModuleEntry));
   KVD_EXPECT(entry != nullptr, "--device cuda: {} has no {}: {}", path.string(), kCudaModuleEntry, dlerror());
   const CudaModuleAbi abi;
