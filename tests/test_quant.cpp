@@ -432,28 +432,44 @@ TEST_CASE("zero activations give exact zeros") {
 // The products of every type on fixed data, hashed. The AVX2 and the portable build compute the
 // same integers and the same fmas in the same order, so both give this hash; it changes only when
 // a kernel's summation order (or the activation rounding) is changed on purpose.
+/// FNV-1a of the float bits of a 5 x 24 product of type t over `cols` values.
+std::uint64_t product_hash(GgmlType t, std::int64_t cols) {
+  const std::int64_t rows = 24;
+  const auto data = random_matrix(t, rows, cols, 500 + static_cast<std::uint64_t>(t));
+  const auto x = random_acts(5, cols, 600);
+  std::vector<float> y(5 * rows);
+  ThreadPool pool(2);
+  matmul(pool, Matrix{data.data(), t, rows, cols}, x.data(), y.data(), 5);
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (float v : y) {
+    std::uint32_t u = bits_of(v);
+    for (int b = 0; b < 4; ++b, u >>= 8) h = (h ^ (u & 0xFF)) * 0x100000001b3ULL;
+  }
+  return h;
+}
+
 TEST_CASE("the AVX2 and the portable kernels give the same bits") {
-  // FNV-1a of the float bits of a 5 x 24 product over 512 values, per type (in kAll's order).
+  // Products over 512 values, per type (in kAll's order); and over 160 (five blocks: an odd last
+  // block, which joins the first of the two accumulation chains) for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0.
   constexpr std::uint64_t kExpected[] = {0xc0f8fed37b308bd2, 0xb3729bf0c9de4342, 0x3cfbb36746027ef5, 0x2e5d2280feb698bd,
                                          0x5895c4cb23e7cb78, 0x53959e3bade7cbf8, 0xce9df3177c275f6d, 0xe1de38118ec7798b,
                                          0xdb95d684cfacb894, 0xdcfae0b7812989c7, 0xfbf033d4f53ffc7b};
+  constexpr std::uint64_t kExpectedOdd[] = {0x45818de44f3a7781, 0x476b43cab0f1b325, 0x1f4396d8b6c661d1, 0xbfb61eab44256225, 0x13c8541d81790770};
   std::string all;
   for (std::size_t k = 0; k < std::size(kAll); ++k) {
-    const GgmlType t = kAll[k];
-    CAPTURE(ggml_type_name(t));
-    const std::int64_t rows = 24, cols = 512;
-    const auto data = random_matrix(t, rows, cols, 500 + static_cast<std::uint64_t>(t));
-    const auto x = random_acts(5, cols, 600);
-    std::vector<float> y(5 * rows);
-    ThreadPool pool(2);
-    matmul(pool, Matrix{data.data(), t, rows, cols}, x.data(), y.data(), 5);
-    std::uint64_t h = 0xcbf29ce484222325ULL;
-    for (float v : y) {
-      std::uint32_t u = bits_of(v);
-      for (int b = 0; b < 4; ++b, u >>= 8) h = (h ^ (u & 0xFF)) * 0x100000001b3ULL;
-    }
+    CAPTURE(ggml_type_name(kAll[k]));
+    const std::uint64_t h = product_hash(kAll[k], 512);
     all += fmt::format("0x{:016x}, ", h);
     CHECK(h == kExpected[k]);
+  }
+  all += "five blocks: ";
+  for (std::size_t k = 0; k < std::size(kExpectedOdd); ++k) {
+    const GgmlType t = kAll[3 + k];
+    CAPTURE(ggml_type_name(t));
+    REQUIRE(block_of(t) == 32);
+    const std::uint64_t h = product_hash(t, 160);
+    all += fmt::format("0x{:016x}, ", h);
+    CHECK(h == kExpectedOdd[k]);
   }
   MESSAGE(fmt::format("product hashes ({} build): {}", KVD_CPU_AVX2 ? "AVX2" : "portable", all));
 }
