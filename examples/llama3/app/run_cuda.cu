@@ -1,15 +1,16 @@
 // kvd-llama --device cuda: run() (run.hpp) with the KV cache in GPU memory. Compiled by nvcc
-// into the module kvd-llama-cuda.so, which kvd-llama loads for --device cuda (run_cuda.hpp). Selection runs on the GPU (cuda::DeviceHierarchical, one
-// launch per micro-batch), pages move through cuda::DeviceTier, attention runs in backend::Cuda's
-// kernels and the projections in cuBLAS.
-#include "kernels/cublas_linear.hpp"
-#include "kvdrive/cuda/backend.cuh"
-#include "kvdrive/cuda/device_hierarchical.cuh"
-#include "kvdrive/cuda/device_tier.cuh"
+// into the module kvd-llama-cuda.so, which kvd-llama loads for --device cuda (run_cuda.hpp).
+// Selection runs on the GPU (cuda::DeviceHierarchical, one launch per micro-batch), pages move
+// through cuda::DeviceTier, attention runs in backend::Cuda's kernels and the projections in
+// cuBLAS.
 #include <algorithm>
 #include <cstring>
 #include <string_view>
 
+#include "kernels/cublas_linear.hpp"
+#include "kvdrive/cuda/backend.cuh"
+#include "kvdrive/cuda/device_hierarchical.cuh"
+#include "kvdrive/cuda/device_tier.cuh"
 #include "app/run_cuda.hpp"
 
 namespace kvdrive::llama {
