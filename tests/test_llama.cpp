@@ -270,6 +270,19 @@ static std::vector<float> logits_token_by_token(const Model& m, const Config& cf
   return logits;
 }
 
+/// The synthetic model "tiny" with seed `seed`, cut to two layers.
+static Model two_layer_tiny(std::uint64_t seed, ThreadPool& pool) {
+  return make_synthetic({"tiny", seed}, ShapeOverrides{.layers = 2, .heads = {}, .kv_heads = {}, .head_dim = {}, .hidden = {}, .vocab = {}}, pool);
+}
+
+/// n token ids below 512, drawn by std::mt19937(seed).
+static std::vector<int> random_prompt(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<int> prompt(n);
+  for (auto& t : prompt) t = static_cast<int>(rng() % 512);
+  return prompt;
+}
+
 static double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double worst = 0;
   for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(a[i] - b[i])));
@@ -278,11 +291,8 @@ static double max_abs_diff(const std::vector<float>& a, const std::vector<float>
 
 TEST_CASE("chunked prefill gives the logits of decoding the prompt token by token") {
   ThreadPool pool(2);
-  const Model m =
-      make_synthetic({"tiny", 5}, ShapeOverrides{.layers = 2, .heads = {}, .kv_heads = {}, .head_dim = {}, .hidden = {}, .vocab = {}}, pool);
-  std::mt19937 rng(1);
-  std::vector<int> prompt(150);
-  for (auto& t : prompt) t = static_cast<int>(rng() % 512);
+  const Model m = two_layer_tiny(5, pool);
+  const std::vector<int> prompt = random_prompt(150, 1);
   const Config cfg = kv_config(m.config, Budget::fraction(1.0));
   KvManager<index::Dense, eviction::Lru> b(cfg);
   Decoder stepped(m, b, pool);
@@ -301,11 +311,8 @@ TEST_CASE("chunked prefill gives the logits of decoding the prompt token by toke
 
 TEST_CASE("chunked prefill with an f16 or bf16 KV cache: the prompt attended in the KV dtype gives the logits of decoding token by token") {
   ThreadPool pool(2);
-  const Model m =
-      make_synthetic({"tiny", 5}, ShapeOverrides{.layers = 2, .heads = {}, .kv_heads = {}, .head_dim = {}, .hidden = {}, .vocab = {}}, pool);
-  std::mt19937 rng(2);
-  std::vector<int> prompt(120);
-  for (auto& t : prompt) t = static_cast<int>(rng() % 512);
+  const Model m = two_layer_tiny(5, pool);
+  const std::vector<int> prompt = random_prompt(120, 2);
   for (DType dt : {DType::f16, DType::bf16}) {
     CAPTURE(static_cast<int>(dt));
     Config cfg = kv_config(m.config, Budget::fraction(1.0));
@@ -377,11 +384,8 @@ TEST_CASE("PromptKv: the prompt's K/V in the KV dtype, one block of streams x to
 
 TEST_CASE("the decoder's tune_clusters(): layer 0 chooses the cluster size, every layer is indexed with it") {
   ThreadPool pool(2);
-  const Model m =
-      make_synthetic({"tiny", 9}, ShapeOverrides{.layers = 2, .heads = {}, .kv_heads = {}, .head_dim = {}, .hidden = {}, .vocab = {}}, pool);
-  std::mt19937 rng(3);
-  std::vector<int> prompt(700);
-  for (auto& t : prompt) t = static_cast<int>(rng() % 512);
+  const Model m = two_layer_tiny(9, pool);
+  const std::vector<int> prompt = random_prompt(700, 3);
   Config cfg = kv_config(m.config, Budget::fraction(0.125), 16);
   cfg.page_tokens = 4;
   using M = KvManager<index::Hierarchical, eviction::Lookahead>;
@@ -607,8 +611,7 @@ struct TempDir {
 
 TEST_CASE("Hugging Face folders: fp32, fp16 and bf16, sharded and not, load the same model") {
   ThreadPool pool(2);
-  const Model src =
-      make_synthetic({"tiny", 9}, ShapeOverrides{.layers = 2, .heads = {}, .kv_heads = {}, .head_dim = {}, .hidden = {}, .vocab = {}}, pool);
+  const Model src = two_layer_tiny(9, pool);
   const auto want = run_logits(src, pool);
   for (const std::string dtype : {"F32", "F16", "BF16"})
     for (bool sharded : {false, true}) {
