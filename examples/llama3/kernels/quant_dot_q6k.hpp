@@ -27,6 +27,7 @@ void tile_q6k(const std::byte* const* rows, const ActRow* a, std::int64_t nb, fl
     const std::byte* blk[R];
     KVD_UNROLL for (int r = 0; r < R; ++r) {
       blk[r] = rows[r] + b * kBytes;
+      prefetch_ahead<kBytes>(blk[r]);
       d[r] = scale_f16(blk[r] + 208);
       const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[r] + 192));
       sc8[r] = _mm256_broadcastsi128_si256(s);  // the 16 int8 scales in both halves

@@ -55,6 +55,7 @@ void tile_qk45(const std::byte* const* rows, const ActRow* a, std::int64_t nb, f
     const std::byte* blk[R];
     KVD_UNROLL for (int r = 0; r < R; ++r) {
       blk[r] = rows[r] + b * F::kBytes;
+      prefetch_ahead<F::kBytes>(blk[r]);
       d[r] = scale_f16(blk[r]);
       dmin[r] = scale_f16(blk[r] + 2);
       std::uint64_t sc8, m8;
