@@ -41,7 +41,8 @@
 // matvec's.
 //
 // Tiles (rows x inputs, chosen by measurement, see Tiles): decode one row at a time, prefill one
-// row x 4 inputs, each weight block decoded once for the 4.
+// row x 4 inputs, each weight block decoded once for the 4. Every tile asks for the weight bytes
+// kPrefetchAhead (4 KiB) beyond the block it reads (quant_dot_common.hpp says what that bought).
 #pragma once
 
 #include <cstddef>

@@ -34,12 +34,13 @@ inline float scale_f16(const std::byte* p) {
 #endif
 }
 
-/// How far ahead of the block a tile reads it asks for the weights' bytes (4 KiB, a row and a
-/// half of SmolLM2's Q4_1): a decode projection streams each weight once, and the hardware
-/// prefetcher alone left every tile waiting on memory between its blocks (SmolLM2's decode
-/// projections, 2 threads, bench_llama's BM_SmolLM2Gemv: Q4_1 7.2-11.5 ms without, 5.2-6.0 with
-/// 2-8 KiB ahead; Q8_0 11.4-11.7 against 5.7-7.6). Past a matrix's end it names bytes the
-/// program may not own, which a prefetch never faults on nor counts as a read.
+/// How far ahead of the block a tile reads it asks for the weights' bytes (4 KiB: 11 rows of
+/// SmolLM2's Q4_1 q projection). A decode projection streams each weight once, and with the
+/// hardware prefetcher alone each tile waited on memory between its blocks: bench_llama's
+/// BM_SmolLM2Gemv (one decode step's projections, 2 threads, a Xeon, 3 alternating rounds) took
+/// 8.0-8.5 ms for Q4_1 without and 5.0-6.7 with, 11.6-12.2 with every matrix in Q8_0 against
+/// 5.3-7.9 (2 and 8 KiB ahead measured alike); prefill's products did not change. Past a
+/// matrix's end it names bytes the program may not own: a prefetch never faults nor reads.
 inline constexpr std::uintptr_t kPrefetchAhead = 4096;
 
 /// Asks for the cache lines of the `bytes` bytes kPrefetchAhead beyond p (one request per 64).
