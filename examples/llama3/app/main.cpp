@@ -128,8 +128,13 @@ void add_tier_options(CLI::App& app, TierOptions& tiers) {
                  "overlapped over micro-batches, tuned on the first step)")
       ->check(CLI::IsMember({"serial", "elastic"}));
   app.add_option("--tune", tiers.tune,
-                 "tiered: on (choose the index's cluster size after prefill, grow the cache windows while the "
-                 "reads outlast selection over the first steps, and with elastic the micro-batch size) or off")
+                 "tiered: on (grow the cache windows while the reads outlast selection over the first steps, and with "
+                 "elastic choose the micro-batch size: neither changes what is selected, so tiered decodes sparse's tokens) or off")
+      ->check(CLI::IsMember({"on", "off"}));
+  app.add_option_function<std::string>(
+         "--tune-clusters", [&tiers](const std::string& v) { tiers.tune_clusters = v == "on"; },
+         "tiered, hierarchical: on (choose the index's cluster size from the --warm-up queries, by mass recall and selection time, "
+         "and re-index every layer: the index then differs from --mode sparse's, and so may the tokens) or off (the default)")
       ->check(CLI::IsMember({"on", "off"}));
   app.add_option_function<std::string>(
          "--ssd-pack", [&tiers](const std::string& v) { tiers.ssd_pack = v == "on"; },
@@ -335,8 +340,10 @@ int main(int argc, char** argv) {
     const Model model = load_model(o.model, pool);
     KVD_EXPECT(o.attention.mode == "tiered" ||
                    (app.count("--fast-bytes") + app.count("--host-bytes") + app.count("--ssd-path") + app.count("--ssd-pack") +
-                    (o.attention.pins.enabled() ? 0 : app.count("--warm-up")) + app.count("--pipeline") + app.count("--tune")) == 0,
-               "--fast-bytes, --host-bytes, --ssd-path, --ssd-pack, --warm-up (without --pin-share), --pipeline and --tune apply to --mode tiered");
+                    (o.attention.pins.enabled() ? 0 : app.count("--warm-up")) + app.count("--pipeline") + app.count("--tune") +
+                    app.count("--tune-clusters")) == 0,
+               "--fast-bytes, --host-bytes, --ssd-path, --ssd-pack, --warm-up (without --pin-share), --pipeline, --tune and --tune-clusters "
+               "apply to --mode tiered");
     if (o.model.device == "cuda") return run_on_cuda(o, model, pool);
     return o.attention.mode == "tiered" ? run_tiered(o, model, pool) : run_in_dram(o, model, pool);
   } catch (const Error& e) {

@@ -3,7 +3,7 @@
 // as matrix products over it). The prompts are --needle documents (N seeds, depths and lengths:
 // each sequence's answer is checked) or seeded --prompt-len prompts, the i-th 1 - i / (2N) of
 // the given length. Greedy; the summary gives the batch's decode throughput. Not applied under
-// --batch: --tune (cluster size, window growth, micro-batch), the placement share per sequence
+// --batch: --tune (window growth, micro-batch), --tune-clusters, the placement share per sequence
 // (warm-up fills a --host-bytes tier in sequence order).
 #pragma once
 

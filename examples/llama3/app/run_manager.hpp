@@ -131,14 +131,18 @@ TierList make_tiers(const TierOptions& o, const TierPlan& p) {
   }
 }
 
-/// Tiered runs: placement after prefill from --warm-up queries, and with --tune on the three
-/// tuned values (cluster size, cache windows, micro-batch).
+/// Tiered runs: placement after prefill from --warm-up queries; with --tune on the cache windows
+/// and the micro-batch, tuned (what is selected stays sparse's); with --tune-clusters on the
+/// index's cluster size too (which changes what is selected).
 template <class Index, class Pipeline, class Manager, class Dec>
 void set_up_tiered(const TierOptions& o, const TierPlan& plan, Manager& kv, Dec& decoder) {
   decoder.warm_up_after_prefill(o.warm_up);
+  if (o.tune_clusters) {
+    KVD_EXPECT(o.warm_up > 0, "--tune-clusters chooses from the --warm-up queries: give --warm-up > 0");
+    if constexpr (index::HasClusterSize<Index>) decoder.tune_clusters();
+    else fail("--tune-clusters: the {} index has no cluster size to tune (hierarchical without rescoring has: --rescore-pool 0)", Index::name());
+  }
   if (o.tune != "on") return;
-  if constexpr (index::HasClusterSize<Index>)
-    if (o.warm_up > 0) decoder.tune_clusters();
   kv.grow_windows({std::max(plan.window, kGrowWindowTo), kGrowSteps});
   if constexpr (!std::is_same_v<Pipeline, pipeline::Serial>) decoder.tune_pipeline();
 }

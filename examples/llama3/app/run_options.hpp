@@ -70,7 +70,11 @@ struct TierOptions {
   std::int64_t fast_bytes = 64ll << 20, host_bytes = 0;
   int warm_up = 32;                 ///< tiered: observation queries for placement after prefill; sparse and tiered: for the pins
   std::string pipeline = "serial";  ///< tiered: serial or elastic
-  std::string tune = "on";          ///< tiered: tune cluster size, cache windows and micro-batch
+  std::string tune = "on";          ///< tiered: grow the cache windows, tune the micro-batch (neither changes what is selected)
+  /// tiered: choose the index's cluster size from the warm-up queries and re-index every layer.
+  /// Off by default: it changes what the index selects, so the run no longer decodes --mode
+  /// sparse's tokens (Decision 2 compares runs with the same index).
+  bool tune_clusters = false;
   std::string ssd_path = "kvd-llama.store";
   bool ssd_pack = true;  ///< tiered: pages of up to 2 KiB packed several to a 4 KiB block of the store
 };

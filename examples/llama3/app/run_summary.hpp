@@ -91,7 +91,7 @@ template <class Manager, class Dec>
 TuningSummary tuning_summary(const TierOptions& o, const TierPlan& plan, const Manager& kv, const Dec& decoder) {
   const auto& shape = kv.config().shape;
   TuningSummary tu;
-  tu.enabled = o.tune == "on";
+  tu.enabled = o.tune == "on" || o.tune_clusters;
   tu.clusters = decoder.cluster_choice();
   for (int l = 0; l < shape.layers; ++l) {
     if (tu.enabled) tu.grown += kv.window_grown()[static_cast<std::size_t>(l)];  // kept only while windows grow (--tune on)

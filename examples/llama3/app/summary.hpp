@@ -245,9 +245,10 @@ inline void print_run_times(const RunSummary& r) {
       st.select_ms / steps, st.classify_ms / steps, st.fetch_ms / steps, st.compute_ms / steps, st.commit_ms / steps, st.wall_ms / steps, r.pipeline);
 }
 
-/// --tune on: the cluster size chosen, how the cache windows grew, the micro-batch.
+/// --tune on: how the cache windows grew, the micro-batch; with --tune-clusters on the cluster
+/// size chosen.
 inline void print_tuning(const TuningSummary& tu, bool overlapped) {
-  std::string clusters = "not tuned (no warm-up queries, or an index without clusters)";
+  std::string clusters = "not tuned (--tune-clusters off)";
   if (!tu.clusters.cases.empty()) {
     clusters = fmt::format("{} pages per cluster, of", tu.clusters.pages_per_cluster);
     for (const auto& c : tu.clusters.cases)
