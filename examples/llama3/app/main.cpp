@@ -338,10 +338,9 @@ int main(int argc, char** argv) {
   try {
     ThreadPool pool(o.model.threads);
     const Model model = load_model(o.model, pool);
-    KVD_EXPECT(o.attention.mode == "tiered" ||
-                   (app.count("--fast-bytes") + app.count("--host-bytes") + app.count("--ssd-path") + app.count("--ssd-pack") +
-                    (o.attention.pins.enabled() ? 0 : app.count("--warm-up")) + app.count("--pipeline") + app.count("--tune") +
-                    app.count("--tune-clusters")) == 0,
+    KVD_EXPECT(o.attention.mode == "tiered" || (app.count("--fast-bytes") + app.count("--host-bytes") + app.count("--ssd-path") +
+                                                app.count("--ssd-pack") + (o.attention.pins.enabled() ? 0 : app.count("--warm-up")) +
+                                                app.count("--pipeline") + app.count("--tune") + app.count("--tune-clusters")) == 0,
                "--fast-bytes, --host-bytes, --ssd-path, --ssd-pack, --warm-up (without --pin-share), --pipeline, --tune and --tune-clusters "
                "apply to --mode tiered");
     if (o.model.device == "cuda") return run_on_cuda(o, model, pool);

@@ -181,7 +181,7 @@ void tile_q32(const std::byte* const* rows, const ActRow* a, std::int64_t nb, fl
     KVD_UNROLL for (int r = 0; r < R; ++r) {
       const std::byte* blk = rows[r] + b * F::kBytes;
       if constexpr (kPar == 0) prefetch_ahead<2 * F::kBytes>(blk);  // the pair of blocks
-      __m256i w_lo, w_hi;  // the values 0..15 and 16..31 as int16
+      __m256i w_lo, w_hi;                                           // the values 0..15 and 16..31 as int16
       F::values(blk, w_lo, w_hi);
       __m256 dw;                // d, broadcast
       if constexpr (F::kMin) {  // d and m side by side: one conversion
