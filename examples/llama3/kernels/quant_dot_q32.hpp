@@ -129,9 +129,9 @@ struct Q8_0Block {
 #if KVD_CPU_AVX2
 /// I: the lanes above, from the block's values 0..15 and 16..31 as int16 and its 32 int16 q.
 /// Built for a CPU with AVX-VNNI (KVD_ARCH auto or native on one that has it; -mavxvnni), the
-/// second product and the add are one vpdpwssd: the same exact integers
-/// (no sum here comes near int32's range), one instruction fewer per block and input (SmolLM2's
-/// Q4_1 decode tile 3-4 % faster from the caches, on a Xeon of 2026-12-07).
+/// second product and the add are one vpdpwssd: the same exact integers (no sum here comes near
+/// int32's range), one instruction fewer per block and input (SmolLM2's Q4_1 decode tile 3-4 %
+/// faster from the caches, on a Xeon of 2026-12-07).
 inline __m256i dot_block_i16(__m256i w_lo, __m256i w_hi, const std::int16_t* q) {
   const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
   const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 16));
